@@ -1,0 +1,144 @@
+"""Pipeline configuration: one YAML file per pipeline, validated by a typed model that rejects
+unknown keys. Errors name the file, the field and what is accepted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
+
+from tidemark import settings
+from tidemark.errors import ConfigError
+
+NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$"
+
+
+class PipelineConfig(BaseModel):
+    """One pipeline: Kafka topics into one Delta table. Only ``name``, ``topics`` and ``table``
+    are required."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=NAME_PATTERN)
+    """Pipeline name: letters, digits, ``_ . -``. Plays the role of a Kafka consumer group id."""
+
+    topics: list[str] = Field(min_length=1)
+    """Kafka topics to ingest (at least one)."""
+
+    table: str = Field(min_length=1)
+    """Output Delta table: relative to ``TIDEMARK_LAKE_ROOT``, or an absolute path or URI."""
+
+    description: str = ""
+    """Free text shown in the DAG's documentation."""
+
+    kafka_conn_id: str = "kafka_default"
+    """Airflow Connection holding Kafka client properties in ``extra``."""
+
+    spark_conn_id: str = "spark_default"
+    """Airflow Connection of the Spark master (``local[2]``, ``spark://host:7077``, ...)."""
+
+    starting_offsets: Literal["earliest", "latest"] = "earliest"
+    """Where a partition with no committed offset starts."""
+
+    on_data_loss: Literal["fail", "skip"] = "fail"
+    """What to do when the committed offset has been deleted by retention."""
+
+    isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
+    """Kafka isolation level for planning and reading; ``read_committed`` hides aborted records."""
+
+    max_records_per_run: PositiveInt | None = None
+    """Cap on offsets planned per run, shared fairly across partitions; none by default."""
+
+    schedule: str | None = "@hourly"
+    """Airflow schedule (cron or preset); ``null`` for manual runs only."""
+
+    spark_conf: dict[str, str] = Field(default_factory=dict)
+    """Extra Spark configuration for the ingest job."""
+
+    @field_validator("topics")
+    @classmethod
+    def _topics_are_distinct_names(cls, topics: list[str]) -> list[str]:
+        for topic in topics:
+            if not topic or len(topic) > 249 or not all(c.isalnum() or c in "._-" for c in topic):
+                raise ValueError(f"'{topic}' is not a valid Kafka topic name (letters, digits, . _ -)")
+        if len(set(topics)) != len(topics):
+            raise ValueError("topics are listed more than once")
+        return topics
+
+    @property
+    def table_uri(self) -> str:
+        """The output table's absolute location."""
+        return settings.resolve_table_uri(self.table)
+
+    @property
+    def dag_id(self) -> str:
+        """The scheduled/manual/backfill DAG of this pipeline."""
+        return f"tidemark_ingest__{self.name}"
+
+
+def _describe(error: dict) -> str:
+    field = ".".join(str(p) for p in error["loc"]) or "(top level)"
+    if error["type"] == "extra_forbidden":
+        accepted = ", ".join(PipelineConfig.model_fields)
+        return f"unknown key '{field}' (accepted keys: {accepted})"
+    if error["type"] == "missing":
+        return f"'{field}' is required"
+    return f"'{field}': {error['msg']}"
+
+
+def parse_pipeline(data: object, source: str) -> PipelineConfig:
+    """Validate already-parsed YAML; ``source`` names the file in error messages."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping of keys (name, topics, table), got {type(data).__name__}")
+    try:
+        return PipelineConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(_describe(e) for e in exc.errors())
+        raise ConfigError(f"{source}: {problems}") from None
+
+
+def load_pipeline(path: Path) -> PipelineConfig:
+    """Read and validate one pipeline file."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read: {exc.strerror}") from None
+    config = parse_pipeline(data, str(path))
+    if config.name != path.stem:
+        raise ConfigError(f"{path}: 'name' is '{config.name}' but the file is named '{path.name}'; "
+                          f"name the file '{config.name}.yaml'")
+    return config
+
+
+def pipeline_files(folder: Path | None = None) -> list[Path]:
+    """The pipeline YAML files in the folder, sorted."""
+    folder = folder or settings.pipelines_dir()
+    return sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")])
+
+
+def load_all(folder: Path | None = None) -> tuple[dict[str, PipelineConfig], dict[str, ConfigError]]:
+    """Every pipeline in the folder: the valid ones by name, and the errors by file."""
+    good: dict[str, PipelineConfig] = {}
+    bad: dict[str, ConfigError] = {}
+    for path in pipeline_files(folder):
+        try:
+            config = load_pipeline(path)
+        except ConfigError as exc:
+            bad[str(path)] = exc
+            continue
+        good[config.name] = config
+    return good, bad
+
+
+def find_pipeline(name: str, folder: Path | None = None) -> PipelineConfig:
+    """The pipeline called ``name``, or a ConfigError that lists the known ones."""
+    folder = folder or settings.pipelines_dir()
+    for path in pipeline_files(folder):
+        if path.stem == name:
+            return load_pipeline(path)
+    known = ", ".join(p.stem for p in pipeline_files(folder)) or "none"
+    raise ConfigError(f"no pipeline '{name}' in {folder} (known: {known})")

@@ -1,0 +1,46 @@
+"""One ingest DAG per pipeline: plan -> has_new_records -> ingest (Spark) -> report.
+Declarative: building a DAG reads nothing but the pipeline config (no Kafka, Delta or Spark)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from tidemark.config import PipelineConfig
+
+DEFAULT_START = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def doc_md(config: PipelineConfig) -> str:
+    return (f"### Tidemark pipeline `{config.name}`\n\n{config.description}\n\n"
+            f"| | |\n|---|---|\n| topics | {', '.join(config.topics)} |\n| table | `{config.table_uri}` |\n"
+            f"| Kafka connection | `{config.kafka_conn_id}` |\n| Spark connection | `{config.spark_conn_id}` |\n"
+            f"| start (new partitions) | {config.starting_offsets} |\n| on data loss | {config.on_data_loss} |\n"
+            f"| isolation | {config.isolation_level} |\n| max records per run | {config.max_records_per_run or 'no cap'} |\n")
+
+
+def build_ingest_dag(config: PipelineConfig):
+    from airflow.providers.standard.operators.python import PythonOperator, ShortCircuitOperator
+    from airflow.sdk import DAG
+
+    from tidemark_airflow import tasks
+    from tidemark_airflow.operators import TidemarkIngestOperator
+    from tidemark.settings import spark_jars
+
+    default_args = {"retries": 2, "retry_delay": dt.timedelta(seconds=20), "retry_exponential_backoff": True,
+                    "max_retry_delay": dt.timedelta(minutes=10)}
+    with DAG(dag_id=config.dag_id, schedule=config.schedule, start_date=DEFAULT_START, catchup=False,
+             max_active_runs=1, default_args=default_args, doc_md=doc_md(config),
+             tags=["tidemark", f"pipeline:{config.name}"], description=f"Kafka -> Delta: {config.name}") as dag:
+        plan = PythonOperator(task_id="plan", python_callable=tasks.plan, op_kwargs={"pipeline": config.name})
+        gate = ShortCircuitOperator(task_id="has_new_records", python_callable=tasks.has_new_records,
+                                    op_args=[plan.output], ignore_downstream_trigger_rules=False)
+        ingest = TidemarkIngestOperator(
+            task_id="ingest", conn_id=config.spark_conn_id, kafka_conn_id=config.kafka_conn_id,
+            isolation_level=config.isolation_level, jars=",".join(spark_jars()),
+            conf={"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false",
+                  **config.spark_conf},
+            driver_memory="1g", name=f"tidemark-{config.name}")
+        report = PythonOperator(task_id="report", python_callable=tasks.report,
+                                op_kwargs={"pipeline": config.name}, trigger_rule="none_failed")
+        plan >> gate >> ingest >> report
+    return dag

@@ -1,0 +1,41 @@
+"""Python callables of the ingest DAG's tasks. Thin: resolve connections, call the core, log."""
+
+from __future__ import annotations
+
+import logging
+
+from tidemark import settings
+from tidemark.commit import BatchPlan
+from tidemark.config import find_pipeline
+from tidemark.runs import partition_status, prepare_batch
+from tidemark_airflow.connections import kafka_properties
+
+log = logging.getLogger("tidemark")
+
+
+def plan(pipeline: str, **context) -> str:
+    """Recover an unfinished batch or freeze the next one; returns the plan as JSON (no secrets)."""
+    config = find_pipeline(pipeline)
+    run_id = context["run_id"] if "run_id" in context else None
+    batch = prepare_batch(config, kafka_properties(config.kafka_conn_id, config.name), dag_run_id=run_id)
+    if batch.is_empty:
+        log.info("pipeline '%s': nothing new; the ingest task will be skipped (no Spark launch)", pipeline)
+    return batch.to_json()
+
+
+def has_new_records(plan_json: str) -> bool:
+    """Short-circuit: skip Spark when the plan has no offsets to read."""
+    return not BatchPlan.from_json(plan_json).is_empty
+
+
+def report(pipeline: str, **context) -> list[dict]:
+    """Log committed offsets and lag per partition after the run; returns the same rows."""
+    config = find_pipeline(pipeline)
+    rows = partition_status(config, kafka_properties(config.kafka_conn_id, config.name))
+    log.info("pipeline '%s' after this run (table %s, ledger %s):", pipeline, config.table_uri,
+             settings.ledger_uri())
+    for row in rows:
+        log.info("  %s:%s committed=%s latest=%s lag=%s last_batch=%s", row["topic"], row["partition"],
+                 row["committed_offset"], row["latest_offset"], row["lag"], row["last_batch_id"])
+    log.info("  total lag: %d", sum(r["lag"] or 0 for r in rows))
+    return rows

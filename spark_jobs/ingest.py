@@ -1,0 +1,93 @@
+"""Tidemark's ingest job: parse arguments -> build the session -> call the core's functions.
+
+    spark-submit --jars <Kafka source, Delta> spark_jobs/ingest.py --plan '<frozen plan JSON>'
+
+Kafka client properties (which may hold credentials) come from the environment variable
+TIDEMARK_KAFKA_PROPERTIES (JSON), never from the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import os
+import sys
+
+from tidemark.commit import BatchPlan, finalize_batch, output_txn_version
+from tidemark.errors import PlanMismatchError
+from tidemark.ledger import Ledger
+
+log = logging.getLogger("tidemark.ingest")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="ingest.py", description="Ingest one frozen Tidemark batch.")
+    parser.add_argument("--plan", required=True, help="the frozen batch plan (JSON) from the plan task")
+    parser.add_argument("--isolation-level", default="read_committed",
+                        choices=["read_committed", "read_uncommitted"])
+    return parser.parse_args(argv)
+
+
+def kafka_properties_from_env() -> dict[str, str]:
+    raw = os.environ.get("TIDEMARK_KAFKA_PROPERTIES")
+    if not raw:
+        raise SystemExit("TIDEMARK_KAFKA_PROPERTIES is not set: the Kafka client properties (JSON) "
+                         "must be passed in the environment")
+    return json.loads(raw)
+
+
+def check_plan_is_frozen(plan: BatchPlan) -> None:
+    """The job only executes what the ledger froze: the same batch id and exactly its ranges."""
+    state, _ = Ledger(plan.ledger_uri).state(plan.pipeline)
+    if state.pending_batch_id != plan.batch_id or state.pending_ranges != sorted(plan.ranges):
+        raise PlanMismatchError(
+            f"batch {plan.batch_id} handed to the ingest job is not the ledger's pending batch "
+            f"({state.pending_batch_id}); refusing to read a range the ledger did not freeze. "
+            f"Re-run the plan task.", pipeline=plan.pipeline)
+
+
+def build_session():
+    from pyspark.sql import SparkSession
+
+    return (SparkSession.builder.appName("tidemark-ingest")
+            .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+            .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+            .config("spark.sql.session.timeZone", "UTC")
+            .getOrCreate())
+
+
+def run(spark, plan: BatchPlan, properties: dict[str, str], isolation_level: str) -> None:
+    from tidemark import spark_io
+
+    marker = output_txn_version(plan.table_uri, plan.pipeline)
+    if marker is not None and marker >= plan.batch_id:
+        log.warning("pipeline '%s': batch %d is already in the output table; only the ledger is "
+                    "brought up to date", plan.pipeline, plan.batch_id)
+    else:
+        check_plan_is_frozen(plan)
+        options = spark_io.kafka_source_options(plan, properties, isolation_level)
+        raw = spark_io.read_ranges(spark, options)
+        output = spark_io.to_output(raw, plan.batch_id, dt.datetime.now(dt.timezone.utc))
+        log.info("pipeline '%s': writing batch %d (%d offsets) to %s", plan.pipeline, plan.batch_id,
+                 plan.total_offsets, plan.table_uri)
+        spark_io.write_output(output, plan)
+    finalize_batch(plan)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    plan = BatchPlan.from_json(args.plan)
+    properties = kafka_properties_from_env()
+    spark = build_session()
+    try:
+        run(spark, plan, properties, args.isolation_level)
+    finally:
+        spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
