@@ -69,7 +69,7 @@ def run(spark, plan: BatchPlan, properties: dict[str, str], isolation_level: str
         check_plan_is_frozen(plan)
         options = spark_io.kafka_source_options(plan, properties, isolation_level)
         raw = spark_io.read_ranges(spark, options)
-        output = spark_io.to_output(raw, plan.batch_id, dt.datetime.now(dt.timezone.utc))
+        output = spark_io.to_output(raw, plan.batch_id, dt.datetime.now(dt.UTC))
         log.info("pipeline '%s': writing batch %d (%d offsets) to %s", plan.pipeline, plan.batch_id,
                  plan.total_offsets, plan.table_uri)
         spark_io.write_output(output, plan)

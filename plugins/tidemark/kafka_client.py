@@ -3,6 +3,7 @@ properties under Kafka's own dotted names (``bootstrap.servers``, ``security.pro
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable, Mapping
 
@@ -48,6 +49,11 @@ def client_kwargs(properties: Mapping[str, str]) -> dict:
     return kwargs
 
 
+def quiet_kafka_logging() -> None:
+    """kafka-python logs every connection at INFO; keep task logs and the CLI about Tidemark."""
+    logging.getLogger("kafka").setLevel(logging.WARNING)
+
+
 class KafkaOffsets:
     """Reads partitions and offsets with a group-less consumer (no group join, no commits)."""
 
@@ -56,6 +62,7 @@ class KafkaOffsets:
         from kafka import KafkaConsumer
         from kafka.errors import KafkaConfigurationError, KafkaError
 
+        quiet_kafka_logging()
         self._pipeline = pipeline
         self._timeout_ms = timeout_ms
         kwargs = client_kwargs(properties)

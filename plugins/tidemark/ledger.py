@@ -93,7 +93,7 @@ def derive_state(rows: list[LedgerRow]) -> LedgerState:
 
 
 def now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 def planned_rows(pipeline: str, batch_id: int, ranges: list[OffsetRange], dag_run_id: str | None,

@@ -62,26 +62,17 @@ def start_offset(
 
 
 def share_cap(backlogs: dict[TopicPartition, int], cap: int | None) -> dict[TopicPartition, int]:
-    """Split ``cap`` offsets fairly across partitions (water-filling): a partition never gets
-    more than its backlog, and what a small partition leaves is shared by the others."""
+    """Split ``cap`` offsets across partitions max-min fairly: smallest backlogs first, each
+    partition gets at most an equal share of what is left, so what a small partition does not
+    need goes to the busy ones. The grants total ``min(cap, sum of backlogs)``."""
     if cap is None:
         return dict(backlogs)
     granted = {tp: 0 for tp in backlogs}
     remaining = cap
-    open_tps = sorted(tp for tp, b in backlogs.items() if b > 0)
-    while remaining > 0 and open_tps:
-        share, extra = divmod(remaining, len(open_tps))
-        still_open = []
-        for i, tp in enumerate(open_tps):
-            want = backlogs[tp] - granted[tp]
-            give = min(want, share + (1 if i < extra else 0))
-            granted[tp] += give
-            remaining -= give
-            if granted[tp] < backlogs[tp]:
-                still_open.append(tp)
-        if share == 0 and extra == 0:
-            break
-        open_tps = still_open
+    waiting = sorted((b, tp) for tp, b in backlogs.items() if b > 0)
+    for i, (backlog, tp) in enumerate(waiting):
+        granted[tp] = min(backlog, remaining // (len(waiting) - i))
+        remaining -= granted[tp]
     return granted
 
 

@@ -7,24 +7,26 @@ import datetime as dt
 
 from tidemark.config import PipelineConfig
 
-DEFAULT_START = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+DEFAULT_START = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 
 
 def doc_md(config: PipelineConfig) -> str:
-    return (f"### Tidemark pipeline `{config.name}`\n\n{config.description}\n\n"
-            f"| | |\n|---|---|\n| topics | {', '.join(config.topics)} |\n| table | `{config.table_uri}` |\n"
-            f"| Kafka connection | `{config.kafka_conn_id}` |\n| Spark connection | `{config.spark_conn_id}` |\n"
-            f"| start (new partitions) | {config.starting_offsets} |\n| on data loss | {config.on_data_loss} |\n"
-            f"| isolation | {config.isolation_level} |\n| max records per run | {config.max_records_per_run or 'no cap'} |\n")
+    """The DAG's documentation, rendered from the pipeline."""
+    facts = [("topics", ", ".join(config.topics)), ("table", f"`{config.table_uri}`"),
+             ("Kafka connection", f"`{config.kafka_conn_id}`"), ("Spark connection", f"`{config.spark_conn_id}`"),
+             ("start (new partitions)", config.starting_offsets), ("on data loss", config.on_data_loss),
+             ("isolation", config.isolation_level), ("max records per run", config.max_records_per_run or "no cap")]
+    table = "\n".join(f"| {k} | {v} |" for k, v in facts)
+    return f"### Tidemark pipeline `{config.name}`\n\n{config.description}\n\n| | |\n|---|---|\n{table}\n"
 
 
 def build_ingest_dag(config: PipelineConfig):
     from airflow.providers.standard.operators.python import PythonOperator, ShortCircuitOperator
     from airflow.sdk import DAG
 
+    from tidemark.settings import spark_jars
     from tidemark_airflow import tasks
     from tidemark_airflow.operators import TidemarkIngestOperator
-    from tidemark.settings import spark_jars
 
     default_args = {"retries": 2, "retry_delay": dt.timedelta(seconds=20), "retry_exponential_backoff": True,
                     "max_retry_delay": dt.timedelta(minutes=10)}

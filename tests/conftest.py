@@ -1,0 +1,58 @@
+"""Shared fixtures. Tests that need a service fail loudly when it is missing; they never skip.
+`make test` starts the broker (scripts/test.sh); run single tests after `make kafka-up`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests import helpers
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> str:
+    from kafka.admin import KafkaAdminClient
+
+    try:
+        KafkaAdminClient(bootstrap_servers=helpers.bootstrap(), request_timeout_ms=5000).close()
+    except Exception as exc:
+        pytest.fail(f"no Kafka broker answers at {helpers.bootstrap()} ({exc}); `make test` starts one, "
+                    f"or run `make kafka-up` (KAFKA_PORT={os.environ.get('KAFKA_PORT', '9092')}) first")
+    return helpers.bootstrap()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local SparkSession for the whole run, with the cached Kafka-source and Delta jars."""
+    from pyspark.sql import SparkSession
+
+    from tidemark.settings import spark_jars
+
+    jars = spark_jars()
+    if not jars:
+        pytest.fail("no cached Spark jars in .cache/jars/spark; run `make jars`")
+    session = (SparkSession.builder.master("local[2]").appName("tidemark-tests")
+               .config("spark.jars", ",".join(jars))
+               .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+               .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.ui.enabled", "false")
+               .config("spark.driver.memory", "1g")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("WARN")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def lake(tmp_path, monkeypatch) -> Path:
+    """A fresh lake root (and so a fresh ledger) per test."""
+    root = tmp_path / "lake"
+    monkeypatch.setenv("TIDEMARK_LAKE_ROOT", str(root))
+    monkeypatch.delenv("TIDEMARK_LEDGER_URI", raising=False)
+    return root

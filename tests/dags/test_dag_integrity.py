@@ -1,0 +1,67 @@
+"""The DAG folder parses, one DAG per pipeline, with no Kafka, Delta or Spark call at parse time."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "pipelines"
+
+
+@pytest.fixture
+def dagbag(tmp_path, monkeypatch):
+    def load(*pipeline_files: Path):
+        folder = tmp_path / "pipelines"
+        folder.mkdir(exist_ok=True)
+        for f in pipeline_files:
+            shutil.copy(f, folder / f.name)
+        monkeypatch.setenv("TIDEMARK_PIPELINES_DIR", str(folder))
+        monkeypatch.setenv("TIDEMARK_LAKE_ROOT", str(tmp_path / "lake"))
+        # Unreachable on purpose: parsing must not talk to Kafka.
+        monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT",
+                           json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": "127.0.0.1:1"}}))
+        from airflow.dag_processing.dagbag import DagBag
+
+        return DagBag(dag_folder=str(ROOT / "dags"))
+
+    return load
+
+
+def test_one_dag_per_pipeline_and_no_import_errors(dagbag):
+    bag = dagbag(FIXTURES / "good" / "orders.yaml", FIXTURES / "good" / "payments.yaml")
+    assert bag.import_errors == {}
+    assert sorted(bag.dags) == ["tidemark_ingest__orders", "tidemark_ingest__payments"]
+    dag = bag.dags["tidemark_ingest__orders"]
+    assert dag.max_active_runs == 1
+    assert "tidemark" in dag.tags
+    assert [t.task_id for t in dag.topological_sort()] == ["plan", "has_new_records", "ingest", "report"]
+    assert dag.get_task("report").trigger_rule == "none_failed"
+    assert dag.get_task("plan").retries == 2
+    assert "orders" in dag.doc_md
+
+
+def test_parsing_loads_no_spark_kafka_or_delta_client(tmp_path):
+    folder = tmp_path / "pipelines"
+    folder.mkdir()
+    shutil.copy(FIXTURES / "good" / "orders.yaml", folder)
+    code = ("import runpy, sys, json; runpy.run_path(sys.argv[1]); "
+            "print(json.dumps(sorted(m for m in ('pyspark', 'kafka', 'deltalake') if m in sys.modules)))")
+    env = {**os.environ, "TIDEMARK_PIPELINES_DIR": str(folder), "TIDEMARK_LAKE_ROOT": str(tmp_path / "lake")}
+    result = subprocess.run([sys.executable, "-c", code, str(ROOT / "dags" / "tidemark_dags.py")],
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == []
+    assert not (tmp_path / "lake").exists()
+
+
+def test_a_broken_pipeline_does_not_take_the_others_down(dagbag):
+    bag = dagbag(FIXTURES / "good" / "orders.yaml", FIXTURES / "broken" / "unknown_key.yaml")
+    assert "tidemark_ingest__orders" in bag.dags
+    assert "tidemark_ingest__unknown_key" not in bag.dags

@@ -1,0 +1,71 @@
+"""Helpers for tests against the real broker and real Delta tables."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections import Counter
+
+import pyarrow as pa
+
+
+def bootstrap() -> str:
+    return f"127.0.0.1:{os.environ.get('KAFKA_PORT', '9092')}"
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:10]}"
+
+
+def create_topic(name: str, partitions: int = 3, configs: dict | None = None) -> str:
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap())
+    try:
+        admin.create_topics([NewTopic(name, partitions, 1, topic_configs=configs or {})])
+    finally:
+        admin.close()
+    return name
+
+
+def produce(topic: str, count: int, start: int = 0) -> Counter:
+    """Send ``count`` JSON order events round-robin over the partitions; returns records per partition."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap())
+    partitions = sorted(producer.partitions_for(topic))
+    per_partition: Counter = Counter()
+    for i in range(start, start + count):
+        p = partitions[i % len(partitions)]
+        value = json.dumps({"order_id": i, "amount": round(i * 1.5, 2)}).encode()
+        producer.send(topic, key=f"k{i}".encode(), value=value, partition=p, headers=[("source", b"test")])
+        per_partition[p] += 1
+    producer.flush()
+    producer.close()
+    return per_partition
+
+
+def end_offsets(topic: str) -> dict[int, int]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap(), isolation_level="read_committed")
+    try:
+        tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+        return {tp.partition: off for tp, off in consumer.end_offsets(tps).items()}
+    finally:
+        consumer.close()
+
+
+def query(table_uri: str, sql: str) -> list[dict]:
+    """SQL over a Delta table registered as ``t`` (delta-rs; no JVM)."""
+    from deltalake import DeltaTable, QueryBuilder
+
+    reader = QueryBuilder().register("t", DeltaTable(table_uri)).execute(sql)
+    return pa.table(reader.read_all()).to_pylist()
+
+
+def table_version(table_uri: str) -> int:
+    from deltalake import DeltaTable
+
+    return DeltaTable(table_uri).version()

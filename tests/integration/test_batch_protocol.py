@@ -1,0 +1,83 @@
+"""Planning against the real broker and the ledger; the ingest job's run() in-process."""
+
+from __future__ import annotations
+
+import pytest
+
+from spark_jobs import ingest
+from tests import helpers
+from tidemark import settings
+from tidemark.commit import count_batch_records
+from tidemark.config import parse_pipeline
+from tidemark.ledger import Ledger
+from tidemark.offsets import OffsetRange
+from tidemark.offsets import TopicPartition as TP
+from tidemark.runs import partition_status, prepare_batch
+
+pytestmark = pytest.mark.integration
+
+
+def make_config(topic: str, **extra):
+    return parse_pipeline({"name": topic, "topics": [topic], "table": topic, **extra}, "test")
+
+
+def props() -> dict[str, str]:
+    return {"bootstrap.servers": helpers.bootstrap()}
+
+
+def test_plan_freezes_ranges_up_to_the_latest_offsets_and_records_them(kafka_bootstrap, lake):
+    topic = helpers.create_topic(helpers.unique("plan"), partitions=2)
+    helpers.produce(topic, 9)
+    config = make_config(topic)
+    plan = prepare_batch(config, props(), dag_run_id="run-1")
+    assert plan.batch_id == 1
+    assert plan.ranges == [OffsetRange(topic, 0, 0, 5), OffsetRange(topic, 1, 0, 4)]
+    state, _ = Ledger(settings.ledger_uri()).state(topic)
+    assert state.pending_batch_id == 1 and state.pending_ranges == plan.ranges
+    assert {r.dag_run_id for r in Ledger(settings.ledger_uri()).rows(topic)} == {"run-1"}
+
+
+def test_unfinished_batch_is_planned_again_with_the_same_ranges(kafka_bootstrap, lake):
+    topic = helpers.create_topic(helpers.unique("replan"), partitions=1)
+    helpers.produce(topic, 5)
+    config = make_config(topic)
+    first = prepare_batch(config, props())
+    helpers.produce(topic, 3)  # arrives after the freeze: must not widen batch 1
+    again = prepare_batch(config, props())
+    assert again.batch_id == first.batch_id and again.ranges == first.ranges and again.recovered
+
+
+def test_nothing_new_gives_an_empty_plan_and_writes_nothing(kafka_bootstrap, lake):
+    topic = helpers.create_topic(helpers.unique("empty"), partitions=1)
+    plan = prepare_batch(make_config(topic), props())
+    assert plan.is_empty
+    assert Ledger(settings.ledger_uri()).version() == -1
+
+
+def test_ingest_job_writes_the_batch_and_commits_the_ledger_with_counts(kafka_bootstrap, spark, lake):
+    topic = helpers.create_topic(helpers.unique("job"), partitions=3)
+    produced = helpers.produce(topic, 20)
+    config = make_config(topic)
+    plan = prepare_batch(config, props())
+    ingest.run(spark, plan, props(), "read_committed")
+
+    rows = Ledger(settings.ledger_uri()).rows(topic)
+    assert {r.status for r in rows} == {"committed"}
+    assert {r.partition: r.record_count for r in rows} == dict(produced)
+    assert count_batch_records(config.table_uri, 1) == {TP(topic, p): n for p, n in produced.items()}
+    status = partition_status(config, props())
+    assert [(s["partition"], s["committed_offset"], s["lag"], s["last_batch_id"]) for s in status] == [
+        (p, helpers.end_offsets(topic)[p], 0, 1) for p in range(3)]
+
+    # A retry of the same job (the output already holds the batch) only confirms the ledger.
+    ingest.run(spark, plan, props(), "read_committed")
+    assert helpers.query(config.table_uri, "SELECT COUNT(*) AS n FROM t")[0]["n"] == 20
+
+
+def test_ingest_job_refuses_a_plan_the_ledger_did_not_freeze(kafka_bootstrap, spark, lake):
+    topic = helpers.create_topic(helpers.unique("mismatch"), partitions=1)
+    helpers.produce(topic, 4)
+    plan = prepare_batch(make_config(topic), props())
+    widened = type(plan)(**{**plan.__dict__, "ranges": [OffsetRange(topic, 0, 0, 4 + 1)]})
+    with pytest.raises(Exception, match="not the ledger's pending batch|refusing"):
+        ingest.run(spark, widened, props(), "read_committed")

@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+import pytest
+
+from tidemark.cli import build_parser
+from tidemark.errors import KafkaUnavailableError
+from tidemark.kafka_client import client_kwargs
+from tidemark.settings import resolve_table_uri
+
+
+def test_cli_parses_the_contract_commands():
+    parser = build_parser()
+    args = parser.parse_args(["offsets", "show", "orders", "--json"])
+    assert (args.command, args.action, args.pipeline, args.json) == ("offsets", "show", "orders", True)
+    args = parser.parse_args(["pipelines", "list"])
+    assert (args.command, args.action) == ("pipelines", "list")
+    args = parser.parse_args(["lag", "orders"])
+    assert (args.command, args.pipeline) == ("lag", "orders")
+
+
+def test_cli_rejects_a_missing_pipeline_argument(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["offsets", "show"])
+    assert exit_info.value.code == 2
+    assert "pipeline" in capsys.readouterr().err
+
+
+def test_kafka_properties_translate_to_kafka_python_with_sasl_credentials():
+    kwargs = client_kwargs({
+        "bootstrap.servers": "h1:9092, h2:9092",
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                            'username="alice" password="s3cret";',
+        "request.timeout.ms": "5000",
+    })
+    assert kwargs == {"bootstrap_servers": ["h1:9092", "h2:9092"], "security_protocol": "SASL_PLAINTEXT",
+                      "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": "alice",
+                      "sasl_plain_password": "s3cret", "request_timeout_ms": 5000}
+
+
+def test_kafka_properties_need_bootstrap_servers():
+    with pytest.raises(KafkaUnavailableError, match="bootstrap.servers"):
+        client_kwargs({"security.protocol": "PLAINTEXT"})
+
+
+def test_table_locations_resolve_under_the_lake_root():
+    assert resolve_table_uri("orders", "/data/lake") == "/data/lake/orders"
+    assert resolve_table_uri("orders", "s3a://b/lake/") == "s3a://b/lake/orders"
+    assert resolve_table_uri("/abs/t", "/data/lake") == "/abs/t"
+    assert resolve_table_uri("file:///x/t", "/data/lake") == "file:///x/t"

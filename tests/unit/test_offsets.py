@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tidemark.commit import BatchPlan, decide_recovery
+from tidemark.offsets import OffsetRange, spark_kafka_options
+
+
+def test_spark_options_list_exactly_the_non_empty_ranges():
+    options = spark_kafka_options([OffsetRange("b", 1, 5, 9), OffsetRange("a", 0, 0, 3), OffsetRange("a", 2, 4, 4)])
+    assert json.loads(options["assign"]) == {"a": [0], "b": [1]}
+    assert json.loads(options["startingOffsets"]) == {"a": {"0": 0}, "b": {"1": 5}}
+    assert json.loads(options["endingOffsets"]) == {"a": {"0": 3}, "b": {"1": 9}}
+
+
+def test_spark_options_refuse_an_empty_batch():
+    with pytest.raises(ValueError):
+        spark_kafka_options([OffsetRange("a", 0, 4, 4)])
+
+
+def test_invalid_range_is_rejected():
+    with pytest.raises(ValueError, match=r"a:0 \[5, 4\)"):
+        OffsetRange("a", 0, 5, 4)
+
+
+def test_plan_json_round_trip_and_commit_metadata():
+    plan = BatchPlan("orders", 3, "/lake/orders", "/lake/_tidemark/offsets", [OffsetRange("o", 0, 1, 4)])
+    again = BatchPlan.from_json(plan.to_json())
+    assert again == plan and again.total_offsets == 3
+    meta = json.loads(plan.commit_metadata())["tidemark"]
+    ranges = [{"topic": "o", "partition": 0, "start": 1, "end": 4}]
+    assert meta == {"pipeline": "orders", "batch_id": 3, "ranges": ranges}
+
+
+@pytest.mark.parametrize(("pending", "marker", "expected"), [
+    (None, None, "none"),
+    (None, 4, "none"),
+    (5, None, "re_execute"),
+    (5, 4, "re_execute"),
+    (5, 5, "roll_forward"),
+    (5, 6, "roll_forward"),
+])
+def test_recovery_decision(pending, marker, expected):
+    assert decide_recovery(pending, marker) == expected
