@@ -15,8 +15,9 @@ import logging
 import os
 import sys
 
+from tidemark import faults
 from tidemark.commit import BatchPlan, finalize_batch, output_txn_version
-from tidemark.errors import PlanMismatchError
+from tidemark.errors import PipelineBusyError, PlanMismatchError
 from tidemark.ledger import Ledger
 
 log = logging.getLogger("tidemark.ingest")
@@ -39,13 +40,18 @@ def kafka_properties_from_env() -> dict[str, str]:
 
 
 def check_plan_is_frozen(plan: BatchPlan) -> None:
-    """The job only executes what the ledger froze: the same batch id and exactly its ranges."""
-    state, _ = Ledger(plan.ledger_uri).state(plan.pipeline)
+    """The job only executes what the ledger froze, for the run that owns it: the same batch id,
+    exactly its ranges, the same owner."""
+    state = Ledger(plan.ledger_uri).state(plan.pipeline)
     if state.pending_batch_id != plan.batch_id or state.pending_ranges != sorted(plan.ranges):
         raise PlanMismatchError(
             f"batch {plan.batch_id} handed to the ingest job is not the ledger's pending batch "
             f"({state.pending_batch_id}); refusing to read a range the ledger did not freeze. "
             f"Re-run the plan task.", pipeline=plan.pipeline)
+    if state.pending_owner != plan.run_id:
+        raise PipelineBusyError(
+            f"another run holds the pipeline: batch {plan.batch_id} now belongs to run '{state.pending_owner}', "
+            f"not to this run ('{plan.run_id}'). This job wrote nothing.", pipeline=plan.pipeline)
 
 
 def build_session():
@@ -72,8 +78,11 @@ def run(spark, plan: BatchPlan, properties: dict[str, str], isolation_level: str
         output = spark_io.to_output(raw, plan.batch_id, dt.datetime.now(dt.UTC))
         log.info("pipeline '%s': writing batch %d (%d offsets) to %s", plan.pipeline, plan.batch_id,
                  plan.total_offsets, plan.table_uri)
+        faults.crash_when_spark_is_busy(faults.DURING_READ, spark)
         spark_io.write_output(output, plan)
+        faults.crash_point(faults.AFTER_OUTPUT_COMMIT)
     finalize_batch(plan)
+    faults.crash_point(faults.AFTER_LEDGER_COMMIT)
 
 
 def main(argv: list[str] | None = None) -> int:

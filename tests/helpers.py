@@ -57,6 +57,21 @@ def end_offsets(topic: str) -> dict[int, int]:
         consumer.close()
 
 
+def service_env(pipelines, lake, **extra: str) -> dict[str, str]:
+    """The environment of a Tidemark process (CLI, Airflow, spark-submit) pointed at the test
+    broker, a local Spark master and a private lake and pipelines folder."""
+    env = {
+        **os.environ,
+        "TIDEMARK_PIPELINES_DIR": str(pipelines),
+        "TIDEMARK_LAKE_ROOT": str(lake),
+        "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap()}}),
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+        **extra,
+    }
+    env.pop("TIDEMARK_LEDGER_URI", None)
+    return env
+
+
 def query(table_uri: str, sql: str) -> list[dict]:
     """SQL over a Delta table registered as ``t`` (delta-rs; no JVM)."""
     from deltalake import DeltaTable, QueryBuilder

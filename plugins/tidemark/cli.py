@@ -3,6 +3,7 @@
     tidemark pipelines list
     tidemark offsets show PIPELINE [--json]
     tidemark lag PIPELINE
+    tidemark run PIPELINE
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     lag = commands.add_parser("lag", help="total and per-partition lag of a pipeline")
     lag.add_argument("pipeline")
+
+    run = commands.add_parser("run", help="run one batch now without Airflow: plan, Spark ingest, report")
+    run.add_argument("pipeline")
     return parser
 
 
@@ -91,7 +95,32 @@ def cmd_lag(args: argparse.Namespace) -> int:
     return 0
 
 
-HANDLERS = {("pipelines", "list"): cmd_pipelines_list, ("offsets", "show"): cmd_offsets_show,
+def cmd_run(args: argparse.Namespace) -> int:
+    from tidemark.config import find_pipeline
+    from tidemark.runs import partition_status, prepare_batch
+    from tidemark.submit import run_ingest_job
+    from tidemark_airflow.connections import spark_master
+
+    config = find_pipeline(args.pipeline)
+    properties = _kafka_properties(config)
+    plan = prepare_batch(config, properties)
+    if plan.is_empty:
+        print(f"pipeline '{config.name}': nothing new; no Spark job started")
+        return 0
+    print(f"pipeline '{config.name}': batch {plan.batch_id} frozen, {plan.total_offsets} offsets over "
+          f"{len(plan.ranges)} partition(s){' (recovered)' if plan.recovered else ''}; starting Spark", flush=True)
+    code = run_ingest_job(plan, properties, spark_master(config.spark_conn_id, config.name), config.isolation_level,
+                          config.spark_conf)
+    if code != 0:
+        print(f"tidemark: error: pipeline '{config.name}': the ingest job for batch {plan.batch_id} exited with "
+              f"{code}; nothing is lost: the next run executes the same frozen ranges again", file=sys.stderr)
+        return 1
+    rows = partition_status(config, properties)
+    print(_table(rows, ["topic", "partition", "committed_offset", "latest_offset", "lag", "last_batch_id"]))
+    return 0
+
+
+HANDLERS = {("run", None): cmd_run, ("pipelines", "list"): cmd_pipelines_list, ("offsets", "show"): cmd_offsets_show,
             ("lag", None): cmd_lag}
 
 

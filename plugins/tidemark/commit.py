@@ -14,6 +14,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Literal
 
+from tidemark import faults
 from tidemark.ledger import Ledger
 from tidemark.offsets import OffsetRange, TopicPartition
 
@@ -32,6 +33,8 @@ class BatchPlan:
     ledger_uri: str
     ranges: list[OffsetRange] = field(default_factory=list)
     recovered: bool = False
+    run_id: str | None = None
+    """The run that owns (froze or took over) the batch; only it may execute the batch."""
 
     @property
     def is_empty(self) -> bool:
@@ -102,6 +105,7 @@ def finalize_batch(plan: BatchPlan) -> bool:
     Idempotent; returns False when the ledger already had the batch committed."""
     counts = count_batch_records(plan.table_uri, plan.batch_id)
     per_range = {r.tp: counts.get(r.tp, 0) for r in plan.ranges}
+    faults.crash_soon(faults.DURING_LEDGER_COMMIT)
     changed = Ledger(plan.ledger_uri).mark_committed(plan.pipeline, plan.batch_id, per_range)
     log.info("pipeline '%s': batch %d %s in the ledger (%d records)", plan.pipeline, plan.batch_id,
              "committed" if changed else "was already committed", sum(per_range.values()))

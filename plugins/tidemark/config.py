@@ -57,6 +57,12 @@ class PipelineConfig(BaseModel):
     spark_conf: dict[str, str] = Field(default_factory=dict)
     """Extra Spark configuration for the ingest job."""
 
+    retries: int = Field(default=2, ge=0, le=20)
+    """Airflow retries per task (a retry of the ingest task reads the same frozen ranges)."""
+
+    retry_delay_seconds: PositiveInt = 20
+    """First retry delay; doubles on each retry (exponential back-off, at most 10 minutes)."""
+
     @field_validator("topics")
     @classmethod
     def _topics_are_distinct_names(cls, topics: list[str]) -> list[str]:

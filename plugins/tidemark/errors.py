@@ -33,6 +33,11 @@ class LedgerConflictError(TidemarkError):
     """Another run of the same pipeline changed the ledger first. Terminal for this run."""
 
 
+class PipelineBusyError(LedgerConflictError):
+    """Another run of the same pipeline holds it (planned or is executing a batch). Terminal for
+    this run, which wrote nothing."""
+
+
 class PlanMismatchError(TidemarkError):
     """The plan handed to a step does not match the frozen plan in the ledger. Terminal."""
 

@@ -10,13 +10,15 @@ position. See docs/DESIGN.md for the protocol.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from tidemark.errors import LedgerConflictError
+from tidemark.errors import LedgerConflictError, PipelineBusyError
 from tidemark.offsets import OffsetRange, TopicPartition
 
+_CAS_ATTEMPTS = 20
 PLANNED = "planned"
 COMMITTED = "committed"
 KIND_BATCH = "batch"
@@ -74,6 +76,8 @@ class LedgerState:
     last_batch_id: int = 0
     pending_batch_id: int | None = None
     pending_ranges: list[OffsetRange] = field(default_factory=list)
+    pending_owner: str | None = None
+    fingerprint: str = ""
 
 
 def derive_state(rows: list[LedgerRow]) -> LedgerState:
@@ -88,8 +92,19 @@ def derive_state(rows: list[LedgerRow]) -> LedgerState:
     pending = [r for r in rows if r.status == PLANNED]
     if pending:
         state.pending_batch_id = max(r.batch_id for r in pending)
-        state.pending_ranges = sorted(r.range for r in pending if r.batch_id == state.pending_batch_id)
+        current = [r for r in pending if r.batch_id == state.pending_batch_id]
+        state.pending_ranges = sorted(r.range for r in current)
+        state.pending_owner = current[0].dag_run_id
+    state.fingerprint = fingerprint(rows)
     return state
+
+
+def fingerprint(rows: list[LedgerRow]) -> str:
+    """A digest of everything a run of the pipeline can change in its rows: two reads with the same
+    fingerprint saw the same pipeline state, whatever other pipelines did to the table."""
+    keys = sorted((r.batch_id, r.kind, r.status, r.topic, r.partition, r.start_offset, r.end_offset,
+                   r.dag_run_id or "") for r in rows)
+    return hashlib.sha256(repr(keys).encode()).hexdigest()
 
 
 def now() -> dt.datetime:
@@ -149,42 +164,67 @@ class Ledger:
         table = self._open()
         return [] if table is None else _select(table, pipeline)
 
-    def state(self, pipeline: str) -> tuple[LedgerState, int]:
-        """The pipeline's derived state and the table version it was read at."""
-        table = self._open()
-        if table is None:
-            return LedgerState(), -1
-        return derive_state(_select(table, pipeline)), table.version()
+    def state(self, pipeline: str) -> LedgerState:
+        """The pipeline's derived state (positions, pending batch, fingerprint)."""
+        return derive_state(self.rows(pipeline))
 
-    def append(self, rows: list[LedgerRow], *, read_version: int) -> int:
-        """Append rows only if nobody committed to the ledger since ``read_version`` (optimistic
-        concurrency): the commit must become version ``read_version + 1``. Returns the new version."""
-        from deltalake import CommitProperties, DeltaTable, write_deltalake
+    def _create(self, rows: list[LedgerRow]) -> None:
+        from deltalake import write_deltalake
+
+        write_deltalake(self.uri, _table(rows), mode="error", partition_by=["pipeline"], name="tidemark_offsets",
+                        description="Tidemark offset ledger: one row per pipeline, batch, topic, partition")
+
+    def _compare_and_commit(self, pipeline: str, expected: str, commit, what: str) -> None:
+        """Run ``commit(table)`` against the latest ledger version only if the pipeline's rows still
+        have the ``expected`` fingerprint, and only if no one commits to the ledger in between
+        (``max_commit_retries=0``). Commits of other pipelines make it re-check and try again; a
+        change to this pipeline's rows means another run got there first: PipelineBusyError."""
         from deltalake.exceptions import CommitFailedError
 
-        pipeline = rows[0].pipeline if rows else None
-        data = _table(rows)
-        if read_version < 0:
+        for _ in range(_CAS_ATTEMPTS):
+            table = self._open()
+            current = fingerprint(_select(table, pipeline)) if table is not None else fingerprint([])
+            if current != expected:
+                raise PipelineBusyError(
+                    f"another run holds the pipeline: its ledger rows changed while this run was {what}; "
+                    "this run wrote nothing. Only one run of a pipeline may run at a time "
+                    "(max_active_runs=1); retry once the other run has finished.", pipeline=pipeline)
             try:
-                write_deltalake(self.uri, data, mode="error", partition_by=["pipeline"],
-                                name="tidemark_offsets",
-                                description="Tidemark offset ledger: one row per pipeline, batch, topic, partition")
+                commit(table)
+                return
+            except CommitFailedError:
+                continue  # another commit (any pipeline) landed first: re-check and retry
             except Exception as exc:
-                if "exists" in str(exc).lower():
-                    raise LedgerConflictError("another run created the ledger at the same moment; "
-                                              "this run wrote nothing, retry it", pipeline=pipeline) from None
+                if table is None and "exists" in str(exc).lower():
+                    continue  # another run created the ledger at the same moment
                 raise
-            return 0
-        table = DeltaTable(self.uri, version=read_version)
-        try:
-            write_deltalake(table, data, mode="append",
-                            commit_properties=CommitProperties(max_commit_retries=0))
-        except CommitFailedError:
-            raise LedgerConflictError(
-                "another run of this pipeline changed the ledger while this run was planning "
-                f"(ledger version {read_version} is no longer the latest); this run wrote nothing. "
-                "Only one run of a pipeline may plan at a time.", pipeline=pipeline) from None
-        return table.version()
+        raise LedgerConflictError(f"the ledger was too busy to commit after {_CAS_ATTEMPTS} attempts "
+                                  f"while {what}; this run wrote nothing, retry it", pipeline=pipeline)
+
+    def append(self, rows: list[LedgerRow], *, expected: str, what: str = "planning") -> None:
+        """Append rows for one pipeline if its rows are still as the caller read them."""
+        from deltalake import CommitProperties, write_deltalake
+
+        def commit(table) -> None:
+            if table is None:
+                self._create(rows)
+            else:
+                write_deltalake(table, _table(rows), mode="append",
+                                commit_properties=CommitProperties(max_commit_retries=0))
+
+        self._compare_and_commit(rows[0].pipeline, expected, commit, what)
+
+    def take_over(self, pipeline: str, batch_id: int, owner: str, *, expected: str) -> None:
+        """Make ``owner`` the run that executes the pending batch (after its previous owner died)."""
+        from deltalake import CommitProperties
+
+        def commit(table) -> None:
+            quoted = owner.replace("'", "''")
+            table.update(predicate=f"pipeline = '{pipeline}' AND batch_id = {int(batch_id)} AND status = '{PLANNED}'",
+                         updates={"dag_run_id": f"'{quoted}'"},
+                         commit_properties=CommitProperties(max_commit_retries=0))
+
+        self._compare_and_commit(pipeline, expected, commit, f"taking over batch {batch_id}")
 
     def mark_committed(self, pipeline: str, batch_id: int, counts: dict[TopicPartition, int]) -> bool:
         """Flip the batch's planned rows to committed with their record counts. Idempotent:

@@ -3,63 +3,114 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import os
+import socket
+import time
+from collections.abc import Callable, Mapping
 
-from tidemark import settings
+from tidemark import faults, settings
 from tidemark.commit import BatchPlan, decide_recovery, finalize_batch, output_txn_version
 from tidemark.config import PipelineConfig
+from tidemark.errors import PipelineBusyError
 from tidemark.kafka_client import KafkaOffsets
-from tidemark.ledger import Ledger, planned_rows
+from tidemark.ledger import Ledger, LedgerState, planned_rows
 from tidemark.planner import plan_ranges
 
 log = logging.getLogger(__name__)
 
+# Looks up an Airflow DAG run's state by run id (the plan task passes one built on the Task SDK).
+RunStateLookup = Callable[[str], str]
 
-def recover(config: PipelineConfig, ledger: Ledger) -> BatchPlan | None:
-    """Finish an unfinished batch first. Returns the batch to execute again (same frozen ranges),
-    or None when there is nothing to re-execute (after rolling a committed batch forward)."""
-    state, _ = ledger.state(config.name)
-    marker = output_txn_version(config.table_uri, config.name) if state.pending_batch_id else None
-    action = decide_recovery(state.pending_batch_id, marker)
-    if action == "none":
+
+def cli_run_id() -> str:
+    """The owner id of a run started outside Airflow: host and pid, so liveness can be checked."""
+    return f"cli:{socket.gethostname()}:{os.getpid()}:{int(time.time())}"
+
+
+def owner_is_alive(owner: str, airflow_run_state: RunStateLookup | None = None) -> bool:
+    """Whether the run that owns a pending batch may still be working on it. Unknown means alive:
+    taking a batch from a live run is the one thing that must not happen."""
+    if owner.startswith("cli:"):
+        _, host, pid, _ = owner.split(":", 3)
+        if host != socket.gethostname():
+            return True
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    if airflow_run_state is None:
+        return True
+    try:
+        return airflow_run_state(owner) in {"queued", "running"}
+    except Exception as exc:  # the run is unknown to this Airflow: it cannot be running
+        log.warning("cannot look up the state of run '%s' (%s); treating it as finished", owner, exc)
+        return False
+
+
+def _describe(plan: BatchPlan) -> str:
+    return ", ".join(f"{r.tp} [{r.start}, {r.end})" for r in plan.ranges)
+
+
+def recover(config: PipelineConfig, ledger: Ledger, state: LedgerState, run_id: str,
+            airflow_run_state: RunStateLookup | None = None) -> BatchPlan | None:
+    """Finish an unfinished batch first. Returns the batch to execute again (same frozen ranges,
+    now owned by this run), or None when nothing is pending (after rolling a committed batch
+    forward). Raises PipelineBusyError when a live run owns the pending batch."""
+    if state.pending_batch_id is None:
         return None
-    plan = BatchPlan(config.name, state.pending_batch_id, config.table_uri, ledger.uri,
-                     state.pending_ranges, recovered=True)
-    if action == "roll_forward":
-        log.warning("pipeline '%s': batch %d is in the output table but not yet in the ledger; "
+    marker = output_txn_version(config.table_uri, config.name)
+    plan = BatchPlan(config.name, state.pending_batch_id, config.table_uri, ledger.uri, state.pending_ranges,
+                     recovered=True, run_id=state.pending_owner)
+    if decide_recovery(state.pending_batch_id, marker) == "roll_forward":
+        log.warning("pipeline '%s': batch %d is in the output table but not yet committed in the ledger; "
                     "rolling it forward", config.name, plan.batch_id)
         finalize_batch(plan)
         return None
-    log.warning("pipeline '%s': batch %d was planned but never committed; executing it again with "
-                "the same frozen ranges (%d offsets)", config.name, plan.batch_id, plan.total_offsets)
+    owner = state.pending_owner or ""
+    if owner != run_id:
+        if owner and owner_is_alive(owner, airflow_run_state):
+            raise PipelineBusyError(
+                f"another run holds the pipeline: run '{owner}' froze batch {plan.batch_id} ({_describe(plan)}) "
+                f"and is still active. This run wrote nothing. Wait for it to finish (max_active_runs=1 "
+                f"keeps scheduled runs apart).", pipeline=config.name)
+        log.warning("pipeline '%s': run '%s' froze batch %d and is gone; this run takes it over", config.name,
+                    owner, plan.batch_id)
+        ledger.take_over(config.name, plan.batch_id, run_id, expected=state.fingerprint)
+    plan.run_id = run_id
+    log.warning("pipeline '%s': batch %d was planned but never committed; executing it again with the same "
+                "frozen ranges: %s", config.name, plan.batch_id, _describe(plan))
     return plan
 
 
-def prepare_batch(config: PipelineConfig, kafka_properties: Mapping[str, str], *,
-                  dag_run_id: str | None = None, ledger_uri: str | None = None) -> BatchPlan:
+def prepare_batch(config: PipelineConfig, kafka_properties: Mapping[str, str], *, run_id: str | None = None,
+                  ledger_uri: str | None = None, airflow_run_state: RunStateLookup | None = None) -> BatchPlan:
     """Recover, then plan and freeze the next batch. An empty plan (batch_id 0 and no ranges)
     means there is nothing new and no Spark job is needed."""
+    run_id = run_id or cli_run_id()
     ledger = Ledger(ledger_uri or settings.ledger_uri())
-    pending = recover(config, ledger)
+    state = ledger.state(config.name)
+    pending = recover(config, ledger, state, run_id, airflow_run_state)
     if pending is not None:
         return pending
-    state, version = ledger.state(config.name)
-    with KafkaOffsets(kafka_properties, isolation_level=config.isolation_level,
-                      pipeline=config.name) as kafka:
+    if state.pending_batch_id is not None:  # rolled forward: read the state again
+        state = ledger.state(config.name)
+    with KafkaOffsets(kafka_properties, isolation_level=config.isolation_level, pipeline=config.name) as kafka:
         tps = kafka.partitions(config.topics)
         earliest, latest = kafka.earliest(tps), kafka.latest(tps)
-    decided = plan_ranges(config.name, state.positions, earliest, latest,
-                          starting_offsets=config.starting_offsets, on_data_loss=config.on_data_loss,
-                          max_records=config.max_records_per_run)
+    decided = plan_ranges(config.name, state.positions, earliest, latest, starting_offsets=config.starting_offsets,
+                          on_data_loss=config.on_data_loss, max_records=config.max_records_per_run)
     ranges = [r for r in decided.ranges if r.size > 0]
     if not ranges:
         log.info("pipeline '%s': nothing new in %s; no batch planned", config.name, ", ".join(config.topics))
-        return BatchPlan(config.name, 0, config.table_uri, ledger.uri, [])
-    batch_id = state.last_batch_id + 1
-    ledger.append(planned_rows(config.name, batch_id, ranges, dag_run_id), read_version=version)
-    plan = BatchPlan(config.name, batch_id, config.table_uri, ledger.uri, ranges)
-    log.info("pipeline '%s': batch %d frozen: %s", config.name, batch_id,
-             ", ".join(f"{r.tp} [{r.start}, {r.end})" for r in ranges))
+        return BatchPlan(config.name, 0, config.table_uri, ledger.uri, [], run_id=run_id)
+    plan = BatchPlan(config.name, state.last_batch_id + 1, config.table_uri, ledger.uri, ranges, run_id=run_id)
+    ledger.append(planned_rows(config.name, plan.batch_id, ranges, run_id), expected=state.fingerprint)
+    log.info("pipeline '%s': batch %d frozen (%d offsets): %s", config.name, plan.batch_id, plan.total_offsets,
+             _describe(plan))
+    faults.crash_point(faults.AFTER_PLAN_FROZEN)
     return plan
 
 
@@ -68,9 +119,8 @@ def partition_status(config: PipelineConfig, kafka_properties: Mapping[str, str]
     """Per partition: committed offset, Kafka's latest offset, lag and the last committed batch
     (the ``tidemark offsets show --json`` contract). A partition never committed has
     ``committed_offset`` null and its lag counted from the earliest offset Kafka has."""
-    state, _ = Ledger(ledger_uri or settings.ledger_uri()).state(config.name)
-    with KafkaOffsets(kafka_properties, isolation_level=config.isolation_level,
-                      pipeline=config.name) as kafka:
+    state = Ledger(ledger_uri or settings.ledger_uri()).state(config.name)
+    with KafkaOffsets(kafka_properties, isolation_level=config.isolation_level, pipeline=config.name) as kafka:
         tps = kafka.partitions(config.topics)
         earliest, latest = kafka.earliest(tps), kafka.latest(tps)
     rows = []

@@ -29,3 +29,12 @@ def kafka_properties(conn_id: str, pipeline: str | None = None) -> dict[str, str
         raise ConfigError(f"Airflow connection '{conn_id}' has no 'bootstrap.servers' in its extra "
                           f"(and no host)", pipeline=pipeline)
     return props
+
+
+def spark_master(conn_id: str, pipeline: str | None = None) -> str:
+    """The Spark master URL of a Spark connection, as the Spark provider reads it."""
+    conn = _get(conn_id, pipeline)
+    host = conn.host or "local[*]"
+    if conn.port and (host.startswith("spark://") or "://" not in host and not host.startswith("local")):
+        return f"{host}:{conn.port}"
+    return host

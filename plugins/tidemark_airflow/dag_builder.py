@@ -25,10 +25,12 @@ def build_ingest_dag(config: PipelineConfig):
     from airflow.sdk import DAG
 
     from tidemark.settings import spark_jars
+    from tidemark.submit import DEFAULT_CONF
     from tidemark_airflow import tasks
     from tidemark_airflow.operators import TidemarkIngestOperator
 
-    default_args = {"retries": 2, "retry_delay": dt.timedelta(seconds=20), "retry_exponential_backoff": True,
+    default_args = {"retries": config.retries, "retry_delay": dt.timedelta(seconds=config.retry_delay_seconds),
+                    "retry_exponential_backoff": True,
                     "max_retry_delay": dt.timedelta(minutes=10)}
     with DAG(dag_id=config.dag_id, schedule=config.schedule, start_date=DEFAULT_START, catchup=False,
              max_active_runs=1, default_args=default_args, doc_md=doc_md(config),
@@ -39,8 +41,7 @@ def build_ingest_dag(config: PipelineConfig):
         ingest = TidemarkIngestOperator(
             task_id="ingest", conn_id=config.spark_conn_id, kafka_conn_id=config.kafka_conn_id,
             isolation_level=config.isolation_level, jars=",".join(spark_jars()),
-            conf={"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false",
-                  **config.spark_conf},
+            conf={**DEFAULT_CONF, **config.spark_conf},
             driver_memory="1g", name=f"tidemark-{config.name}")
         report = PythonOperator(task_id="report", python_callable=tasks.report,
                                 op_kwargs={"pipeline": config.name}, trigger_rule="none_failed")

@@ -6,23 +6,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-from pathlib import Path
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from tidemark.commit import BatchPlan
+from tidemark.submit import INGEST_SCRIPT, local_spark_env
 from tidemark_airflow.connections import kafka_properties
-
-INGEST_SCRIPT = str(Path(__file__).resolve().parents[2] / "spark_jobs" / "ingest.py")
-
-
-def local_spark_env() -> dict[str, str]:
-    """Environment for spark-submit from this virtualenv: the pip-installed Spark as SPARK_HOME
-    and this interpreter for the driver and Python workers."""
-    import pyspark
-
-    return {"SPARK_HOME": os.path.dirname(pyspark.__file__), "PYSPARK_PYTHON": sys.executable,
-            "PYSPARK_DRIVER_PYTHON": sys.executable}
 
 
 class TidemarkIngestOperator(SparkSubmitOperator):

@@ -16,8 +16,14 @@ log = logging.getLogger("tidemark")
 def plan(pipeline: str, **context) -> str:
     """Recover an unfinished batch or freeze the next one; returns the plan as JSON (no secrets)."""
     config = find_pipeline(pipeline)
-    run_id = context["run_id"] if "run_id" in context else None
-    batch = prepare_batch(config, kafka_properties(config.kafka_conn_id, config.name), dag_run_id=run_id)
+    ti, dag_id = context["ti"], context["dag"].dag_id
+
+    def run_state(run_id: str) -> str:
+        state = ti.get_dagrun_state(dag_id=dag_id, run_id=run_id)
+        return str(getattr(state, "value", state))
+
+    batch = prepare_batch(config, kafka_properties(config.kafka_conn_id, config.name), run_id=context["run_id"],
+                          airflow_run_state=run_state)
     if batch.is_empty:
         log.info("pipeline '%s': nothing new; the ingest task will be skipped (no Spark launch)", pipeline)
     return batch.to_json()

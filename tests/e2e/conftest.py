@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import helpers
+
 ROOT = Path(__file__).resolve().parents[2]
 AIRFLOW = str(ROOT / ".venv" / "bin" / "airflow")
 
@@ -71,16 +73,6 @@ def stack(airflow_home, tmp_path, kafka_bootstrap) -> Stack:
     pipelines = tmp_path / "pipelines"
     pipelines.mkdir()
     lake = tmp_path / "lake"
-    env = {
-        **os.environ,
-        "AIRFLOW_HOME": str(airflow_home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "TIDEMARK_PIPELINES_DIR": str(pipelines),
-        "TIDEMARK_LAKE_ROOT": str(lake),
-        "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka",
-                                                  "extra": {"bootstrap.servers": kafka_bootstrap}}),
-        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-    }
-    env.pop("TIDEMARK_LEDGER_URI", None)
+    env = helpers.service_env(pipelines, lake, AIRFLOW_HOME=str(airflow_home),
+                              AIRFLOW__CORE__DAGS_FOLDER=str(ROOT / "dags"), AIRFLOW__CORE__LOAD_EXAMPLES="False")
     return Stack(env, pipelines, lake)

@@ -7,8 +7,9 @@ import pytest
 from spark_jobs import ingest
 from tests import helpers
 from tidemark import settings
-from tidemark.commit import count_batch_records
+from tidemark.commit import count_batch_records, output_txn_version
 from tidemark.config import parse_pipeline
+from tidemark.errors import PipelineBusyError, PlanMismatchError
 from tidemark.ledger import Ledger
 from tidemark.offsets import OffsetRange
 from tidemark.offsets import TopicPartition as TP
@@ -29,10 +30,10 @@ def test_plan_freezes_ranges_up_to_the_latest_offsets_and_records_them(kafka_boo
     topic = helpers.create_topic(helpers.unique("plan"), partitions=2)
     helpers.produce(topic, 9)
     config = make_config(topic)
-    plan = prepare_batch(config, props(), dag_run_id="run-1")
+    plan = prepare_batch(config, props(), run_id="run-1")
     assert plan.batch_id == 1
     assert plan.ranges == [OffsetRange(topic, 0, 0, 5), OffsetRange(topic, 1, 0, 4)]
-    state, _ = Ledger(settings.ledger_uri()).state(topic)
+    state = Ledger(settings.ledger_uri()).state(topic)
     assert state.pending_batch_id == 1 and state.pending_ranges == plan.ranges
     assert {r.dag_run_id for r in Ledger(settings.ledger_uri()).rows(topic)} == {"run-1"}
 
@@ -41,10 +42,33 @@ def test_unfinished_batch_is_planned_again_with_the_same_ranges(kafka_bootstrap,
     topic = helpers.create_topic(helpers.unique("replan"), partitions=1)
     helpers.produce(topic, 5)
     config = make_config(topic)
-    first = prepare_batch(config, props())
+    first = prepare_batch(config, props(), run_id="run-a")
     helpers.produce(topic, 3)  # arrives after the freeze: must not widen batch 1
-    again = prepare_batch(config, props())
+    again = prepare_batch(config, props(), run_id="run-a")  # the same run, retried
     assert again.batch_id == first.batch_id and again.ranges == first.ranges and again.recovered
+
+
+def test_a_second_run_is_refused_while_the_owner_of_the_pending_batch_is_alive(kafka_bootstrap, lake):
+    topic = helpers.create_topic(helpers.unique("busy"), partitions=1)
+    helpers.produce(topic, 5)
+    config = make_config(topic)
+    prepare_batch(config, props(), run_id="manual__a")
+    ledger = Ledger(settings.ledger_uri())
+    before = ledger.version()
+    with pytest.raises(PipelineBusyError, match=r"another run holds the pipeline: run 'manual__a' froze batch 1"):
+        prepare_batch(config, props(), run_id="manual__b", airflow_run_state=lambda run_id: "running")
+    assert ledger.version() == before
+
+
+def test_a_dead_owners_batch_is_taken_over_with_the_same_ranges(kafka_bootstrap, lake):
+    topic = helpers.create_topic(helpers.unique("takeover"), partitions=2)
+    helpers.produce(topic, 6)
+    config = make_config(topic)
+    first = prepare_batch(config, props(), run_id="manual__a")
+    helpers.produce(topic, 4)
+    again = prepare_batch(config, props(), run_id="manual__b", airflow_run_state=lambda run_id: "failed")
+    assert (again.batch_id, again.ranges, again.run_id) == (first.batch_id, first.ranges, "manual__b")
+    assert Ledger(settings.ledger_uri()).state(topic).pending_owner == "manual__b"
 
 
 def test_nothing_new_gives_an_empty_plan_and_writes_nothing(kafka_bootstrap, lake):
@@ -79,5 +103,9 @@ def test_ingest_job_refuses_a_plan_the_ledger_did_not_freeze(kafka_bootstrap, sp
     helpers.produce(topic, 4)
     plan = prepare_batch(make_config(topic), props())
     widened = type(plan)(**{**plan.__dict__, "ranges": [OffsetRange(topic, 0, 0, 4 + 1)]})
-    with pytest.raises(Exception, match="not the ledger's pending batch|refusing"):
+    with pytest.raises(PlanMismatchError, match="not the ledger's pending batch"):
         ingest.run(spark, widened, props(), "read_committed")
+    someone_else = type(plan)(**{**plan.__dict__, "run_id": "not-the-owner"})
+    with pytest.raises(PipelineBusyError, match="another run holds the pipeline"):
+        ingest.run(spark, someone_else, props(), "read_committed")
+    assert output_txn_version(plan.table_uri, plan.pipeline) is None

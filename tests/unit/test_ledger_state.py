@@ -32,3 +32,12 @@ def test_backfill_rows_do_not_move_the_position():
 def test_empty_ledger():
     state = derive_state([])
     assert state.positions == {} and state.last_batch_id == 0 and state.pending_batch_id is None
+
+
+def test_pending_owner_and_fingerprint():
+    planned = LedgerRow("p", 2, "batch", PLANNED, "t", 0, 10, 20, dag_run_id="run-9")
+    state = derive_state([row(1, 0, 0, 10), planned])
+    assert state.pending_owner == "run-9"
+    assert state.fingerprint == derive_state([planned, row(1, 0, 0, 10)]).fingerprint  # order-free
+    committed = LedgerRow("p", 2, "batch", COMMITTED, "t", 0, 10, 20, dag_run_id="run-9")
+    assert derive_state([row(1, 0, 0, 10), committed]).fingerprint != state.fingerprint

@@ -1,0 +1,82 @@
+"""Crash injection for tests and soak runs: ``TIDEMARK_CRASH_AT=<point>`` kills the process with
+SIGKILL (no cleanup, no friendly exception) when it reaches that point of the protocol.
+
+``TIDEMARK_CRASH_ONCE=<path>`` makes the crash happen once: the first process to reach the point
+creates the file and dies; later attempts (Airflow's retry, the recovery run) find it and go on.
+Never set these in production.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import sys
+import threading
+import time
+
+log = logging.getLogger(__name__)
+
+AFTER_PLAN_FROZEN = "after_plan_frozen"
+DURING_READ = "during_read"
+AFTER_DEAD_LETTERS = "after_dead_letters"
+AFTER_OUTPUT_COMMIT = "after_output_commit"
+DURING_LEDGER_COMMIT = "during_ledger_commit"
+AFTER_LEDGER_COMMIT = "after_ledger_commit"
+POINTS = (AFTER_PLAN_FROZEN, DURING_READ, AFTER_DEAD_LETTERS, AFTER_OUTPUT_COMMIT, DURING_LEDGER_COMMIT,
+          AFTER_LEDGER_COMMIT)
+
+
+def _armed(point: str) -> bool:
+    target = os.environ.get("TIDEMARK_CRASH_AT")
+    if not target:
+        return False
+    if target not in POINTS:
+        raise ValueError(f"TIDEMARK_CRASH_AT={target!r} is not a crash point ({', '.join(POINTS)})")
+    if target != point:
+        return False
+    once = os.environ.get("TIDEMARK_CRASH_ONCE")
+    if once:
+        try:
+            os.close(os.open(once, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return False
+    return True
+
+
+def _kill(point: str) -> None:
+    log.warning("TIDEMARK_CRASH_AT=%s: killing process %d with SIGKILL", point, os.getpid())
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def crash_point(point: str) -> None:
+    """Die here if ``TIDEMARK_CRASH_AT`` names this point."""
+    if _armed(point):
+        _kill(point)
+
+
+def crash_soon(point: str, max_delay_s: float = 0.3) -> None:
+    """Die at a random moment within ``max_delay_s`` from now, from a background thread, so the
+    kill lands in the middle of whatever the caller does next (a ledger commit, say)."""
+    if _armed(point):
+        delay = random.uniform(0, max_delay_s)
+        threading.Thread(target=lambda: (time.sleep(delay), _kill(point)), daemon=True).start()
+
+
+def crash_when_spark_is_busy(point: str, spark) -> None:
+    """Die as soon as Spark has a stage running (the Kafka read happens inside the write's stage)."""
+    if not _armed(point):
+        return
+
+    def watch() -> None:
+        tracker = spark.sparkContext.statusTracker()
+        while not tracker.getActiveStageIds():
+            time.sleep(0.02)
+        _kill(point)
+
+    threading.Thread(target=watch, daemon=True).start()
