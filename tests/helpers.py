@@ -84,3 +84,21 @@ def table_version(table_uri: str) -> int:
     from deltalake import DeltaTable
 
     return DeltaTable(table_uri).version()
+
+
+def describe_group(group: str) -> dict[int, tuple[int, int]]:
+    """Kafka's own consumer-groups tool (from the broker jars): partition -> (current offset, lag)."""
+    import subprocess
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "kafka.sh"
+    result = subprocess.run([str(script), "run-class", "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+                             "--bootstrap-server", bootstrap(), "--describe", "--group", group],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = {}
+    for line in result.stdout.splitlines():
+        cols = line.split()
+        if len(cols) >= 6 and cols[0] == group and cols[2].isdigit():
+            rows[int(cols[2])] = (int(cols[3]), int(cols[5]))
+    return rows

@@ -97,7 +97,7 @@ def cmd_lag(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from tidemark.config import find_pipeline
-    from tidemark.runs import partition_status, prepare_batch
+    from tidemark.runs import mirror_to_consumer_group, partition_status, prepare_batch
     from tidemark.submit import run_ingest_job
     from tidemark_airflow.connections import spark_master
 
@@ -106,6 +106,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     plan = prepare_batch(config, properties)
     if plan.is_empty:
         print(f"pipeline '{config.name}': nothing new; no Spark job started")
+        mirror_to_consumer_group(config, properties)
         return 0
     print(f"pipeline '{config.name}': batch {plan.batch_id} frozen, {plan.total_offsets} offsets over "
           f"{len(plan.ranges)} partition(s){' (recovered)' if plan.recovered else ''}; starting Spark", flush=True)
@@ -115,6 +116,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"tidemark: error: pipeline '{config.name}': the ingest job for batch {plan.batch_id} exited with "
               f"{code}; nothing is lost: the next run executes the same frozen ranges again", file=sys.stderr)
         return 1
+    mirror_to_consumer_group(config, properties)
     rows = partition_status(config, properties)
     print(_table(rows, ["topic", "partition", "committed_offset", "latest_offset", "lag", "last_batch_id"]))
     return 0

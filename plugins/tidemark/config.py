@@ -57,6 +57,13 @@ class PipelineConfig(BaseModel):
     spark_conf: dict[str, str] = Field(default_factory=dict)
     """Extra Spark configuration for the ingest job."""
 
+    kafka_timeout_seconds: PositiveInt = 30
+    """How long planning waits for Kafka before failing with a clear error (Airflow then retries)."""
+
+    mirror_consumer_group: bool = True
+    """After each committed batch, also commit the offsets to the Kafka consumer group named after
+    the pipeline, so kafka-consumer-groups and lag monitors see them (the ledger stays the truth)."""
+
     retries: int = Field(default=2, ge=0, le=20)
     """Airflow retries per task (a retry of the ingest task reads the same frozen ranges)."""
 

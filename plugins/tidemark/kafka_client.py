@@ -66,7 +66,8 @@ class KafkaOffsets:
         self._pipeline = pipeline
         self._timeout_ms = timeout_ms
         kwargs = client_kwargs(properties)
-        kwargs.setdefault("request_timeout_ms", timeout_ms + 1000)
+        kwargs.setdefault("request_timeout_ms", timeout_ms)
+        kwargs.setdefault("bootstrap_timeout_ms", timeout_ms)
         servers = ",".join(kwargs["bootstrap_servers"])
         try:
             self._consumer = KafkaConsumer(
@@ -127,3 +128,21 @@ class KafkaOffsets:
     def latest(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         """Latest offsets; under ``read_committed`` the last stable offset."""
         return self._call("latest", self._consumer.end_offsets, tps)
+
+
+def commit_group_offsets(properties: Mapping[str, str], group: str, offsets: Mapping[TopicPartition, int],
+                         metadata: Mapping[TopicPartition, str], timeout_ms: int = 15000) -> None:
+    """Commit offsets to a Kafka consumer group without joining it (a "simple" consumer commit),
+    so that kafka-consumer-groups and lag monitors see them. Raises kafka-python's errors."""
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTP
+    from kafka.structs import OffsetAndMetadata
+
+    quiet_kafka_logging()
+    kwargs = {"request_timeout_ms": timeout_ms, "bootstrap_timeout_ms": timeout_ms, **client_kwargs(properties)}
+    consumer = KafkaConsumer(group_id=group, enable_auto_commit=False, **kwargs)
+    try:
+        consumer.commit({KTP(tp.topic, tp.partition): OffsetAndMetadata(offset, metadata.get(tp, ""), -1)
+                         for tp, offset in offsets.items()}, timeout_ms=timeout_ms)
+    finally:
+        consumer.close()

@@ -12,7 +12,7 @@ from tidemark import faults, settings
 from tidemark.commit import BatchPlan, decide_recovery, finalize_batch, output_txn_version
 from tidemark.config import PipelineConfig
 from tidemark.errors import PipelineBusyError
-from tidemark.kafka_client import KafkaOffsets
+from tidemark.kafka_client import KafkaOffsets, commit_group_offsets
 from tidemark.ledger import Ledger, LedgerState, planned_rows
 from tidemark.planner import plan_ranges
 
@@ -97,7 +97,8 @@ def prepare_batch(config: PipelineConfig, kafka_properties: Mapping[str, str], *
         return pending
     if state.pending_batch_id is not None:  # rolled forward: read the state again
         state = ledger.state(config.name)
-    with KafkaOffsets(kafka_properties, isolation_level=config.isolation_level, pipeline=config.name) as kafka:
+    with KafkaOffsets(kafka_properties, isolation_level=config.isolation_level, pipeline=config.name,
+                      timeout_ms=config.kafka_timeout_seconds * 1000) as kafka:
         tps = kafka.partitions(config.topics)
         earliest, latest = kafka.earliest(tps), kafka.latest(tps)
     decided = plan_ranges(config.name, state.positions, earliest, latest, starting_offsets=config.starting_offsets,
@@ -120,7 +121,8 @@ def partition_status(config: PipelineConfig, kafka_properties: Mapping[str, str]
     (the ``tidemark offsets show --json`` contract). A partition never committed has
     ``committed_offset`` null and its lag counted from the earliest offset Kafka has."""
     state = Ledger(ledger_uri or settings.ledger_uri()).state(config.name)
-    with KafkaOffsets(kafka_properties, isolation_level=config.isolation_level, pipeline=config.name) as kafka:
+    with KafkaOffsets(kafka_properties, isolation_level=config.isolation_level, pipeline=config.name,
+                      timeout_ms=config.kafka_timeout_seconds * 1000) as kafka:
         tps = kafka.partitions(config.topics)
         earliest, latest = kafka.earliest(tps), kafka.latest(tps)
     rows = []
@@ -137,3 +139,25 @@ def partition_status(config: PipelineConfig, kafka_properties: Mapping[str, str]
             "last_batch_id": state.last_batch.get(tp),
         })
     return rows
+
+
+def mirror_to_consumer_group(config: PipelineConfig, kafka_properties: Mapping[str, str],
+                             ledger_uri: str | None = None) -> bool:
+    """Copy the ledger's committed positions to the Kafka consumer group named after the pipeline
+    (metadata: the batch id), for standard lag tools. The ledger stays the source of truth: a
+    failure is logged and the next run mirrors again; it never fails a committed batch."""
+    if not config.mirror_consumer_group:
+        return False
+    state = Ledger(ledger_uri or settings.ledger_uri()).state(config.name)
+    if not state.positions:
+        return False
+    metadata = {tp: f"tidemark batch {batch}" for tp, batch in state.last_batch.items()}
+    try:
+        commit_group_offsets(kafka_properties, config.name, state.positions, metadata,
+                             timeout_ms=config.kafka_timeout_seconds * 1000)
+    except Exception as exc:
+        log.warning("pipeline '%s': could not mirror offsets to consumer group '%s' (%s: %s); the ledger is "
+                    "unaffected and the next run tries again", config.name, config.name, type(exc).__name__, exc)
+        return False
+    log.info("pipeline '%s': offsets mirrored to consumer group '%s'", config.name, config.name)
+    return True

@@ -7,7 +7,7 @@ import logging
 from tidemark import settings
 from tidemark.commit import BatchPlan
 from tidemark.config import find_pipeline
-from tidemark.runs import partition_status, prepare_batch
+from tidemark.runs import mirror_to_consumer_group, partition_status, prepare_batch
 from tidemark_airflow.connections import kafka_properties
 
 log = logging.getLogger("tidemark")
@@ -37,7 +37,9 @@ def has_new_records(plan_json: str) -> bool:
 def report(pipeline: str, **context) -> list[dict]:
     """Log committed offsets and lag per partition after the run; returns the same rows."""
     config = find_pipeline(pipeline)
-    rows = partition_status(config, kafka_properties(config.kafka_conn_id, config.name))
+    properties = kafka_properties(config.kafka_conn_id, config.name)
+    mirror_to_consumer_group(config, properties)
+    rows = partition_status(config, properties)
     log.info("pipeline '%s' after this run (table %s, ledger %s):", pipeline, config.table_uri,
              settings.ledger_uri())
     for row in rows:

@@ -13,7 +13,7 @@ from tidemark.errors import PipelineBusyError, PlanMismatchError
 from tidemark.ledger import Ledger
 from tidemark.offsets import OffsetRange
 from tidemark.offsets import TopicPartition as TP
-from tidemark.runs import partition_status, prepare_batch
+from tidemark.runs import mirror_to_consumer_group, partition_status, prepare_batch
 
 pytestmark = pytest.mark.integration
 
@@ -93,6 +93,10 @@ def test_ingest_job_writes_the_batch_and_commits_the_ledger_with_counts(kafka_bo
     assert [(s["partition"], s["committed_offset"], s["lag"], s["last_batch_id"]) for s in status] == [
         (p, helpers.end_offsets(topic)[p], 0, 1) for p in range(3)]
 
+    # The positions are mirrored to the consumer group named after the pipeline.
+    assert mirror_to_consumer_group(config, props())
+    assert helpers.describe_group(topic) == {p: (helpers.end_offsets(topic)[p], 0) for p in range(3)}
+
     # A retry of the same job (the output already holds the batch) only confirms the ledger.
     ingest.run(spark, plan, props(), "read_committed")
     assert helpers.query(config.table_uri, "SELECT COUNT(*) AS n FROM t")[0]["n"] == 20
@@ -109,3 +113,14 @@ def test_ingest_job_refuses_a_plan_the_ledger_did_not_freeze(kafka_bootstrap, sp
     with pytest.raises(PipelineBusyError, match="another run holds the pipeline"):
         ingest.run(spark, someone_else, props(), "read_committed")
     assert output_txn_version(plan.table_uri, plan.pipeline) is None
+
+
+def test_a_failed_mirror_is_logged_and_never_fails_the_run(kafka_bootstrap, spark, lake, caplog):
+    topic = helpers.create_topic(helpers.unique("mirror"), partitions=1)
+    helpers.produce(topic, 3)
+    config = make_config(topic, kafka_timeout_seconds=2)
+    ingest.run(spark, prepare_batch(config, props()), props(), "read_committed")
+    unreachable = {"bootstrap.servers": "127.0.0.1:1"}
+    assert mirror_to_consumer_group(config, unreachable) is False
+    assert "could not mirror offsets to consumer group" in caplog.text
+    assert Ledger(settings.ledger_uri()).state(topic).positions == {TP(topic, 0): 3}
