@@ -16,8 +16,8 @@ import os
 import sys
 
 from tidemark import faults
-from tidemark.commit import BatchPlan, finalize_batch, output_txn_version
-from tidemark.errors import PipelineBusyError, PlanMismatchError
+from tidemark.commit import BatchPlan, check_read, finalize_batch, output_txn_version
+from tidemark.errors import BadRecordsError, PipelineBusyError, PlanMismatchError
 from tidemark.ledger import Ledger
 
 log = logging.getLogger("tidemark.ingest")
@@ -71,17 +71,33 @@ def run(spark, plan: BatchPlan, properties: dict[str, str], isolation_level: str
     if marker is not None and marker >= plan.batch_id:
         log.warning("pipeline '%s': batch %d is already in the output table; only the ledger is "
                     "brought up to date", plan.pipeline, plan.batch_id)
+        finalize_batch(plan)
     else:
         check_plan_is_frozen(plan)
-        options = spark_io.kafka_source_options(plan, properties, isolation_level)
-        raw = spark_io.read_ranges(spark, options)
-        output = spark_io.to_output(raw, plan.batch_id, dt.datetime.now(dt.UTC))
-        log.info("pipeline '%s': writing batch %d (%d offsets) to %s", plan.pipeline, plan.batch_id,
-                 plan.total_offsets, plan.table_uri)
         faults.crash_when_spark_is_busy(faults.DURING_READ, spark)
-        spark_io.write_output(output, plan)
-        faults.crash_point(faults.AFTER_OUTPUT_COMMIT)
-    finalize_batch(plan)
+        raw = spark_io.read_ranges(spark, spark_io.kafka_source_options(plan, properties, isolation_level))
+        rows = spark_io.to_rows(raw, plan.format, plan.batch_id, dt.datetime.now(dt.UTC)).persist()
+        try:
+            tallies = spark_io.tally(rows)
+            check_read(plan, tallies)
+            bad = sum(t.bad for t in tallies.values())
+            log.info("pipeline '%s': batch %d read %d records (%d bad) from %d offsets", plan.pipeline, plan.batch_id,
+                     sum(t.records for t in tallies.values()), bad, plan.total_offsets)
+            if bad and plan.format.on_bad_record == "fail":
+                raise BadRecordsError(
+                    f"batch {plan.batch_id} has {bad} bad record(s) and on_bad_record is 'fail'; nothing was "
+                    f"written. First: {'; '.join(spark_io.bad_examples(rows))}. Fix the producer, or set "
+                    f"'on_bad_record: dead_letter' to divert them to {plan.dead_letter_uri}.", pipeline=plan.pipeline)
+            if bad:
+                spark_io.write_dead_letters(rows, plan)
+                log.info("pipeline '%s': %d dead letters written to %s", plan.pipeline, bad, plan.dead_letter_uri)
+            faults.crash_point(faults.AFTER_DEAD_LETTERS)
+            spark_io.write_output(rows, plan)
+            log.info("pipeline '%s': batch %d committed to %s", plan.pipeline, plan.batch_id, plan.table_uri)
+            faults.crash_point(faults.AFTER_OUTPUT_COMMIT)
+        finally:
+            rows.unpersist()
+        finalize_batch(plan, tallies)
     faults.crash_point(faults.AFTER_LEDGER_COMMIT)
 
 

@@ -46,6 +46,17 @@ def produce(topic: str, count: int, start: int = 0) -> Counter:
     return per_partition
 
 
+def produce_values(topic: str, values: list[bytes], partition: int = 0) -> None:
+    """Send exact value bytes (poison records, say) to one partition."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap(), max_request_size=4 * 1024 * 1024)
+    for i, value in enumerate(values):
+        producer.send(topic, key=f"v{i}".encode(), value=value, partition=partition)
+    producer.flush()
+    producer.close()
+
+
 def end_offsets(topic: str) -> dict[int, int]:
     from kafka import KafkaConsumer, TopicPartition
 
@@ -78,6 +89,16 @@ def query(table_uri: str, sql: str) -> list[dict]:
 
     reader = QueryBuilder().register("t", DeltaTable(table_uri)).execute(sql)
     return pa.table(reader.read_all()).to_pylist()
+
+
+def query_or_none(table_uri: str, sql: str = "SELECT COUNT(*) AS n FROM t") -> list[dict] | None:
+    """Like query, but None when there is no table at all."""
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return query(table_uri, sql)
+    except TableNotFoundError:
+        return None
 
 
 def table_version(table_uri: str) -> int:

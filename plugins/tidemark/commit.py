@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from tidemark import faults
+from tidemark.errors import ReconciliationError
 from tidemark.ledger import Ledger
 from tidemark.offsets import OffsetRange, TopicPartition
+from tidemark.records import RecordFormat
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +37,13 @@ class BatchPlan:
     recovered: bool = False
     run_id: str | None = None
     """The run that owns (froze or took over) the batch; only it may execute the batch."""
+    dead_letter_uri: str | None = None
+    record_format: dict = field(default_factory=lambda: RecordFormat().to_dict())
+    """How values are parsed and what makes a record bad (``records.RecordFormat`` as a dict)."""
+
+    @property
+    def format(self) -> RecordFormat:
+        return RecordFormat.from_dict(self.record_format)
 
     @property
     def is_empty(self) -> bool:
@@ -87,10 +96,16 @@ def output_txn_version(table_uri: str, pipeline: str) -> int | None:
 
 
 def count_batch_records(table_uri: str, batch_id: int) -> dict[TopicPartition, int]:
-    """Records per partition that the output table holds for one batch (delta-rs, no JVM)."""
+    """Records per partition that a table (output or dead letters) holds for one batch; empty if
+    the table does not exist. delta-rs, no JVM."""
     from deltalake import DeltaTable, QueryBuilder
 
-    table = DeltaTable(table_uri)
+    try:
+        table = DeltaTable(table_uri)
+    except Exception as exc:
+        if type(exc).__name__ == "TableNotFoundError":
+            return {}
+        raise
     reader = QueryBuilder().register("output", table).execute(
         "SELECT kafka_topic, kafka_partition, COUNT(*) AS n FROM output "
         f"WHERE ingest_batch_id = {int(batch_id)} GROUP BY kafka_topic, kafka_partition")
@@ -100,13 +115,52 @@ def count_batch_records(table_uri: str, batch_id: int) -> dict[TopicPartition, i
             for r in pa.table(reader.read_all()).to_pylist()}
 
 
-def finalize_batch(plan: BatchPlan) -> bool:
-    """Flip the batch's ledger rows to committed with the record counts found in the output.
-    Idempotent; returns False when the ledger already had the batch committed."""
-    counts = count_batch_records(plan.table_uri, plan.batch_id)
-    per_range = {r.tp: counts.get(r.tp, 0) for r in plan.ranges}
+@dataclass(frozen=True)
+class Tally:
+    """What Spark read for one partition of a batch, counted before anything is written."""
+
+    records: int
+    bad: int
+    min_offset: int | None
+    max_offset: int | None
+
+
+def check_read(plan: BatchPlan, tallies: dict[TopicPartition, Tally]) -> None:
+    """Kafka must have returned records of the frozen ranges only: every offset inside its range,
+    no more records than offsets, no partition outside the plan. Raises ReconciliationError."""
+    ranges = {r.tp: r for r in plan.ranges}
+    for tp, tally in tallies.items():
+        r = ranges.get(tp)
+        if r is None:
+            raise ReconciliationError(f"Spark returned records of {tp}, which batch {plan.batch_id} does not read; "
+                                      "nothing was written", pipeline=plan.pipeline)
+        if tally.records > r.size or (tally.records and not (r.start <= tally.min_offset and tally.max_offset < r.end)):
+            raise ReconciliationError(
+                f"{tp}: Spark returned {tally.records} records with offsets {tally.min_offset}..{tally.max_offset} "
+                f"for the frozen range [{r.start}, {r.end}) of batch {plan.batch_id}; nothing was written",
+                pipeline=plan.pipeline)
+
+
+def finalize_batch(plan: BatchPlan, tallies: dict[TopicPartition, Tally] | None = None) -> bool:
+    """Count the batch's records in the output and the dead-letter table and flip its ledger rows
+    to committed with those counts. With the ``tallies`` Spark counted before writing, a mismatch
+    raises ReconciliationError and leaves the ledger untouched. Idempotent; returns False when the
+    ledger already had the batch committed."""
+    written = count_batch_records(plan.table_uri, plan.batch_id)
+    dead = count_batch_records(plan.dead_letter_uri, plan.batch_id) if plan.dead_letter_uri else {}
+    if tallies is not None:
+        for r in plan.ranges:
+            t = tallies.get(r.tp, Tally(0, 0, None, None))
+            if (written.get(r.tp, 0), dead.get(r.tp, 0)) != (t.records - t.bad, t.bad):
+                raise ReconciliationError(
+                    f"{r.tp}: Kafka returned {t.records} records for [{r.start}, {r.end}) ({t.bad} bad) but the output "
+                    f"holds {written.get(r.tp, 0)} and the dead-letter table {dead.get(r.tp, 0)} for batch "
+                    f"{plan.batch_id}; the ledger was not committed. Investigate before re-running.",
+                    pipeline=plan.pipeline)
+    counts = {r.tp: (written.get(r.tp, 0) + dead.get(r.tp, 0), dead.get(r.tp, 0)) for r in plan.ranges}
     faults.crash_soon(faults.DURING_LEDGER_COMMIT)
-    changed = Ledger(plan.ledger_uri).mark_committed(plan.pipeline, plan.batch_id, per_range)
-    log.info("pipeline '%s': batch %d %s in the ledger (%d records)", plan.pipeline, plan.batch_id,
-             "committed" if changed else "was already committed", sum(per_range.values()))
+    changed = Ledger(plan.ledger_uri).mark_committed(plan.pipeline, plan.batch_id, counts)
+    log.info("pipeline '%s': batch %d %s in the ledger (%d records, %d dead letters)", plan.pipeline, plan.batch_id,
+             "committed" if changed else "was already committed", sum(c for c, _ in counts.values()),
+             sum(d for _, d in counts.values()))
     return changed

@@ -7,10 +7,11 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
 
 from tidemark import settings
 from tidemark.errors import ConfigError
+from tidemark.records import RecordFormat, parse_field_type
 
 NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$"
 
@@ -64,6 +65,23 @@ class PipelineConfig(BaseModel):
     """After each committed batch, also commit the offsets to the Kafka consumer group named after
     the pipeline, so kafka-consumer-groups and lag monitors see them (the ledger stays the truth)."""
 
+    value_format: Literal["raw", "json"] = "raw"
+    """``raw`` keeps the value bytes in a ``value`` column; ``json`` parses them into typed columns."""
+
+    value_schema: dict[str, str] | None = None
+    """For ``json``: field name -> Spark SQL type (``bigint``, ``double``, ``string``, ``timestamp``,
+    ``decimal(10,2)``, ...); a trailing ``?`` makes a field optional."""
+
+    max_value_bytes: PositiveInt | None = None
+    """Values larger than this are bad records."""
+
+    on_bad_record: Literal["dead_letter", "fail"] = "dead_letter"
+    """Bad records (invalid JSON, schema mismatch, oversized) go to the dead-letter table within the
+    same batch, or fail the batch before anything is written."""
+
+    dead_letter_table: str | None = None
+    """Dead-letter Delta table; default ``<table>_dead_letters``."""
+
     retries: int = Field(default=2, ge=0, le=20)
     """Airflow retries per task (a retry of the ingest task reads the same frozen ranges)."""
 
@@ -79,6 +97,25 @@ class PipelineConfig(BaseModel):
         if len(set(topics)) != len(topics):
             raise ValueError("topics are listed more than once")
         return topics
+
+    @model_validator(mode="after")
+    def _schema_goes_with_json(self) -> PipelineConfig:
+        if self.value_format == "json" and not self.value_schema:
+            raise ValueError("value_format 'json' needs a value_schema (field: type, ...)")
+        if self.value_format == "raw" and self.value_schema:
+            raise ValueError("value_schema is only used with value_format: json")
+        for name, declared in (self.value_schema or {}).items():
+            parse_field_type(name, declared)
+        return self
+
+    @property
+    def record_format(self) -> RecordFormat:
+        fields = tuple(parse_field_type(n, t) for n, t in (self.value_schema or {}).items())
+        return RecordFormat(self.value_format, fields, self.max_value_bytes, self.on_bad_record)
+
+    @property
+    def dead_letter_uri(self) -> str:
+        return settings.resolve_table_uri(self.dead_letter_table or f"{self.table.rstrip('/')}_dead_letters")
 
     @property
     def table_uri(self) -> str:
@@ -98,6 +135,8 @@ def _describe(error: dict) -> str:
         return f"unknown key '{field}' (accepted keys: {accepted})"
     if error["type"] == "missing":
         return f"'{field}' is required"
+    if error["type"] == "value_error" and not error["loc"]:
+        return str(error["msg"]).removeprefix("Value error, ")
     return f"'{field}': {error['msg']}"
 
 

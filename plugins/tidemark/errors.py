@@ -44,3 +44,7 @@ class PlanMismatchError(TidemarkError):
 
 class ReconciliationError(TidemarkError):
     """The records written do not add up to the records read. Terminal: nothing is committed."""
+
+
+class BadRecordsError(TidemarkError):
+    """Bad records in a batch under ``on_bad_record: fail``. Terminal: nothing was written."""

@@ -35,6 +35,7 @@ SCHEMA = pa.schema([
     pa.field("start_offset", pa.int64(), nullable=False),
     pa.field("end_offset", pa.int64(), nullable=False),
     pa.field("record_count", pa.int64()),
+    pa.field("dead_letter_count", pa.int64()),
     pa.field("dag_run_id", pa.string()),
     pa.field("reason", pa.string()),
     pa.field("planned_at", pa.timestamp("us", tz="UTC")),
@@ -53,6 +54,7 @@ class LedgerRow:
     start_offset: int
     end_offset: int
     record_count: int | None = None
+    dead_letter_count: int | None = None
     dag_run_id: str | None = None
     reason: str | None = None
     planned_at: dt.datetime | None = None
@@ -226,9 +228,9 @@ class Ledger:
 
         self._compare_and_commit(pipeline, expected, commit, f"taking over batch {batch_id}")
 
-    def mark_committed(self, pipeline: str, batch_id: int, counts: dict[TopicPartition, int]) -> bool:
-        """Flip the batch's planned rows to committed with their record counts. Idempotent:
-        returns False when nothing was left to flip."""
+    def mark_committed(self, pipeline: str, batch_id: int, counts: dict[TopicPartition, tuple[int, int]]) -> bool:
+        """Flip the batch's planned rows to committed with their (records, dead letters) counts.
+        Idempotent: returns False when nothing was left to flip."""
         from deltalake import DeltaTable
 
         table = DeltaTable(self.uri)
@@ -237,7 +239,8 @@ class Ledger:
             "batch_id": [batch_id] * len(counts),
             "topic": [tp.topic for tp in counts],
             "partition": pa.array([tp.partition for tp in counts], pa.int32()),
-            "record_count": pa.array(list(counts.values()), pa.int64()),
+            "record_count": pa.array([c for c, _ in counts.values()], pa.int64()),
+            "dead_letter_count": pa.array([d for _, d in counts.values()], pa.int64()),
         })
         stamp = now().isoformat()
         metrics = (
@@ -246,6 +249,7 @@ class Ledger:
                                    "t.topic = s.topic AND t.partition = s.partition"))
             .when_matched_update(
                 updates={"status": f"'{COMMITTED}'", "record_count": "s.record_count",
+                         "dead_letter_count": "s.dead_letter_count",
                          "committed_at": f"CAST('{stamp}' AS TIMESTAMP)"},
                 predicate=f"t.status = '{PLANNED}'")
             .execute()

@@ -50,6 +50,12 @@ def owner_is_alive(owner: str, airflow_run_state: RunStateLookup | None = None) 
         return False
 
 
+def batch_plan(config: PipelineConfig, ledger: Ledger, batch_id: int, ranges, **extra) -> BatchPlan:
+    """A BatchPlan with everything the ingest job needs from the pipeline config."""
+    return BatchPlan(config.name, batch_id, config.table_uri, ledger.uri, list(ranges),
+                     dead_letter_uri=config.dead_letter_uri, record_format=config.record_format.to_dict(), **extra)
+
+
 def _describe(plan: BatchPlan) -> str:
     return ", ".join(f"{r.tp} [{r.start}, {r.end})" for r in plan.ranges)
 
@@ -62,8 +68,8 @@ def recover(config: PipelineConfig, ledger: Ledger, state: LedgerState, run_id: 
     if state.pending_batch_id is None:
         return None
     marker = output_txn_version(config.table_uri, config.name)
-    plan = BatchPlan(config.name, state.pending_batch_id, config.table_uri, ledger.uri, state.pending_ranges,
-                     recovered=True, run_id=state.pending_owner)
+    plan = batch_plan(config, ledger, state.pending_batch_id, state.pending_ranges, recovered=True,
+                      run_id=state.pending_owner)
     if decide_recovery(state.pending_batch_id, marker) == "roll_forward":
         log.warning("pipeline '%s': batch %d is in the output table but not yet committed in the ledger; "
                     "rolling it forward", config.name, plan.batch_id)
@@ -106,8 +112,8 @@ def prepare_batch(config: PipelineConfig, kafka_properties: Mapping[str, str], *
     ranges = [r for r in decided.ranges if r.size > 0]
     if not ranges:
         log.info("pipeline '%s': nothing new in %s; no batch planned", config.name, ", ".join(config.topics))
-        return BatchPlan(config.name, 0, config.table_uri, ledger.uri, [], run_id=run_id)
-    plan = BatchPlan(config.name, state.last_batch_id + 1, config.table_uri, ledger.uri, ranges, run_id=run_id)
+        return batch_plan(config, ledger, 0, [], run_id=run_id)
+    plan = batch_plan(config, ledger, state.last_batch_id + 1, ranges, run_id=run_id)
     ledger.append(planned_rows(config.name, plan.batch_id, ranges, run_id), expected=state.fingerprint)
     log.info("pipeline '%s': batch %d frozen (%d offsets): %s", config.name, plan.batch_id, plan.total_offsets,
              _describe(plan))

@@ -8,18 +8,27 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from tidemark.commit import BatchPlan
-from tidemark.offsets import spark_kafka_options
+from tidemark.commit import BatchPlan, Tally
+from tidemark.offsets import TopicPartition, spark_kafka_options
+from tidemark.records import RecordFormat
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 # Kafka client properties Spark must not be given (it manages them itself).
 _SPARK_MANAGED = {"group.id", "auto.offset.reset", "key.deserializer", "value.deserializer",
                   "enable.auto.commit", "interceptor.classes"}
 
-OUTPUT_COLUMNS = ["kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key",
-                  "kafka_headers", "value", "ingest_batch_id", "ingested_at"]
+KAFKA_COLUMNS = ["kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key", "kafka_headers"]
+BATCH_COLUMNS = ["ingest_batch_id", "ingested_at"]
+DEAD_LETTER_COLUMNS = ["pipeline", *KAFKA_COLUMNS, "value", "error", *BATCH_COLUMNS]
+
+
+def output_columns(fmt: RecordFormat) -> list[str]:
+    """The output table's columns: Kafka coordinates, the payload (raw ``value`` or the declared
+    JSON fields), the batch id and ingestion time."""
+    payload = ["value"] if fmt.value_format == "raw" else [f.name for f in fmt.fields]
+    return [*KAFKA_COLUMNS, *payload, *BATCH_COLUMNS]
 
 
 def kafka_source_options(plan: BatchPlan, properties: Mapping[str, str],
@@ -39,11 +48,25 @@ def read_ranges(spark: SparkSession, options: Mapping[str, str]) -> DataFrame:
     return spark.read.format("kafka").options(**options).load()
 
 
-def to_output(raw: DataFrame, batch_id: int, ingested_at: dt.datetime) -> DataFrame:
-    """Kafka rows -> output rows: the contract's ``kafka_*`` columns, the raw value, the batch id."""
+def _json_errors(text: Column, parsed: Column, fmt: RecordFormat) -> list[Column]:
     from pyspark.sql import functions as F
 
-    return raw.select(
+    errors = [F.when(F.get_json_object(text, "$").isNull() | ~F.ltrim(text).startswith("{"),
+                     F.lit("value is not a JSON object"))]
+    for f in fmt.fields:
+        present = F.get_json_object(text, f"$.{f.name}").isNotNull()
+        errors.append(F.when(present & parsed[f.name].isNull(), F.lit(f"field '{f.name}': not a valid {f.type}")))
+        if f.required:
+            errors.append(F.when(~present, F.lit(f"missing required field '{f.name}'")))
+    return errors
+
+
+def to_rows(raw: DataFrame, fmt: RecordFormat, batch_id: int, ingested_at: dt.datetime) -> DataFrame:
+    """Kafka rows -> the contract's ``kafka_*`` columns, the raw ``value``, the parsed payload
+    fields (JSON), the batch columns, and ``error``: null for a good record, else why it is bad."""
+    from pyspark.sql import functions as F
+
+    rows = raw.select(
         F.col("topic").alias("kafka_topic"),
         F.col("partition").alias("kafka_partition"),
         F.col("offset").alias("kafka_offset"),
@@ -54,14 +77,57 @@ def to_output(raw: DataFrame, batch_id: int, ingested_at: dt.datetime) -> DataFr
         F.lit(batch_id).cast("long").alias("ingest_batch_id"),
         F.lit(ingested_at).cast("timestamp").alias("ingested_at"),
     )
+    errors: list[Column] = []
+    if fmt.max_value_bytes is not None:
+        size = F.coalesce(F.octet_length("value"), F.lit(0))
+        errors.append(F.when(size > fmt.max_value_bytes, F.concat(
+            F.lit("value of "), size.cast("string"), F.lit(f" bytes exceeds max_value_bytes ({fmt.max_value_bytes})"))))
+    fields = []
+    if fmt.value_format == "json":
+        text = F.col("value").cast("string")
+        rows = rows.withColumn("_parsed", F.from_json(text, fmt.spark_ddl(), {"mode": "PERMISSIVE"}))
+        errors += _json_errors(text, F.col("_parsed"), fmt)
+        fields = [F.col("_parsed")[f.name].alias(f.name) for f in fmt.fields]
+    message = F.concat_ws("; ", *errors) if errors else F.lit("")
+    error = F.when(message == "", F.lit(None).cast("string")).otherwise(message).alias("error")
+    return rows.select(*[c for c in rows.columns if c != "_parsed"], *fields, error)
 
 
-def write_output(output: DataFrame, plan: BatchPlan) -> None:
-    """Append the batch to the output table in one Delta commit that carries the idempotency
-    marker (txnAppId = pipeline, txnVersion = batch id) and the ranges in userMetadata. Delta
-    skips the write if the marker is already at or above this batch."""
-    (output.write.format("delta").mode("append")
+def tally(rows: DataFrame) -> dict[TopicPartition, Tally]:
+    """Records, bad records and the offset span per partition (one Spark action)."""
+    from pyspark.sql import functions as F
+
+    result = rows.groupBy("kafka_topic", "kafka_partition").agg(
+        F.count(F.lit(1)).alias("n"), F.count("error").alias("bad"),
+        F.min("kafka_offset").alias("lo"), F.max("kafka_offset").alias("hi")).collect()
+    return {TopicPartition(r.kafka_topic, r.kafka_partition): Tally(r.n, r.bad, r.lo, r.hi) for r in result}
+
+
+def bad_examples(rows: DataFrame, limit: int = 5) -> list[str]:
+    return [f"{r.kafka_topic}:{r.kafka_partition}@{r.kafka_offset}: {r.error}"
+            for r in rows.where("error IS NOT NULL").orderBy("kafka_topic", "kafka_partition", "kafka_offset")
+            .select("kafka_topic", "kafka_partition", "kafka_offset", "error").limit(limit).collect()]
+
+
+def _append_once(frame: DataFrame, table_uri: str, plan: BatchPlan) -> None:
+    """Append in one Delta commit carrying the batch's idempotency marker (txnAppId = pipeline,
+    txnVersion = batch id) and its ranges in userMetadata. Delta skips the write if the table's
+    marker is already at or above this batch."""
+    (frame.write.format("delta").mode("append")
         .option("txnAppId", plan.pipeline)
         .option("txnVersion", str(plan.batch_id))
         .option("userMetadata", plan.commit_metadata())
-        .save(plan.table_uri))
+        .save(table_uri))
+
+
+def write_dead_letters(rows: DataFrame, plan: BatchPlan) -> None:
+    from pyspark.sql import functions as F
+
+    bad = rows.where("error IS NOT NULL").withColumn("pipeline", F.lit(plan.pipeline))
+    _append_once(bad.select(*DEAD_LETTER_COLUMNS), plan.dead_letter_uri, plan)
+
+
+def write_output(rows: DataFrame, plan: BatchPlan) -> None:
+    """The commit point of the batch: its good records, in one Delta commit with the marker."""
+    good = rows.where("error IS NULL") if "error" in rows.columns else rows
+    _append_once(good.select(*output_columns(plan.format)), plan.table_uri, plan)

@@ -10,11 +10,9 @@ from tests import helpers
 from tidemark import settings, spark_io
 from tidemark.commit import BatchPlan, output_txn_version
 from tidemark.offsets import OffsetRange
+from tidemark.records import RecordFormat
 
 pytestmark = pytest.mark.integration
-
-PROPS = None
-
 
 def props() -> dict[str, str]:
     return {"bootstrap.servers": helpers.bootstrap()}
@@ -37,11 +35,13 @@ def test_output_has_the_contracted_columns_and_the_marker_makes_a_rewrite_a_no_o
     plan = BatchPlan("colpipe", 7, table, settings.ledger_uri(),
                      [OffsetRange(topic, 0, 0, 3), OffsetRange(topic, 1, 0, 3)])
     at = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
-    output = spark_io.to_output(spark_io.read_ranges(spark, spark_io.kafka_source_options(plan, props())), 7, at)
+    raw = spark_io.read_ranges(spark, spark_io.kafka_source_options(plan, props()))
+    output = spark_io.to_rows(raw, RecordFormat(), 7, at)
     spark_io.write_output(output, plan)
 
     df = spark.read.format("delta").load(table)
-    assert df.columns == spark_io.OUTPUT_COLUMNS
+    assert df.columns == ["kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key",
+                          "kafka_headers", "value", "ingest_batch_id", "ingested_at"]
     types = dict(df.dtypes)
     assert types["kafka_partition"] == "int" and types["kafka_offset"] == "bigint"
     assert types["kafka_timestamp"] == "timestamp" and types["kafka_key"] == "binary"

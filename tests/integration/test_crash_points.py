@@ -25,25 +25,28 @@ def tidemark_run(env: dict, pipeline: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
-def check_invariants(table: str, ledger_uri: str, pipeline: str, topic: str) -> None:
-    """Exactly once, contiguous, and committed offsets equal Kafka's end offsets."""
-    stats = helpers.query(table, "SELECT COUNT(*) AS n, COUNT(DISTINCT (kafka_topic, kafka_partition, kafka_offset)) "
-                                 "AS uniq FROM t")[0]
-    assert stats["n"] == stats["uniq"], f"duplicates in the output: {stats}"
+def check_invariants(lake: Path, pipeline: str, topic: str, poison: dict[int, int]) -> None:
+    """Exactly once across the output and the dead-letter table, contiguous committed ranges, and
+    committed offsets equal to Kafka's end offsets."""
+    table, dead = str(lake / pipeline), str(lake / f"{pipeline}_dead_letters")
+    uniq = "SELECT COUNT(*) AS n, COUNT(DISTINCT (kafka_topic, kafka_partition, kafka_offset)) AS uniq FROM t"
+    for t in (table, dead):
+        stats = helpers.query(t, uniq)[0]
+        assert stats["n"] == stats["uniq"], f"duplicates in {t}: {stats}"
+    per_partition = "SELECT kafka_partition AS p, COUNT(*) AS n FROM t GROUP BY kafka_partition"
+    good = {r["p"]: r["n"] for r in helpers.query(table, per_partition)}
+    bad = {r["p"]: r["n"] for r in helpers.query(dead, per_partition)}
+    assert bad == poison, "every poison record is a dead letter, once"
     ends = helpers.end_offsets(topic)
-    present = {(r["p"]): r["n"] for r in helpers.query(table, "SELECT kafka_partition AS p, COUNT(*) AS n FROM t "
-                                                              "GROUP BY kafka_partition")}
-    assert present == ends, "every offset of every committed range must be in the output (no markers here)"
-    rows = sorted(Ledger(ledger_uri).rows(pipeline), key=lambda r: (r.partition, r.batch_id))
+    assert {p: good.get(p, 0) + bad.get(p, 0) for p in ends} == ends, "every offset is in output or dead letters"
+    rows = sorted(Ledger(str(lake / "_tidemark" / "offsets")).rows(pipeline), key=lambda r: (r.partition, r.batch_id))
     assert {r.status for r in rows} == {"committed"}
     for partition in ends:
         ranges = [(r.start_offset, r.end_offset) for r in rows if r.partition == partition]
         assert ranges[0][0] == 0 and ranges[-1][1] == ends[partition]
         assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False)), f"gap or overlap: {ranges}"
-    counts = {}
-    for r in rows:
-        counts[r.partition] = counts.get(r.partition, 0) + r.record_count
-    assert counts == present, "ledger record counts must equal the records in the output"
+        assert sum(r.record_count for r in rows if r.partition == partition) == ends[partition]
+        assert sum(r.dead_letter_count for r in rows if r.partition == partition) == bad.get(partition, 0)
 
 
 @pytest.fixture
@@ -54,13 +57,15 @@ def crash_env(kafka_bootstrap, tmp_path):
     return env, pipelines, tmp_path / "lake"
 
 
-@pytest.mark.parametrize("point", [faults.AFTER_PLAN_FROZEN, faults.DURING_READ, faults.AFTER_OUTPUT_COMMIT,
-                                   faults.DURING_LEDGER_COMMIT, faults.AFTER_LEDGER_COMMIT])
+@pytest.mark.parametrize("point", faults.POINTS)
 def test_kill_at_each_step_then_rerun_gives_exactly_once(crash_env, point, tmp_path):
     env, pipelines, lake = crash_env
     topic = helpers.create_topic(helpers.unique("crash"), partitions=3)
-    (pipelines / f"{topic}.yaml").write_text(f"name: {topic}\ntopics: [{topic}]\ntable: {topic}\n")
+    (pipelines / f"{topic}.yaml").write_text(
+        f"name: {topic}\ntopics: [{topic}]\ntable: {topic}\nvalue_format: json\n"
+        "value_schema: {order_id: bigint, amount: double}\n")
     helpers.produce(topic, 300)
+    helpers.produce_values(topic, [b"{poison", b"[]", b'{"amount": 1}'], partition=1)
 
     crashed = tidemark_run({**env, "TIDEMARK_CRASH_AT": point, "TIDEMARK_CRASH_ONCE": str(tmp_path / "crashed")},
                            topic)
@@ -68,7 +73,7 @@ def test_kill_at_each_step_then_rerun_gives_exactly_once(crash_env, point, tmp_p
     assert crashed.returncode != 0, "a killed run must not report success"
     assert f"TIDEMARK_CRASH_AT={point}" in crashed.stdout + crashed.stderr
 
-    if point in (faults.AFTER_PLAN_FROZEN, faults.DURING_READ):
+    if point in (faults.AFTER_PLAN_FROZEN, faults.DURING_READ, faults.AFTER_DEAD_LETTERS):
         helpers.produce(topic, 120, start=300)  # arrives before the recovery run re-executes the frozen batch
     for _ in range(3):  # recovery, then runs until nothing is left
         rerun = tidemark_run(env, topic)
@@ -77,4 +82,4 @@ def test_kill_at_each_step_then_rerun_gives_exactly_once(crash_env, point, tmp_p
             break
     else:
         pytest.fail("the pipeline did not converge to 'nothing new' in three runs after the crash")
-    check_invariants(str(lake / topic), str(lake / "_tidemark" / "offsets"), topic, topic)
+    check_invariants(lake, topic, topic, poison={1: 3})

@@ -1,0 +1,64 @@
+"""How record values are interpreted: raw bytes, or JSON with a declared schema. Pure values that
+travel inside the frozen plan to the Spark job; the Spark side is in ``spark_io``."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+SIMPLE_TYPES = {"string", "boolean", "int", "integer", "bigint", "long", "smallint", "tinyint", "float", "double",
+                "date", "timestamp"}
+DECIMAL = re.compile(r"^decimal\(\s*(\d{1,2})\s*,\s*(\d{1,2})\s*\)$")
+RESERVED_COLUMNS = {"kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key", "kafka_headers",
+                    "ingest_batch_id", "ingested_at", "value", "error", "pipeline"}
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    type: str
+    required: bool = True
+
+
+@dataclass(frozen=True)
+class RecordFormat:
+    """The value format of a pipeline and what makes a record bad."""
+
+    value_format: Literal["raw", "json"] = "raw"
+    fields: tuple[Field, ...] = field(default_factory=tuple)
+    max_value_bytes: int | None = None
+    on_bad_record: Literal["dead_letter", "fail"] = "dead_letter"
+
+    @property
+    def can_reject(self) -> bool:
+        """Whether any record can be bad under this format (so a dead-letter table may be written)."""
+        return self.value_format == "json" or self.max_value_bytes is not None
+
+    def spark_ddl(self) -> str:
+        return ", ".join(f"`{f.name}` {f.type}" for f in self.fields)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RecordFormat:
+        return cls(data["value_format"], tuple(Field(**f) for f in data["fields"]), data["max_value_bytes"],
+                   data["on_bad_record"])
+
+
+def parse_field_type(name: str, declared: str) -> Field:
+    """``bigint`` -> required bigint field; ``string?`` -> optional string. Raises ValueError."""
+    if not FIELD_NAME.match(name):
+        raise ValueError(f"field name '{name}' must be letters, digits and _ (not starting with a digit)")
+    if name.lower() in RESERVED_COLUMNS:
+        taken = ", ".join(sorted(RESERVED_COLUMNS))
+        raise ValueError(f"field name '{name}' clashes with a column Tidemark adds ({taken})")
+    text = declared.strip().lower()
+    required = not text.endswith("?")
+    base = text.rstrip("?").strip()
+    if base not in SIMPLE_TYPES and not DECIMAL.match(base):
+        accepted = ", ".join(sorted(SIMPLE_TYPES)) + ", decimal(p,s)"
+        raise ValueError(f"field '{name}': unknown type '{declared}' (accepted: {accepted}; add '?' for optional)")
+    return Field(name, base, required)
