@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export KAFKA_PORT ?= 9092
 
 .DEFAULT_GOAL := help
-.PHONY: help setup venv jars kafka-up kafka-down demo test test-unit test-integration test-e2e lint bench lock clean
+.PHONY: help setup venv jars kafka-up kafka-down demo test test-unit lint soak bench lock clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -37,6 +37,9 @@ test: setup ## set everything up, start the broker, run unit, integration and e2
 
 test-unit: venv ## fast unit tests only (no services)
 	$(PY) -m pytest -q tests/unit
+
+soak: setup ## kill -9 and concurrent-run trials with exactly-once checks (SOAK_TRIALS=20; not in make test)
+	scripts/soak.sh
 
 lint: venv ## ruff
 	$(VENV)/bin/ruff check plugins spark_jobs dags tests scripts
