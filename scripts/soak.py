@@ -37,7 +37,18 @@ def log(message: str) -> None:
     print(f"[soak {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def audit(lake: Path, pipeline: str) -> tuple[int, int, int]:
+def audit(lake: Path, pipeline: str, result: dict, produced: int) -> str:
+    """Add the trial's duplicates and losses to ``result``; returns a summary for the log. Lost
+    counts offsets of committed ranges missing from the output, plus records Kafka has that the
+    output does not (after the trial's last run, nothing may be left behind)."""
+    records, duplicates, lost = _count(lake, pipeline)
+    lost += max(sum(helpers.end_offsets(pipeline).values()) - records, 0)
+    result["duplicates"] += duplicates
+    result["lost"] += lost
+    return f"records={records}/{produced}, duplicates={duplicates}, lost={lost}"
+
+
+def _count(lake: Path, pipeline: str) -> tuple[int, int, int]:
     """(records, duplicates, lost) of the output against the ledger's committed ranges."""
     table = str(lake / pipeline)
     stats = helpers.query(table, "SELECT COUNT(*) AS n, COUNT(DISTINCT (kafka_topic, kafka_partition, kafka_offset)) "
@@ -86,12 +97,7 @@ def kill_trials(env: dict, pipelines: Path, lake: Path) -> dict:
         if recovery.returncode != 0 or "state=success" not in recovery.stdout + recovery.stderr:
             log(f"kill trial {trial}: the recovery run failed:\n{(recovery.stdout + recovery.stderr)[-3000:]}")
             result["failed_recoveries"] = result.get("failed_recoveries", 0) + 1
-        records, duplicates, lost = audit(lake, topic)
-        behind = sum(helpers.end_offsets(topic).values()) - records
-        result["duplicates"] += duplicates
-        result["lost"] += lost + max(behind, 0)
-        log(f"kill trial {trial}/{TRIALS}: killed mid-run={killed}, records={records}/{produced}, "
-            f"duplicates={duplicates}, lost={lost + max(behind, 0)}")
+        log(f"kill trial {trial}/{TRIALS}: killed mid-run={killed}, {audit(lake, topic, result, produced)}")
     result["kills_landed_mid_run"] = landed
     return result
 
@@ -117,12 +123,8 @@ def concurrent_trials(env: dict, pipelines: Path, lake: Path) -> dict:
         for err in other_failures:
             log(f"concurrent trial {trial}: a run failed for another reason:\n{err}")
         subprocess.run([str(BIN / "tidemark"), "run", topic], env=env, capture_output=True, timeout=900)  # converge
-        records, duplicates, lost = audit(lake, topic)
-        behind = sum(helpers.end_offsets(topic).values()) - records
-        result["duplicates"] += duplicates
-        result["lost"] += lost + max(behind, 0)
         log(f"concurrent trial {trial}/{TRIALS}: committed by {committed} run(s), busy refusals={busy}, "
-            f"records={records}/{produced}, duplicates={duplicates}, lost={lost + max(behind, 0)}")
+            f"{audit(lake, topic, result, produced)}")
     return result
 
 
