@@ -61,6 +61,9 @@ def build_session():
             .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
             .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
             .config("spark.sql.session.timeZone", "UTC")
+            # Delta rebuilds a table's state with this many tasks (default 50): far too many for
+            # the small logs of ingestion tables on a small driver.
+            .config("spark.databricks.delta.snapshotPartitions", "4")
             .getOrCreate())
 
 
@@ -76,7 +79,10 @@ def run(spark, plan: BatchPlan, properties: dict[str, str], isolation_level: str
         check_plan_is_frozen(plan)
         faults.crash_when_spark_is_busy(faults.DURING_READ, spark)
         raw = spark_io.read_ranges(spark, spark_io.kafka_source_options(plan, properties, isolation_level))
-        rows = spark_io.to_rows(raw, plan.format, plan.batch_id, dt.datetime.now(dt.UTC)).persist()
+        rows = spark_io.to_rows(raw, plan.format, plan.batch_id, dt.datetime.now(dt.UTC))
+        if plan.dedupe:
+            rows = spark_io.drop_already_written(spark, rows, plan)
+        rows = rows.persist()
         try:
             tallies = spark_io.tally(rows)
             check_read(plan, tallies)

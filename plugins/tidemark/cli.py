@@ -2,6 +2,10 @@
 
     tidemark pipelines list
     tidemark offsets show PIPELINE [--json]
+    tidemark offsets history PIPELINE [--json] [--limit N]
+    tidemark offsets reset PIPELINE (--to-earliest | --to-latest | --to-offset N | --shift-by N |
+                                     --to-datetime T | --by-duration D | --from-file CSV)
+                           [--topic T[:P,...]]... [--execute --reason TEXT]
     tidemark lag PIPELINE
     tidemark run PIPELINE
 """
@@ -14,7 +18,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from tidemark.errors import TidemarkError
+from tidemark.errors import ConfigError, TidemarkError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,6 +35,29 @@ def build_parser() -> argparse.ArgumentParser:
     show = offsets_cmd.add_parser("show", help="committed offset, latest offset and lag per partition")
     show.add_argument("pipeline")
     show.add_argument("--json", action="store_true", help="a JSON list, one object per partition")
+
+    history = offsets_cmd.add_parser("history", help="the ledger's rows, newest first (batches, resets, ...)")
+    history.add_argument("pipeline")
+    history.add_argument("--limit", type=int, default=50, help="rows to show (default 50)")
+    history.add_argument("--json", action="store_true", help="machine-readable output")
+
+    reset = offsets_cmd.add_parser(
+        "reset", help="move the committed position (dry run unless --execute)",
+        description="Reset a pipeline's offsets like kafka-consumer-groups --reset-offsets. Dry run by default: "
+                    "prints topic, partition, current, new and change and changes nothing.")
+    reset.add_argument("pipeline")
+    how = reset.add_mutually_exclusive_group(required=True)
+    how.add_argument("--to-earliest", dest="scenario", action="store_const", const="to-earliest")
+    how.add_argument("--to-latest", dest="scenario", action="store_const", const="to-latest")
+    how.add_argument("--to-offset", type=int, metavar="N", help="an absolute offset")
+    how.add_argument("--shift-by", type=int, metavar="N", help="move by N (negative: back)")
+    how.add_argument("--to-datetime", metavar="T", help="ISO-8601, e.g. 2026-11-01T08:00:00Z (UTC if no zone)")
+    how.add_argument("--by-duration", metavar="D", help="ISO-8601 duration back from now, e.g. PT30M, P1D")
+    how.add_argument("--from-file", metavar="CSV", help="a CSV file of topic,partition,offset lines")
+    reset.add_argument("--topic", action="append", metavar="T[:P,...]",
+                       help="limit to a topic or some of its partitions (repeatable); default: all")
+    reset.add_argument("--execute", action="store_true", help="apply the reset (writes an audited ledger row)")
+    reset.add_argument("--reason", help="why; required with --execute")
 
     lag = commands.add_parser("lag", help="total and per-partition lag of a pipeline")
     lag.add_argument("pipeline")
@@ -122,8 +149,74 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-HANDLERS = {("run", None): cmd_run, ("pipelines", "list"): cmd_pipelines_list, ("offsets", "show"): cmd_offsets_show,
-            ("lag", None): cmd_lag}
+def reset_request(args: argparse.Namespace, actor: str):
+    from tidemark.replay import ResetRequest
+
+    scenario = args.scenario
+    for flag, name in (("to_offset", "to-offset"), ("shift_by", "shift-by"), ("to_datetime", "to-datetime"),
+                       ("by_duration", "by-duration"), ("from_file", "from-file")):
+        if getattr(args, flag) is not None:
+            scenario = name
+    file_text = None
+    if args.from_file is not None:
+        try:
+            with open(args.from_file) as handle:
+                file_text = handle.read()
+        except OSError as exc:
+            raise ConfigError(f"cannot read the offsets file {args.from_file}: {exc.strerror}") from None
+    return ResetRequest(scenario, tuple(args.topic or ()), offset=args.to_offset, shift=args.shift_by,
+                        datetime=args.to_datetime, duration=args.by_duration, offsets_file=file_text,
+                        execute=args.execute, reason=args.reason, actor=actor)
+
+
+def cmd_offsets_reset(args: argparse.Namespace) -> int:
+    import getpass
+    import socket
+
+    from tidemark.config import find_pipeline
+    from tidemark.replay import reset_offsets
+
+    config = find_pipeline(args.pipeline)
+    request = reset_request(args, f"cli:{getpass.getuser()}@{socket.gethostname()}")
+    outcome = reset_offsets(config, _kafka_properties(config), request)
+    print(_table(outcome.plan.as_table(), ["topic", "partition", "current", "new", "change"]))
+    for warning in outcome.plan.warnings:
+        print(f"warning: {warning}")
+    if outcome.executed:
+        print(f"applied: ledger entry {outcome.batch_id} (kind 'reset'); the next run starts from the new offsets")
+    else:
+        print("DRY RUN: nothing changed. Add --execute --reason '...' to apply.")
+    return 0
+
+
+def cmd_offsets_history(args: argparse.Namespace) -> int:
+    from tidemark.config import find_pipeline
+    from tidemark.ledger import Ledger
+    from tidemark.settings import ledger_uri
+
+    config = find_pipeline(args.pipeline)
+    rows = sorted(Ledger(ledger_uri()).rows(config.name), key=lambda r: (-r.batch_id, r.topic, r.partition))
+    listing = [{"batch_id": r.batch_id, "kind": r.kind, "status": r.status, "topic": r.topic, "partition": r.partition,
+                "start_offset": r.start_offset, "end_offset": r.end_offset, "record_count": r.record_count,
+                "dead_letter_count": r.dead_letter_count, "dag_run_id": r.dag_run_id, "reason": r.reason,
+                "committed_at": r.committed_at.isoformat() if r.committed_at else None}
+               for r in rows[: args.limit]]
+    if args.json:
+        print(json.dumps(listing, indent=2))
+    else:
+        print(_table(listing, ["batch_id", "kind", "status", "topic", "partition", "start_offset", "end_offset",
+                               "record_count", "dag_run_id", "reason", "committed_at"]))
+    return 0
+
+
+HANDLERS = {
+    ("pipelines", "list"): cmd_pipelines_list,
+    ("offsets", "show"): cmd_offsets_show,
+    ("offsets", "history"): cmd_offsets_history,
+    ("offsets", "reset"): cmd_offsets_reset,
+    ("lag", None): cmd_lag,
+    ("run", None): cmd_run,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -38,6 +38,9 @@ class BatchPlan:
     run_id: str | None = None
     """The run that owns (froze or took over) the batch; only it may execute the batch."""
     dead_letter_uri: str | None = None
+    dedupe: bool = False
+    """Some ranges may already be in the output (after a reset back in time, or a backfill):
+    records whose Kafka coordinates are already in the output or dead letters are skipped."""
     record_format: dict = field(default_factory=lambda: RecordFormat().to_dict())
     """How values are parsed and what makes a record bad (``records.RecordFormat`` as a dict)."""
 

@@ -125,6 +125,19 @@ class KafkaOffsets:
     def earliest(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         return self._call("earliest", self._consumer.beginning_offsets, tps)
 
+    def offsets_for_time(self, tps: list[TopicPartition], when_ms: int) -> dict[TopicPartition, int | None]:
+        """Per partition, the earliest offset whose timestamp is at or after ``when_ms``; None
+        when no record is that new."""
+        from kafka import TopicPartition as KTP
+        from kafka.errors import KafkaError
+
+        try:
+            answer = self._consumer.offsets_for_times({KTP(tp.topic, tp.partition): when_ms for tp in tps})
+        except KafkaError as exc:
+            raise KafkaUnavailableError(f"Kafka did not answer offsets_for_times ({type(exc).__name__}: {exc})",
+                                        pipeline=self._pipeline) from None
+        return {TopicPartition(k.topic, k.partition): (v.offset if v is not None else None) for k, v in answer.items()}
+
     def latest(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         """Latest offsets; under ``read_committed`` the last stable offset."""
         return self._call("latest", self._consumer.end_offsets, tps)

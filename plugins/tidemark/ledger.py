@@ -24,6 +24,8 @@ COMMITTED = "committed"
 KIND_BATCH = "batch"
 # Kinds whose committed rows move the position (backfill rows are history only).
 POSITION_KINDS = ("batch", "reset", "gap")
+# Kinds whose rows wrote records to the output.
+WRITING_KINDS = ("batch", "backfill")
 
 SCHEMA = pa.schema([
     pa.field("pipeline", pa.string(), nullable=False),
@@ -80,6 +82,9 @@ class LedgerState:
     pending_ranges: list[OffsetRange] = field(default_factory=list)
     pending_owner: str | None = None
     fingerprint: str = ""
+    high_water: dict[TopicPartition, int] = field(default_factory=dict)
+    """Per partition, the end of the highest range ever written (batches and backfills): offsets
+    below it may already be in the output, so a batch that starts below it is deduplicated."""
 
 
 def derive_state(rows: list[LedgerRow]) -> LedgerState:
@@ -91,6 +96,8 @@ def derive_state(rows: list[LedgerRow]) -> LedgerState:
         if row.status == COMMITTED and row.kind in POSITION_KINDS:
             state.positions[row.tp] = row.end_offset
             state.last_batch[row.tp] = row.batch_id
+        if row.status == COMMITTED and row.kind in WRITING_KINDS:
+            state.high_water[row.tp] = max(state.high_water.get(row.tp, 0), row.end_offset)
     pending = [r for r in rows if r.status == PLANNED]
     if pending:
         state.pending_batch_id = max(r.batch_id for r in pending)

@@ -40,7 +40,8 @@ class RecordFormat:
         return ", ".join(f"`{f.name}` {f.type}" for f in self.fields)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """JSON-ready (lists, not tuples), so a plan survives the JSON round trip unchanged."""
+        return {**asdict(self), "fields": [asdict(f) for f in self.fields]}
 
     @classmethod
     def from_dict(cls, data: dict) -> RecordFormat:

@@ -68,8 +68,9 @@ def recover(config: PipelineConfig, ledger: Ledger, state: LedgerState, run_id: 
     if state.pending_batch_id is None:
         return None
     marker = output_txn_version(config.table_uri, config.name)
+    dedupe = any(r.start < state.high_water.get(r.tp, 0) for r in state.pending_ranges)
     plan = batch_plan(config, ledger, state.pending_batch_id, state.pending_ranges, recovered=True,
-                      run_id=state.pending_owner)
+                      run_id=state.pending_owner, dedupe=dedupe)
     if decide_recovery(state.pending_batch_id, marker) == "roll_forward":
         log.warning("pipeline '%s': batch %d is in the output table but not yet committed in the ledger; "
                     "rolling it forward", config.name, plan.batch_id)
@@ -113,10 +114,11 @@ def prepare_batch(config: PipelineConfig, kafka_properties: Mapping[str, str], *
     if not ranges:
         log.info("pipeline '%s': nothing new in %s; no batch planned", config.name, ", ".join(config.topics))
         return batch_plan(config, ledger, 0, [], run_id=run_id)
-    plan = batch_plan(config, ledger, state.last_batch_id + 1, ranges, run_id=run_id)
+    dedupe = any(r.start < state.high_water.get(r.tp, 0) for r in ranges)
+    plan = batch_plan(config, ledger, state.last_batch_id + 1, ranges, run_id=run_id, dedupe=dedupe)
     ledger.append(planned_rows(config.name, plan.batch_id, ranges, run_id), expected=state.fingerprint)
-    log.info("pipeline '%s': batch %d frozen (%d offsets): %s", config.name, plan.batch_id, plan.total_offsets,
-             _describe(plan))
+    log.info("pipeline '%s': batch %d frozen (%d offsets%s): %s", config.name, plan.batch_id, plan.total_offsets,
+             ", re-reading offsets already ingested: deduplicated" if dedupe else "", _describe(plan))
     faults.crash_point(faults.AFTER_PLAN_FROZEN)
     return plan
 

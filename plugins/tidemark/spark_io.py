@@ -88,9 +88,31 @@ def to_rows(raw: DataFrame, fmt: RecordFormat, batch_id: int, ingested_at: dt.da
         rows = rows.withColumn("_parsed", F.from_json(text, fmt.spark_ddl(), {"mode": "PERMISSIVE"}))
         errors += _json_errors(text, F.col("_parsed"), fmt)
         fields = [F.col("_parsed")[f.name].alias(f.name) for f in fmt.fields]
-    message = F.concat_ws("; ", *errors) if errors else F.lit("")
-    error = F.when(message == "", F.lit(None).cast("string")).otherwise(message).alias("error")
+    if errors:
+        message = F.concat_ws("; ", *errors)
+        error = F.when(message == "", F.lit(None).cast("string")).otherwise(message).alias("error")
+    else:
+        error = F.lit(None).cast("string").alias("error")
     return rows.select(*[c for c in rows.columns if c != "_parsed"], *fields, error)
+
+
+def drop_already_written(spark: SparkSession, rows: DataFrame, plan: BatchPlan) -> DataFrame:
+    """Remove records whose Kafka coordinates the output or dead-letter table already holds
+    (re-reads after a reset back in time, backfills). Only the batch's ranges are looked up."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    within = None
+    for r in plan.ranges:
+        cond = ((F.col("kafka_topic") == r.topic) & (F.col("kafka_partition") == r.partition)
+                & F.col("kafka_offset").between(r.start, r.end - 1))
+        within = cond if within is None else within | cond
+    keys = ["kafka_topic", "kafka_partition", "kafka_offset"]
+    for uri in (plan.table_uri, plan.dead_letter_uri):
+        if uri and DeltaTable.isDeltaTable(spark, uri):
+            existing = spark.read.format("delta").load(uri).where(within).select(*keys)
+            rows = rows.join(existing, on=keys, how="left_anti")
+    return rows
 
 
 def tally(rows: DataFrame) -> dict[TopicPartition, Tally]:

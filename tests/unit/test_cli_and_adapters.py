@@ -49,3 +49,27 @@ def test_table_locations_resolve_under_the_lake_root():
     assert resolve_table_uri("orders", "s3a://b/lake/") == "s3a://b/lake/orders"
     assert resolve_table_uri("/abs/t", "/data/lake") == "/abs/t"
     assert resolve_table_uri("file:///x/t", "/data/lake") == "file:///x/t"
+
+
+def test_reset_flags_map_to_a_request(tmp_path):
+    from tidemark.cli import reset_request
+
+    parser = build_parser()
+    args = parser.parse_args(["offsets", "reset", "orders", "--shift-by", "-10", "--topic", "orders:0,1",
+                              "--topic", "refunds", "--execute", "--reason", "replay after bug 42"])
+    request = reset_request(args, "cli:me@host")
+    assert (request.scenario, request.shift, request.scopes) == ("shift-by", -10, ("orders:0,1", "refunds"))
+    assert (request.execute, request.reason, request.actor) == (True, "replay after bug 42", "cli:me@host")
+    assert reset_request(parser.parse_args(["offsets", "reset", "o", "--to-earliest"]), "a").scenario == "to-earliest"
+    csv = tmp_path / "offsets.csv"
+    csv.write_text("orders,0,5\n")
+    request = reset_request(parser.parse_args(["offsets", "reset", "o", "--from-file", str(csv)]), "a")
+    assert (request.scenario, request.offsets_file, request.execute) == ("from-file", "orders,0,5\n", False)
+
+
+def test_reset_needs_exactly_one_scenario(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["offsets", "reset", "o", "--to-earliest", "--to-latest"])
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["offsets", "reset", "o"])
+    assert "one of the arguments" in capsys.readouterr().err

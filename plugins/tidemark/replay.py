@@ -1,0 +1,97 @@
+"""Offset replay: move a pipeline's committed position, dry run by default, audited when executed.
+
+An executed reset appends one committed ``reset`` row per partition to the ledger (old position in
+``start_offset``, new in ``end_offset``, the reason, who or which DAG run); the next ingest run
+starts from the new position. Re-read offsets are deduplicated on the Kafka coordinates when
+written (see docs/OPERATIONS.md).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from tidemark import settings
+from tidemark.config import PipelineConfig
+from tidemark.errors import PipelineBusyError
+from tidemark.kafka_client import KafkaOffsets
+from tidemark.ledger import COMMITTED, Ledger, LedgerRow, now
+from tidemark.resets import ResetError, ResetPlan, parse_datetime, parse_duration, parse_offsets_file, parse_scope
+from tidemark.resets import plan_reset as decide
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ResetRequest:
+    """What the user asked for (CLI flags or the replay DAG's form)."""
+
+    scenario: str
+    scopes: tuple[str, ...] = ()
+    offset: int | None = None
+    shift: int | None = None
+    datetime: str | None = None
+    duration: str | None = None
+    offsets_file: str | None = None
+    execute: bool = False
+    reason: str | None = None
+    actor: str | None = None
+
+
+@dataclass
+class ResetOutcome:
+    plan: ResetPlan
+    executed: bool
+    batch_id: int | None = None
+
+
+def reset_offsets(config: PipelineConfig, kafka_properties: Mapping[str, str], request: ResetRequest, *,
+                  ledger_uri: str | None = None, clock: dt.datetime | None = None) -> ResetOutcome:
+    """Plan a reset (and apply it when ``request.execute``). Refused while a batch is pending:
+    an ingest run holds the pipeline or must finish its batch first."""
+    if request.execute and not (request.reason or "").strip():
+        raise ResetError("executing a reset needs a reason (--reason); it is written to the ledger",
+                         pipeline=config.name)
+    ledger = Ledger(ledger_uri or settings.ledger_uri())
+    state = ledger.state(config.name)
+    if state.pending_batch_id is not None:
+        raise PipelineBusyError(
+            f"batch {state.pending_batch_id} (run '{state.pending_owner}') is planned but not committed: an ingest "
+            f"run is active or must finish it first. Nothing was changed; run the pipeline (or wait for it) and "
+            f"reset afterwards.", pipeline=config.name)
+    file_offsets = parse_offsets_file(request.offsets_file, config.name) if request.scenario == "from-file" else None
+    with KafkaOffsets(kafka_properties, isolation_level=config.isolation_level, pipeline=config.name,
+                      timeout_ms=config.kafka_timeout_seconds * 1000) as kafka:
+        tps = kafka.partitions(config.topics)
+        scope = parse_scope(list(request.scopes), tps, config.name)
+        earliest, latest = kafka.earliest(tps), kafka.latest(tps)
+        time_offsets = None
+        if request.scenario in ("to-datetime", "by-duration"):
+            when = _resolve_time(request, config.name, clock or dt.datetime.now(dt.UTC))
+            time_offsets = kafka.offsets_for_time(scope, int(when.timestamp() * 1000))
+    plan = decide(config.name, request.scenario, scope, state.positions, earliest, latest, offset=request.offset,
+                  shift=request.shift, time_offsets=time_offsets, file_offsets=file_offsets)
+    if not request.execute:
+        return ResetOutcome(plan, executed=False)
+    batch_id = state.last_batch_id + 1
+    at = now()
+    rows = [LedgerRow(config.name, batch_id, "reset", COMMITTED, r.tp.topic, r.tp.partition,
+                      r.current if r.current is not None else r.new, r.new, record_count=0, dead_letter_count=0,
+                      dag_run_id=request.actor, reason=request.reason, planned_at=at, committed_at=at)
+            for r in plan.rows]
+    ledger.append(rows, expected=state.fingerprint, what="resetting offsets")
+    log.warning("pipeline '%s': offsets reset (%s) by %s as ledger entry %d: %s", config.name, request.scenario,
+                request.actor, batch_id, "; ".join(f"{r.tp} {r.current} -> {r.new}" for r in plan.rows))
+    return ResetOutcome(plan, executed=True, batch_id=batch_id)
+
+
+def _resolve_time(request: ResetRequest, pipeline: str, clock: dt.datetime) -> dt.datetime:
+    if request.scenario == "to-datetime":
+        if not request.datetime:
+            raise ResetError("to-datetime needs a date-time", pipeline=pipeline)
+        return parse_datetime(request.datetime, pipeline)
+    if not request.duration:
+        raise ResetError("by-duration needs a duration such as PT30M", pipeline=pipeline)
+    return clock - parse_duration(request.duration, pipeline)

@@ -1,0 +1,154 @@
+"""Offset replay against the real broker and ledger: dry runs change nothing, executed resets are
+audited rows, and re-reading after a reset back in time adds no duplicates."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+
+import pytest
+
+from spark_jobs import ingest
+from tests import helpers
+from tidemark import settings
+from tidemark.config import parse_pipeline
+from tidemark.errors import PipelineBusyError
+from tidemark.ledger import Ledger
+from tidemark.offsets import TopicPartition as TP
+from tidemark.replay import ResetRequest, reset_offsets
+from tidemark.resets import ResetError
+from tidemark.runs import prepare_batch
+
+pytestmark = pytest.mark.integration
+
+
+def props() -> dict[str, str]:
+    return {"bootstrap.servers": helpers.bootstrap()}
+
+
+def ingested(config, spark) -> None:
+    plan = prepare_batch(config, props())
+    if not plan.is_empty:
+        ingest.run(spark, plan, props(), "read_committed")
+
+
+@pytest.fixture
+def loaded(kafka_bootstrap, spark, lake):
+    """A two-partition topic with 20 records, fully ingested."""
+    topic = helpers.create_topic(helpers.unique("replay"), partitions=2)
+    helpers.produce(topic, 20)
+    config = parse_pipeline({"name": topic, "topics": [topic], "table": topic}, "test")
+    ingested(config, spark)
+    return config, topic
+
+
+def test_dry_run_changes_nothing_and_execute_writes_an_audited_reset(loaded):
+    config, topic = loaded
+    ledger = Ledger(settings.ledger_uri())
+    version = ledger.version()
+    dry = reset_offsets(config, props(), ResetRequest("to-earliest"))
+    assert not dry.executed and ledger.version() == version
+    assert dry.plan.as_table() == [{"topic": topic, "partition": p, "current": 10, "new": 0, "change": -10}
+                                   for p in (0, 1)]
+
+    with pytest.raises(ResetError, match="needs a reason"):
+        reset_offsets(config, props(), ResetRequest("to-earliest", execute=True))
+    done = reset_offsets(config, props(), ResetRequest("shift-by", (f"{topic}:1",), shift=-4, execute=True,
+                                                       reason="bug 42", actor="cli:me@host"))
+    assert done.executed and done.batch_id == 2
+    state = ledger.state(topic)
+    assert state.positions == {TP(topic, 0): 10, TP(topic, 1): 6}
+    row = [r for r in ledger.rows(topic) if r.kind == "reset"][0]
+    assert (row.start_offset, row.end_offset, row.reason, row.dag_run_id, row.status) == (
+        10, 6, "bug 42", "cli:me@host", "committed")
+
+
+def test_replay_after_a_reset_back_in_time_adds_no_duplicates(loaded, spark):
+    config, topic = loaded
+    reset_offsets(config, props(), ResetRequest("to-earliest", execute=True, reason="replay", actor="test"))
+    helpers.produce(topic, 6, start=20)
+    plan = prepare_batch(config, props())
+    assert plan.dedupe and [(r.start, r.end) for r in plan.ranges] == [(0, 13), (0, 13)]
+    ingest.run(spark, plan, props(), "read_committed")
+    stats = helpers.query(config.table_uri, "SELECT COUNT(*) AS n, COUNT(DISTINCT (kafka_partition, kafka_offset)) "
+                                            "AS uniq FROM t")
+    assert stats == [{"n": 26, "uniq": 26}]
+    batch = [r for r in Ledger(settings.ledger_uri()).rows(topic) if r.batch_id == plan.batch_id]
+    assert sorted(r.record_count for r in batch) == [3, 3]  # only the new records were written
+
+
+def test_every_scenario_plans_against_kafka(loaded, tmp_path):
+    config, topic = loaded
+    def new(request):
+        return [r["new"] for r in reset_offsets(config, props(), request).plan.as_table()]
+
+    assert new(ResetRequest("to-latest")) == [10, 10]
+    assert new(ResetRequest("to-offset", offset=25)) == [10, 10]  # clamped to latest
+    assert new(ResetRequest("to-offset", (f"{topic}:0",), offset=3)) == [3]
+    assert new(ResetRequest("to-datetime", datetime="2000-01-01T00:00:00Z")) == [0, 0]
+    future = (dt.datetime.now(dt.UTC) + dt.timedelta(days=1)).isoformat()
+    assert new(ResetRequest("to-datetime", datetime=future)) == [10, 10]
+    assert new(ResetRequest("by-duration", duration="P365D")) == [0, 0]
+    assert new(ResetRequest("from-file", offsets_file=f"{topic},1,7\n")) == [7]
+    with pytest.raises(ResetError, match="is not one of this pipeline's topics"):
+        reset_offsets(config, props(), ResetRequest("to-earliest", ("nope",)))
+    with pytest.raises(ResetError, match="not an ISO-8601 date-time"):
+        reset_offsets(config, props(), ResetRequest("to-datetime", datetime="last tuesday"))
+
+
+def test_timestamps_in_the_middle_map_to_the_first_record_at_or_after(kafka_bootstrap, lake):
+    topic = helpers.create_topic(helpers.unique("times"), partitions=1)
+    helpers.produce(topic, 5)
+    time.sleep(1.2)
+    middle = dt.datetime.now(dt.UTC)
+    time.sleep(0.2)
+    helpers.produce(topic, 5, start=5)
+    config = parse_pipeline({"name": topic, "topics": [topic], "table": topic}, "test")
+    plan = reset_offsets(config, props(), ResetRequest("to-datetime", datetime=middle.isoformat())).plan
+    assert [r.new for r in plan.rows] == [5]
+
+
+def test_reset_is_refused_while_a_batch_is_pending(kafka_bootstrap, lake):
+    topic = helpers.create_topic(helpers.unique("pending"), partitions=1)
+    helpers.produce(topic, 3)
+    config = parse_pipeline({"name": topic, "topics": [topic], "table": topic}, "test")
+    prepare_batch(config, props(), run_id="manual__x")
+    with pytest.raises(PipelineBusyError, match="batch 1 .* is planned but not committed"):
+        reset_offsets(config, props(), ResetRequest("to-earliest", execute=True, reason="r"))
+
+
+def test_cli_reset_dry_run_execute_and_history(kafka_bootstrap, tmp_path):
+    import json
+    import subprocess
+    from pathlib import Path
+
+    tidemark = str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "tidemark")
+    pipelines = tmp_path / "pipelines"
+    pipelines.mkdir()
+    env = helpers.service_env(pipelines, tmp_path / "lake")
+    topic = helpers.create_topic(helpers.unique("cli"), partitions=2)
+    helpers.produce(topic, 8)
+    (pipelines / f"{topic}.yaml").write_text(f"name: {topic}\ntopics: [{topic}]\ntable: {topic}\n")
+
+    def cli(*args):
+        return subprocess.run([tidemark, *args], env=env, capture_output=True, text=True, timeout=120)
+
+    dry = cli("offsets", "reset", topic, "--to-offset", "3", "--topic", f"{topic}:1")
+    assert dry.returncode == 0, dry.stderr
+    assert "DRY RUN: nothing changed" in dry.stdout and f"{topic}  1          -        3" in dry.stdout
+    assert json.loads(cli("offsets", "history", topic, "--json").stdout) == []
+
+    refused = cli("offsets", "reset", topic, "--to-offset", "3", "--execute")
+    assert refused.returncode == 2 and "needs a reason" in refused.stderr
+
+    done = cli("offsets", "reset", topic, "--to-offset", "3", "--topic", f"{topic}:1", "--execute",
+               "--reason", "start partition 1 at 3")
+    assert done.returncode == 0 and "applied: ledger entry 1" in done.stdout, done.stderr
+    history = json.loads(cli("offsets", "history", topic, "--json").stdout)
+    assert [(h["kind"], h["partition"], h["end_offset"], h["reason"]) for h in history] == [
+        ("reset", 1, 3, "start partition 1 at 3")]
+    shown = {o["partition"]: o for o in json.loads(cli("offsets", "show", topic, "--json").stdout)}
+    assert (shown[1]["committed_offset"], shown[1]["lag"]) == (3, 1)
+
+    bad = cli("offsets", "reset", topic, "--to-datetime", "soon")
+    assert bad.returncode == 2 and "not an ISO-8601 date-time" in bad.stderr
