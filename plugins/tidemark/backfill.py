@@ -1,0 +1,120 @@
+"""Backfills: re-ingest an explicit window of a pipeline's topics into the output, idempotently.
+
+A backfill is a batch of kind ``backfill`` in the same batch sequence and through the same commit
+protocol as scheduled batches (frozen ranges, one marked Delta commit, ledger flip), with two
+differences: its ranges come from a time window (``offsets_for_times``) or explicit offsets, and it
+never moves the committed position. Records already in the output are skipped by their Kafka
+coordinates, so backfilling an already-loaded window adds nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from tidemark import settings
+from tidemark.commit import BatchPlan
+from tidemark.config import PipelineConfig
+from tidemark.errors import ConfigError, PipelineBusyError
+from tidemark.kafka_client import KafkaOffsets
+from tidemark.ledger import Ledger, planned_rows
+from tidemark.offsets import OffsetRange, TopicPartition
+from tidemark.runs import batch_plan, cli_run_id, recover
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BackfillRequest:
+    """Either a time window ``[start, end)`` or explicit ``[start, end)`` offsets per partition."""
+
+    window: tuple[dt.datetime, dt.datetime] | None = None
+    offsets: Mapping[TopicPartition, tuple[int, int]] | None = None
+    on_empty_window: Literal["skip", "fail"] = "skip"
+
+
+def window_ranges(pipeline: str, tps: list[TopicPartition], start_offsets: Mapping[TopicPartition, int | None],
+                  end_offsets: Mapping[TopicPartition, int | None], latest: Mapping[TopicPartition, int],
+                  on_empty_window: str = "skip") -> list[OffsetRange]:
+    """Ranges of a time window from Kafka's offsets_for_times answers at its start and end: a
+    partition with no record at or after a bound uses its latest offset for that bound."""
+    ranges = []
+    for tp in sorted(tps):
+        start = start_offsets.get(tp)
+        end = end_offsets.get(tp)
+        start = latest[tp] if start is None else start
+        end = latest[tp] if end is None else end
+        if end <= start:
+            if on_empty_window == "fail":
+                raise ConfigError(f"{tp} has no records in the backfill window; nothing was written "
+                                  f"(on_empty_window: fail)", pipeline=pipeline)
+            continue
+        ranges.append(OffsetRange(tp.topic, tp.partition, start, end))
+    return ranges
+
+
+def explicit_ranges(pipeline: str, offsets: Mapping[TopicPartition, tuple[int, int]],
+                    earliest: Mapping[TopicPartition, int], latest: Mapping[TopicPartition, int]) -> list[OffsetRange]:
+    """Validate explicit per-partition offsets against what Kafka has."""
+    ranges = []
+    for tp, (start, end) in sorted(offsets.items()):
+        if tp not in latest:
+            raise ConfigError(f"{tp} is not a partition of this pipeline's topics", pipeline=pipeline)
+        if not 0 <= start <= end:
+            raise ConfigError(f"{tp}: start {start} must be >= 0 and <= end {end}", pipeline=pipeline)
+        if start < earliest[tp] or end > latest[tp]:
+            raise ConfigError(f"{tp}: [{start}, {end}) is outside the offsets Kafka has "
+                              f"[{earliest[tp]}, {latest[tp]})", pipeline=pipeline)
+        if end > start:
+            ranges.append(OffsetRange(tp.topic, tp.partition, start, end))
+    return ranges
+
+
+def prepare_backfill(config: PipelineConfig, kafka_properties: Mapping[str, str], request: BackfillRequest, *,
+                     run_id: str | None = None, ledger_uri: str | None = None, airflow_run_state=None) -> BatchPlan:
+    """Freeze a backfill batch (or re-execute this run's own unfinished one). Refused while another
+    run's batch is pending."""
+    run_id = run_id or cli_run_id()
+    ledger = Ledger(ledger_uri or settings.ledger_uri())
+    state = ledger.state(config.name)
+    if state.pending_batch_id is not None:
+        if state.pending_owner != run_id:
+            raise PipelineBusyError(
+                f"batch {state.pending_batch_id} of run '{state.pending_owner}' is planned but not committed; a "
+                f"backfill waits until it is finished (run the pipeline once). Nothing was written.",
+                pipeline=config.name)
+        pending = recover(config, ledger, state, run_id, airflow_run_state)
+        if pending is not None:
+            pending.dedupe = True
+            return pending
+        state = ledger.state(config.name)
+    with KafkaOffsets(kafka_properties, isolation_level=config.isolation_level, pipeline=config.name,
+                      timeout_ms=config.kafka_timeout_seconds * 1000) as kafka:
+        tps = kafka.partitions(config.topics)
+        earliest, latest = kafka.earliest(tps), kafka.latest(tps)
+        if request.window is not None:
+            start, end = request.window
+            if end <= start:
+                raise ConfigError(f"backfill window end {end.isoformat()} must be after its start "
+                                  f"{start.isoformat()}", pipeline=config.name)
+            ranges = window_ranges(config.name, tps, kafka.offsets_for_time(tps, int(start.timestamp() * 1000)),
+                                   kafka.offsets_for_time(tps, int(end.timestamp() * 1000)), latest,
+                                   request.on_empty_window)
+        elif request.offsets is not None:
+            ranges = explicit_ranges(config.name, request.offsets, earliest, latest)
+        else:
+            raise ConfigError("a backfill needs a time window or explicit offsets", pipeline=config.name)
+    if not ranges:
+        log.info("pipeline '%s': the backfill window holds no records; nothing to do", config.name)
+        return batch_plan(config, ledger, 0, [], run_id=run_id)
+    plan = batch_plan(config, ledger, state.last_batch_id + 1, ranges, run_id=run_id, dedupe=True)
+    what = (f"backfill {request.window[0].isoformat()} .. {request.window[1].isoformat()}" if request.window
+            else "backfill of explicit offsets")
+    ledger.append(planned_rows(config.name, plan.batch_id, ranges, run_id, kind="backfill", reason=what),
+                  expected=state.fingerprint, what="planning a backfill")
+    log.info("pipeline '%s': backfill batch %d frozen (%s): %s", config.name, plan.batch_id, what,
+             ", ".join(f"{r.tp} [{r.start}, {r.end})" for r in ranges))
+    return plan
