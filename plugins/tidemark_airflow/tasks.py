@@ -5,27 +5,42 @@ from __future__ import annotations
 import logging
 
 from tidemark import settings
+from tidemark.backfill import prepare_backfill
 from tidemark.commit import BatchPlan
 from tidemark.config import find_pipeline
 from tidemark.runs import mirror_to_consumer_group, partition_status, prepare_batch
 from tidemark_airflow.connections import kafka_properties
+from tidemark_airflow.run_modes import decide_run
 
 log = logging.getLogger("tidemark")
 
 
 def plan(pipeline: str, **context) -> str:
-    """Recover an unfinished batch or freeze the next one; returns the plan as JSON (no secrets)."""
+    """Recover an unfinished batch or freeze the next one (incremental, capped or backfill, from the
+    trigger form or the native backfill's data interval); returns the plan as JSON (no secrets)."""
     config = find_pipeline(pipeline)
     ti, dag_id = context["ti"], context["dag"].dag_id
+    dag_run = context["dag_run"]
+    run_type = str(getattr(dag_run.run_type, "value", dag_run.run_type))
+    start, end = context.get("data_interval_start"), context.get("data_interval_end")
+    request = decide_run(config.name, dict(context.get("params") or {}), run_type,
+                         (start, end) if start is not None and end is not None else None)
 
     def run_state(run_id: str) -> str:
         state = ti.get_dagrun_state(dag_id=dag_id, run_id=run_id)
         return str(getattr(state, "value", state))
 
-    batch = prepare_batch(config, kafka_properties(config.kafka_conn_id, config.name), run_id=context["run_id"],
-                          airflow_run_state=run_state)
+    properties = kafka_properties(config.kafka_conn_id, config.name)
+    log.info("pipeline '%s': %s run (%s)", pipeline, request.mode, run_type)
+    if request.backfill is not None:
+        batch = prepare_backfill(config, properties, request.backfill, run_id=context["run_id"],
+                                 airflow_run_state=run_state)
+    else:
+        if request.max_records is not None:
+            config = config.model_copy(update={"max_records_per_run": request.max_records})
+        batch = prepare_batch(config, properties, run_id=context["run_id"], airflow_run_state=run_state)
     if batch.is_empty:
-        log.info("pipeline '%s': nothing new; the ingest task will be skipped (no Spark launch)", pipeline)
+        log.info("pipeline '%s': nothing to read; the ingest task will be skipped (no Spark launch)", pipeline)
     return batch.to_json()
 
 

@@ -65,3 +65,32 @@ def test_a_broken_pipeline_does_not_take_the_others_down(dagbag):
     bag = dagbag(FIXTURES / "good" / "orders.yaml", FIXTURES / "broken" / "unknown_key.yaml")
     assert "tidemark_ingest__orders" in bag.dags
     assert "tidemark_ingest__unknown_key" not in bag.dags
+
+
+def test_the_trigger_form_validates_with_json_schema(dagbag):
+    from airflow.sdk import ParamsDict
+    from airflow.sdk.exceptions import ParamValidationError
+
+    bag = dagbag(FIXTURES / "good" / "orders.yaml")
+    form = bag.dags["tidemark_ingest__orders"].params
+    assert form["mode"] == "incremental" and form["on_empty_window"] == "skip"
+
+    def validate(**values):
+        params = ParamsDict({k: form.get_param(k) for k in form})
+        for key, value in values.items():
+            params[key] = value
+        return params.validate()
+
+    assert validate(mode="capped", max_records=100)["max_records"] == 100
+    assert validate(mode="backfill_offsets", offsets=[{"topic": "orders", "partition": 0, "start": 1, "end": 5}])
+    for bad in ({"mode": "turbo"}, {"max_records": 0}, {"max_records": "ten"}, {"on_empty_window": "maybe"},
+                {"offsets": [{"topic": "orders", "partition": -1, "start": 0, "end": 1}]},
+                {"offsets": [{"topic": "orders", "partition": 0, "start": 0}]}):
+        with pytest.raises(ParamValidationError):
+            validate(**bad)
+
+
+def test_scheduled_dags_have_data_intervals_for_native_backfill(dagbag):
+    bag = dagbag(FIXTURES / "good" / "payments.yaml")
+    timetable = bag.dags["tidemark_ingest__payments"].timetable
+    assert type(timetable).__name__ == "CronDataIntervalTimetable"
