@@ -53,8 +53,8 @@ class Stack:
     def airflow(self, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
         return subprocess.run([AIRFLOW, *args], env=self.env, capture_output=True, text=True, timeout=timeout)
 
-    def run_dag(self, dag_id: str) -> DagRun:
-        result = self.airflow("dags", "test", dag_id)
+    def run_dag(self, dag_id: str, conf: dict | None = None) -> DagRun:
+        result = self.airflow("dags", "test", dag_id, *(["-c", json.dumps(conf)] if conf else []))
         log = result.stdout + result.stderr
         match = re.search(r"DagRun Finished: dag_id=\S+, logical_date=[^,]*, run_id=([^,]+),.*?state=(\w+)", log)
         assert result.returncode == 0 and match, f"`airflow dags test {dag_id}` failed:\n{log[-6000:]}"
