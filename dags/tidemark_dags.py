@@ -1,4 +1,4 @@
-"""Tidemark: one ingest DAG per pipeline YAML in dags/pipelines/ (or TIDEMARK_PIPELINES_DIR).
+"""Tidemark: one ingest DAG and one replay DAG per pipeline YAML in dags/pipelines/ (or TIDEMARK_PIPELINES_DIR).
 Parsing this file reads the YAML files and nothing else: no Kafka, Delta or Spark calls."""
 
 from __future__ import annotations
@@ -6,10 +6,11 @@ from __future__ import annotations
 import logging
 
 from tidemark.config import load_all
-from tidemark_airflow.dag_builder import build_ingest_dag
+from tidemark_airflow.dag_builder import build_ingest_dag, build_replay_dag
 
 pipelines, broken = load_all()
 for problem in broken.values():
     logging.getLogger("tidemark").error("skipping a broken pipeline file: %s", problem)
 for config in pipelines.values():
     globals()[config.dag_id] = build_ingest_dag(config)
+    globals()[f"tidemark_replay__{config.name}"] = build_replay_dag(config)

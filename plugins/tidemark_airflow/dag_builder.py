@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 
 from tidemark.config import PipelineConfig
+from tidemark.resets import SCENARIOS
 from tidemark_airflow.run_modes import MODES
 
 DEFAULT_START = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
@@ -85,4 +86,47 @@ def build_ingest_dag(config: PipelineConfig):
         report = PythonOperator(task_id="report", python_callable=tasks.report,
                                 op_kwargs={"pipeline": config.name}, trigger_rule="none_failed")
         plan >> gate >> ingest >> report
+    return dag
+
+
+def replay_form():
+    """The replay DAG's form: kafka-consumer-groups' reset vocabulary, dry run by default."""
+    from airflow.sdk import Param
+
+    return {
+        "scenario": Param("to-earliest", type="string", enum=list(SCENARIOS), title="Reset",
+                          description="to-earliest, to-latest, to-offset (offset), shift-by (shift), to-datetime "
+                                      "(datetime), by-duration (duration), from-file (offsets_file)"),
+        "scope": Param([], type="array", items={"type": "string", "minLength": 1}, title="Scope",
+                       description="empty: every partition; 'orders': one topic; 'orders:0,2': some partitions"),
+        "offset": Param(None, type=["null", "integer"], minimum=0, title="Offset (to-offset)"),
+        "shift": Param(None, type=["null", "integer"], title="Shift by (shift-by; negative goes back)"),
+        "datetime": Param(None, type=["null", "string"], title="Date-time (to-datetime)",
+                          description="ISO-8601, UTC if no zone"),
+        "duration": Param(None, type=["null", "string"], title="Duration (by-duration)",
+                          description="ISO-8601 duration back from now: PT30M, PT2H, P1D"),
+        "offsets_file": Param(None, type=["null", "string"], title="Offsets (from-file)",
+                              description="CSV lines topic,partition,offset"),
+        "dry_run": Param(True, type="boolean", title="Dry run",
+                         description="on: show what would change and change nothing"),
+        "reason": Param("", type="string", title="Reason",
+                        description="why; written to the ledger (required to apply)"),
+    }
+
+
+def build_replay_dag(config: PipelineConfig):
+    from airflow.providers.standard.operators.python import PythonOperator
+    from airflow.sdk import DAG
+
+    from tidemark_airflow import tasks
+
+    with DAG(dag_id=f"tidemark_replay__{config.name}", schedule=None, start_date=DEFAULT_START, catchup=False,
+             max_active_runs=1, params=replay_form(), tags=["tidemark", "replay", f"pipeline:{config.name}"],
+             description=f"Reset the committed offsets of {config.name}",
+             doc_md=f"### Replay `{config.name}`\n\nMove the pipeline's committed offsets with the vocabulary of "
+                    f"`kafka-consumer-groups --reset-offsets`. **Dry run by default.** An applied reset is an "
+                    f"audited `reset` row in the ledger; re-read records are deduplicated on their Kafka "
+                    f"coordinates.\n\n" + doc_md(config)) as dag:
+        PythonOperator(task_id="reset", python_callable=tasks.replay, op_kwargs={"pipeline": config.name},
+                       retries=0)
     return dag

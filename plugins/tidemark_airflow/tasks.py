@@ -8,6 +8,7 @@ from tidemark import settings
 from tidemark.backfill import prepare_backfill
 from tidemark.commit import BatchPlan
 from tidemark.config import find_pipeline
+from tidemark.errors import PipelineBusyError
 from tidemark.runs import mirror_to_consumer_group, partition_status, prepare_batch
 from tidemark_airflow.connections import kafka_properties
 from tidemark_airflow.run_modes import decide_run
@@ -62,3 +63,31 @@ def report(pipeline: str, **context) -> list[dict]:
                  row["committed_offset"], row["latest_offset"], row["lag"], row["last_batch_id"])
     log.info("  total lag: %d", sum(r["lag"] or 0 for r in rows))
     return rows
+
+
+def replay(pipeline: str, **context) -> dict:
+    """The replay DAG's task: plan (dry run) or apply an offset reset from the form. Refused while
+    a run of the pipeline's ingest DAG is active."""
+    from tidemark.replay import ResetRequest, reset_offsets
+
+    config = find_pipeline(pipeline)
+    params = dict(context.get("params") or {})
+    active = context["ti"].get_dr_count(dag_id=config.dag_id, states=["queued", "running"])
+    if active:
+        raise PipelineBusyError(f"{active} run(s) of {config.dag_id} are active; nothing was changed. Retry the "
+                                f"replay when they have finished.", pipeline=pipeline)
+    request = ResetRequest(params["scenario"], tuple(params.get("scope") or ()), offset=params.get("offset"),
+                           shift=params.get("shift"), datetime=params.get("datetime"),
+                           duration=params.get("duration"), offsets_file=params.get("offsets_file"),
+                           execute=not params.get("dry_run", True), reason=params.get("reason"),
+                           actor=f"{context['dag'].dag_id}/{context['run_id']}")
+    outcome = reset_offsets(config, kafka_properties(config.kafka_conn_id, config.name), request)
+    log.info("pipeline '%s': %s (%s)", pipeline, "reset APPLIED" if outcome.executed else "DRY RUN, nothing changed",
+             request.scenario)
+    for row in outcome.plan.as_table():
+        log.info("  %s:%s current=%s new=%s change=%s", row["topic"], row["partition"], row["current"], row["new"],
+                 row["change"])
+    for warning in outcome.plan.warnings:
+        log.warning("  %s", warning)
+    return {"executed": outcome.executed, "ledger_entry": outcome.batch_id, "rows": outcome.plan.as_table(),
+            "warnings": outcome.plan.warnings}

@@ -37,7 +37,10 @@ def dagbag(tmp_path, monkeypatch):
 def test_one_dag_per_pipeline_and_no_import_errors(dagbag):
     bag = dagbag(FIXTURES / "good" / "orders.yaml", FIXTURES / "good" / "payments.yaml")
     assert bag.import_errors == {}
-    assert sorted(bag.dags) == ["tidemark_ingest__orders", "tidemark_ingest__payments"]
+    assert sorted(bag.dags) == ["tidemark_ingest__orders", "tidemark_ingest__payments", "tidemark_replay__orders",
+                                "tidemark_replay__payments"]
+    replay = bag.dags["tidemark_replay__orders"]
+    assert replay.params["dry_run"] is True and replay.schedule is None
     dag = bag.dags["tidemark_ingest__orders"]
     assert dag.max_active_runs == 1
     assert "tidemark" in dag.tags
