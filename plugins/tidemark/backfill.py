@@ -93,7 +93,7 @@ def prepare_backfill(config: PipelineConfig, kafka_properties: Mapping[str, str]
         state = ledger.state(config.name)
     with KafkaOffsets(kafka_properties, isolation_level=config.isolation_level, pipeline=config.name,
                       timeout_ms=config.kafka_timeout_seconds * 1000) as kafka:
-        tps = kafka.partitions(config.topics)
+        tps = kafka.partitions(config.select_topics(kafka.topic_names()))
         earliest, latest = kafka.earliest(tps), kafka.latest(tps)
         if request.window is not None:
             start, end = request.window

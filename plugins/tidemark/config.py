@@ -3,6 +3,8 @@ unknown keys. Errors name the file, the field and what is accepted."""
 
 from __future__ import annotations
 
+import datetime as dt
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -11,22 +13,26 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError,
 
 from tidemark import settings
 from tidemark.errors import ConfigError
-from tidemark.records import RecordFormat, parse_field_type
+from tidemark.records import BATCH_COLUMNS, DATE_COLUMN, KAFKA_COLUMNS, RecordFormat, parse_field_type
 
 NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$"
 
 
 class PipelineConfig(BaseModel):
-    """One pipeline: Kafka topics into one Delta table. Only ``name``, ``topics`` and ``table``
-    are required."""
+    """One pipeline: Kafka topics into one Delta table. Only ``name``, ``topics`` (or
+    ``topic_pattern``) and ``table`` are required."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(pattern=NAME_PATTERN)
     """Pipeline name: letters, digits, ``_ . -``. Plays the role of a Kafka consumer group id."""
 
-    topics: list[str] = Field(min_length=1)
-    """Kafka topics to ingest (at least one)."""
+    topics: list[str] = Field(default_factory=list)
+    """Kafka topics to ingest; give ``topics`` or ``topic_pattern``."""
+
+    topic_pattern: str | None = None
+    """A regular expression: every topic whose whole name matches it, resolved at each plan (topics
+    created later are picked up from ``starting_offsets``)."""
 
     table: str = Field(min_length=1)
     """Output Delta table: relative to ``TIDEMARK_LAKE_ROOT``, or an absolute path or URI."""
@@ -40,8 +46,13 @@ class PipelineConfig(BaseModel):
     spark_conn_id: str = "spark_default"
     """Airflow Connection of the Spark master (``local[2]``, ``spark://host:7077``, ...)."""
 
-    starting_offsets: Literal["earliest", "latest"] = "earliest"
-    """Where a partition with no committed offset starts."""
+    starting_offsets: str = "earliest"
+    """Where a partition with no committed offset starts: ``earliest``, ``latest``, or an ISO-8601
+    date-time (the first offset at or after it; the latest offset when no record is that new)."""
+
+    partition_by: list[str] = Field(default_factory=list)
+    """Output partition columns: any output column, or ``kafka_date`` (the UTC date of
+    ``kafka_timestamp``, added as a column)."""
 
     on_data_loss: Literal["fail", "skip"] = "fail"
     """What to do when the committed offset has been deleted by retention."""
@@ -98,6 +109,75 @@ class PipelineConfig(BaseModel):
             raise ValueError("topics are listed more than once")
         return topics
 
+    @field_validator("schedule")
+    @classmethod
+    def _schedule_is_cron(cls, schedule: str | None) -> str | None:
+        from croniter import croniter
+
+        if schedule is not None and not croniter.is_valid(schedule):
+            raise ValueError(f"'{schedule}' is not a cron expression or preset (for example '*/15 * * * *', "
+                             "'@hourly', '@daily'); use null for manual runs only")
+        return schedule
+
+    @field_validator("topic_pattern")
+    @classmethod
+    def _pattern_compiles(cls, pattern: str | None) -> str | None:
+        if pattern is not None:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"'{pattern}' is not a valid regular expression ({exc})") from None
+        return pattern
+
+    @field_validator("starting_offsets")
+    @classmethod
+    def _start_is_known(cls, value: str) -> str:
+        if value not in ("earliest", "latest"):
+            try:
+                dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+            except ValueError:
+                raise ValueError(f"'{value}' is not 'earliest', 'latest' or an ISO-8601 date-time "
+                                 "(for example 2026-01-31T00:00:00Z)") from None
+        return value
+
+    @model_validator(mode="after")
+    def _topics_or_pattern(self) -> PipelineConfig:
+        if bool(self.topics) == bool(self.topic_pattern):
+            raise ValueError("give exactly one of 'topics' (a list of names) or 'topic_pattern' (a regular "
+                             "expression)")
+        return self
+
+    @model_validator(mode="after")
+    def _partition_columns_exist(self) -> PipelineConfig:
+        payload = ["value"] if self.value_format == "raw" else list(self.value_schema or {})
+        allowed = [*KAFKA_COLUMNS, *payload, *BATCH_COLUMNS, DATE_COLUMN]
+        for column in self.partition_by:
+            if column not in allowed:
+                raise ValueError(f"partition_by: '{column}' is not an output column (one of {', '.join(allowed)})")
+        if len(set(self.partition_by)) != len(self.partition_by):
+            raise ValueError("partition_by lists a column more than once")
+        return self
+
+    @property
+    def start_time(self) -> dt.datetime | None:
+        """``starting_offsets`` as a UTC date-time, when it is one."""
+        if self.starting_offsets in ("earliest", "latest"):
+            return None
+        when = dt.datetime.fromisoformat(self.starting_offsets.replace("Z", "+00:00"))
+        return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
+
+    def select_topics(self, available: set[str]) -> list[str]:
+        """The pipeline's topics among those the cluster has: the listed ones (all of them, checked
+        by the caller), or every topic whose whole name matches ``topic_pattern``."""
+        if self.topics:
+            return list(self.topics)
+        pattern = re.compile(self.topic_pattern or "")
+        return sorted(t for t in available if pattern.fullmatch(t) and not t.startswith("__"))
+
+    @property
+    def topics_label(self) -> str:
+        return ", ".join(self.topics) if self.topics else f"topics matching /{self.topic_pattern}/"
+
     @model_validator(mode="after")
     def _schema_goes_with_json(self) -> PipelineConfig:
         if self.value_format == "json" and not self.value_schema:
@@ -105,7 +185,10 @@ class PipelineConfig(BaseModel):
         if self.value_format == "raw" and self.value_schema:
             raise ValueError("value_schema is only used with value_format: json")
         for name, declared in (self.value_schema or {}).items():
-            parse_field_type(name, declared)
+            try:
+                parse_field_type(name, declared)
+            except ValueError as exc:
+                raise ValueError(f"value_schema: {exc}") from None
         return self
 
     @property
@@ -135,9 +218,8 @@ def _describe(error: dict) -> str:
         return f"unknown key '{field}' (accepted keys: {accepted})"
     if error["type"] == "missing":
         return f"'{field}' is required"
-    if error["type"] == "value_error" and not error["loc"]:
-        return str(error["msg"]).removeprefix("Value error, ")
-    return f"'{field}': {error['msg']}"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return message if not error["loc"] else f"'{field}': {message}"
 
 
 def parse_pipeline(data: object, source: str) -> PipelineConfig:

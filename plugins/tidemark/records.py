@@ -12,7 +12,7 @@ SIMPLE_TYPES = {"string", "boolean", "int", "integer", "bigint", "long", "smalli
                 "date", "timestamp"}
 DECIMAL = re.compile(r"^decimal\(\s*(\d{1,2})\s*,\s*(\d{1,2})\s*\)$")
 RESERVED_COLUMNS = {"kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key", "kafka_headers",
-                    "ingest_batch_id", "ingested_at", "value", "error", "pipeline"}
+                    "ingest_batch_id", "ingested_at", "value", "error", "pipeline", "kafka_date"}
 
 
 @dataclass(frozen=True)
@@ -63,3 +63,18 @@ def parse_field_type(name: str, declared: str) -> Field:
         accepted = ", ".join(sorted(SIMPLE_TYPES)) + ", decimal(p,s)"
         raise ValueError(f"field '{name}': unknown type '{declared}' (accepted: {accepted}; add '?' for optional)")
     return Field(name, base, required)
+
+
+DATE_COLUMN = "kafka_date"
+"""Derived output column (the UTC date of ``kafka_timestamp``), present when it partitions the table."""
+KAFKA_COLUMNS = ["kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key", "kafka_headers"]
+BATCH_COLUMNS = ["ingest_batch_id", "ingested_at"]
+DEAD_LETTER_COLUMNS = ["pipeline", *KAFKA_COLUMNS, "value", "error", *BATCH_COLUMNS]
+
+
+def output_columns(fmt: RecordFormat, partition_by: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """The output table's columns: Kafka coordinates, the payload (raw ``value`` or the declared
+    JSON fields), the batch id and ingestion time, and ``kafka_date`` when it partitions the table."""
+    payload = ["value"] if fmt.value_format == "raw" else [f.name for f in fmt.fields]
+    derived = [DATE_COLUMN] if DATE_COLUMN in partition_by else []
+    return [*KAFKA_COLUMNS, *payload, *BATCH_COLUMNS, *derived]

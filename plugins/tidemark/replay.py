@@ -64,9 +64,10 @@ def reset_offsets(config: PipelineConfig, kafka_properties: Mapping[str, str], r
     file_offsets = parse_offsets_file(request.offsets_file, config.name) if request.scenario == "from-file" else None
     with KafkaOffsets(kafka_properties, isolation_level=config.isolation_level, pipeline=config.name,
                       timeout_ms=config.kafka_timeout_seconds * 1000) as kafka:
-        tps = kafka.partitions(config.topics)
+        tps = kafka.partitions(config.select_topics(kafka.topic_names()))
         scope = parse_scope(list(request.scopes), tps, config.name)
         earliest, latest = kafka.earliest(tps), kafka.latest(tps)
+        topic_ids = kafka.topic_ids({tp.topic for tp in scope})  # a reset onto a recreated topic adopts its new id
         time_offsets = None
         if request.scenario in ("to-datetime", "by-duration"):
             when = _resolve_time(request, config.name, clock or dt.datetime.now(dt.UTC))
@@ -79,7 +80,8 @@ def reset_offsets(config: PipelineConfig, kafka_properties: Mapping[str, str], r
     at = now()
     rows = [LedgerRow(config.name, batch_id, "reset", COMMITTED, r.tp.topic, r.tp.partition,
                       r.current if r.current is not None else r.new, r.new, record_count=0, dead_letter_count=0,
-                      dag_run_id=request.actor, reason=request.reason, planned_at=at, committed_at=at)
+                      dag_run_id=request.actor, reason=request.reason, planned_at=at, committed_at=at,
+                      topic_id=topic_ids.get(r.tp.topic))
             for r in plan.rows]
     ledger.append(rows, expected=state.fingerprint, what="resetting offsets")
     log.warning("pipeline '%s': offsets reset (%s) by %s as ledger entry %d: %s", config.name, request.scenario,

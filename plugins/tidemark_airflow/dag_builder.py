@@ -14,10 +14,12 @@ DEFAULT_START = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 
 def doc_md(config: PipelineConfig) -> str:
     """The DAG's documentation, rendered from the pipeline."""
-    facts = [("topics", ", ".join(config.topics)), ("table", f"`{config.table_uri}`"),
+    facts = [("topics", config.topics_label), ("table", f"`{config.table_uri}`"),
              ("Kafka connection", f"`{config.kafka_conn_id}`"), ("Spark connection", f"`{config.spark_conn_id}`"),
              ("start (new partitions)", config.starting_offsets), ("on data loss", config.on_data_loss),
-             ("isolation", config.isolation_level), ("max records per run", config.max_records_per_run or "no cap")]
+             ("isolation", config.isolation_level),
+             ("partitioned by", ", ".join(config.partition_by) or "none"),
+             ("max records per run", config.max_records_per_run or "no cap")]
     table = "\n".join(f"| {k} | {v} |" for k, v in facts)
     return f"### Tidemark pipeline `{config.name}`\n\n{config.description}\n\n| | |\n|---|---|\n{table}\n"
 

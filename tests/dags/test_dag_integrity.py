@@ -64,10 +64,16 @@ def test_parsing_loads_no_spark_kafka_or_delta_client(tmp_path):
     assert not (tmp_path / "lake").exists()
 
 
-def test_a_broken_pipeline_does_not_take_the_others_down(dagbag):
-    bag = dagbag(FIXTURES / "good" / "orders.yaml", FIXTURES / "broken" / "unknown_key.yaml")
-    assert "tidemark_ingest__orders" in bag.dags
-    assert "tidemark_ingest__unknown_key" not in bag.dags
+def test_a_broken_pipeline_is_an_import_error_naming_file_and_field_and_the_others_load(dagbag):
+    bag = dagbag(FIXTURES / "good" / "orders.yaml", FIXTURES / "good" / "payments.yaml",
+                 FIXTURES / "broken" / "unknown_key.yaml", FIXTURES / "broken" / "bad_cap.yaml")
+    assert sorted(bag.dags) == ["tidemark_ingest__orders", "tidemark_ingest__payments", "tidemark_replay__orders",
+                                "tidemark_replay__payments"]
+    assert list(bag.import_errors) == [str(ROOT / "dags" / "tidemark_pipeline_errors.py")]
+    message = next(iter(bag.import_errors.values()))
+    assert "2 broken pipeline file(s)" in message
+    assert "unknown_key.yaml: unknown key 'colour'" in message
+    assert "bad_cap.yaml: 'max_records_per_run'" in message
 
 
 def test_the_trigger_form_validates_with_json_schema(dagbag):

@@ -152,3 +152,40 @@ def test_cli_reset_dry_run_execute_and_history(kafka_bootstrap, tmp_path):
 
     bad = cli("offsets", "reset", topic, "--to-datetime", "soon")
     assert bad.returncode == 2 and "not an ISO-8601 date-time" in bad.stderr
+
+
+def test_each_scenario_executed_moves_the_position_and_the_next_run_adds_no_duplicates(loaded, spark):
+    """One topic, every scenario in turn: dry run changes nothing, execute moves the position to the
+    planned offsets, the next run reads from there and the output stays unique on the coordinates."""
+    config, topic = loaded
+    ledger = Ledger(settings.ledger_uri())
+    start = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
+    cases = [  # (request, new position of partitions 0 and 1)
+        (ResetRequest("to-earliest"), {0: 0, 1: 0}),
+        (ResetRequest("to-offset", (f"{topic}:1",), offset=4), {0: 10, 1: 4}),
+        (ResetRequest("shift-by", shift=-3), {0: 7, 1: 7}),
+        (ResetRequest("to-datetime", datetime=start.isoformat()), {0: 0, 1: 0}),
+        (ResetRequest("by-duration", duration="PT10M"), {0: 0, 1: 0}),
+        (ResetRequest("from-file", offsets_file=f"{topic},0,2\n{topic},1,9\n"), {0: 2, 1: 9}),
+        (ResetRequest("to-latest"), {0: 13, 1: 13}),  # after 6 new records: they are skipped on purpose
+    ]
+    for request, expected in cases:
+        if request.scenario == "to-latest":
+            helpers.produce(topic, 6, start=100)
+        version = ledger.version()
+        dry = reset_offsets(config, props(), request)
+        assert ledger.version() == version, f"{request.scenario}: a dry run wrote to the ledger"
+        assert {r["partition"]: r["new"] for r in dry.plan.as_table()} == {
+            p: n for p, n in expected.items() if not request.scopes or p == 1}, request.scenario
+        executed = reset_offsets(config, props(), ResetRequest(**{**request.__dict__, "execute": True,
+                                                                   "reason": f"test {request.scenario}"}))
+        assert executed.executed
+        positions = ledger.state(topic).positions
+        assert {tp.partition: o for tp, o in positions.items()} == expected, request.scenario
+        ingested(config, spark)
+        assert {tp.partition: o for tp, o in ledger.state(topic).positions.items()} == helpers.end_offsets(topic)
+        stats = helpers.query(config.table_uri, "SELECT COUNT(*) AS n, COUNT(DISTINCT (kafka_partition, "
+                                                "kafka_offset)) AS uniq FROM t")[0]
+        assert stats["n"] == stats["uniq"] == 20, f"{request.scenario}: {stats}"
+    kinds = [r.kind for r in ledger.rows(topic) if r.status == "committed"]
+    assert kinds.count("reset") >= 12  # one row per partition moved, per executed scenario

@@ -29,27 +29,59 @@ def test_every_option_parses_and_uris_pass_through():
 
 def test_documented_defaults_match_the_model():
     fields = PipelineConfig.model_fields
-    assert {n for n, f in fields.items() if f.is_required()} == {"name", "topics", "table"}
+    assert {n for n, f in fields.items() if f.is_required()} == {"name", "table"}
+    documented = (Path(__file__).resolve().parents[2] / "docs" / "CONFIGURATION.md").read_text()
+    for name in fields:
+        assert f"| `{name}` |" in documented, f"docs/CONFIGURATION.md does not document '{name}'"
 
 
-@pytest.mark.parametrize(("fixture", "expected"), [
-    ("unknown_key", r"unknown key 'colour' \(accepted keys: name, topics, table"),
-    ("missing_table", r"'table' is required"),
-    ("empty_topics", r"'topics': List should have at least 1 item"),
-    ("bad_topic", r"'no spaces allowed' is not a valid Kafka topic name"),
-    ("bad_policy", r"'on_data_loss': Input should be 'fail' or 'skip'"),
-    ("bad_cap", r"'max_records_per_run': Input should be greater than 0"),
-    ("not_yaml", r"not valid YAML"),
-    ("name_mismatch", r"'name' is 'other_name' but the file is named 'name_mismatch.yaml'"),
-    ("not_mapping", r"expected a mapping of keys"),
-    ("bad_name", r"'name': String should match pattern"),
-    ("dup_topics", r"topics are listed more than once"),
-])
+# One broken fixture per validation rule, with the message a user sees.
+BROKEN = {
+    "unknown_key": r"unknown key 'colour' \(accepted keys: name, topics, topic_pattern, table",
+    "missing_table": r"'table' is required",
+    "empty_table": r"'table': String should have at least 1 character",
+    "empty_topics": r"give exactly one of 'topics' \(a list of names\) or 'topic_pattern'",
+    "topics_and_pattern": r"give exactly one of 'topics' .* or 'topic_pattern' \(a regular expression\)",
+    "topics_not_list": r"'topics': Input should be a valid list",
+    "bad_topic": r"'topics': 'no spaces allowed' is not a valid Kafka topic name",
+    "dup_topics": r"'topics': topics are listed more than once",
+    "bad_pattern": r"'topic_pattern': 'orders-\(\[' is not a valid regular expression",
+    "bad_start": r"'starting_offsets': 'yesterday' is not 'earliest', 'latest' or an ISO-8601 date-time",
+    "bad_policy": r"'on_data_loss': Input should be 'fail' or 'skip'",
+    "bad_isolation": r"'isolation_level': Input should be 'read_committed' or 'read_uncommitted'",
+    "bad_cap": r"'max_records_per_run': Input should be greater than 0",
+    "bad_schedule": r"'schedule': '61 \* \* \* \*' is not a cron expression or preset",
+    "bad_spark_conf": r"'spark_conf': Input should be a valid dictionary",
+    "bad_timeout": r"'kafka_timeout_seconds': Input should be greater than 0",
+    "bad_mirror": r"'mirror_consumer_group': Input should be a valid boolean",
+    "bad_format": r"'value_format': Input should be 'raw' or 'json'",
+    "json_without_schema": r"value_format 'json' needs a value_schema",
+    "schema_without_json": r"value_schema is only used with value_format: json",
+    "bad_field_type": r"value_schema: field 'id': unknown type 'integerish' \(accepted: bigint",
+    "reserved_field": r"value_schema: field name 'kafka_offset' clashes with a column Tidemark adds",
+    "bad_value_bytes": r"'max_value_bytes': Input should be greater than 0",
+    "bad_bad_record": r"'on_bad_record': Input should be 'dead_letter' or 'fail'",
+    "bad_partition_by": r"partition_by: 'country' is not an output column \(one of kafka_topic",
+    "dup_partition_by": r"partition_by lists a column more than once",
+    "bad_retries": r"'retries': Input should be less than or equal to 20",
+    "bad_retry_delay": r"'retry_delay_seconds': Input should be greater than 0",
+    "not_yaml": r"not valid YAML",
+    "name_mismatch": r"'name' is 'other_name' but the file is named 'name_mismatch.yaml'",
+    "not_mapping": r"expected a mapping of keys",
+    "bad_name": r"'name': String should match pattern",
+}
+
+
+def test_every_broken_fixture_has_an_expected_message():
+    assert sorted(BROKEN) == sorted(p.stem for p in (FIXTURES / "broken").glob("*.yaml"))
+
+
+@pytest.mark.parametrize(("fixture", "expected"), sorted(BROKEN.items()))
 def test_each_broken_fixture_names_the_file_and_the_problem(fixture, expected):
     path = FIXTURES / "broken" / f"{fixture}.yaml"
     with pytest.raises(ConfigError, match=expected) as err:
         load_pipeline(path)
-    assert str(path) in str(err.value)
+    assert str(err.value).startswith(f"{path}: ")
 
 
 def test_load_all_keeps_good_pipelines_beside_broken_ones(tmp_path):
@@ -65,3 +97,19 @@ def test_find_pipeline_lists_the_known_ones(tmp_path):
     (tmp_path / "orders.yaml").write_text((FIXTURES / "good" / "orders.yaml").read_text())
     with pytest.raises(ConfigError, match=r"no pipeline 'nope' .* \(known: orders\)"):
         find_pipeline("nope", tmp_path)
+
+
+def test_topic_pattern_selects_whole_names_and_skips_internal_topics(tmp_path):
+    config = PipelineConfig(name="p", topic_pattern=r"orders\.(eu|us)", table="t")
+    available = {"orders.eu", "orders.us", "orders.eu.dlq", "xorders.eu", "__consumer_offsets"}
+    assert config.select_topics(available) == ["orders.eu", "orders.us"]
+    assert config.topics_label == r"topics matching /orders\.(eu|us)/"
+    assert PipelineConfig(name="p", topics=["b", "a"], table="t").select_topics(set()) == ["b", "a"]
+
+
+def test_starting_offsets_accepts_a_date_time_in_utc():
+    import datetime as dt
+
+    config = PipelineConfig(name="p", topics=["a"], table="t", starting_offsets="2026-01-31T12:00:00")
+    assert config.start_time == dt.datetime(2026, 1, 31, 12, tzinfo=dt.UTC)
+    assert PipelineConfig(name="p", topics=["a"], table="t").start_time is None

@@ -1,0 +1,16 @@
+"""Tidemark: surfaces broken pipeline YAML files as Airflow DAG import errors.
+
+Every valid pipeline gets its DAGs from tidemark_dags.py; this separate file fails to import when
+any pipeline file is broken, so the Airflow UI's "DAG Import Errors" names the file and the field
+while the other pipelines' DAGs keep loading. It defines no DAG.
+"""
+
+from __future__ import annotations
+
+from tidemark.config import load_all
+from tidemark.errors import ConfigError
+
+_, broken = load_all()
+if broken:
+    raise ConfigError(f"{len(broken)} broken pipeline file(s); their DAGs are not loaded, the other pipelines' "
+                      "DAGs are unaffected:\n" + "\n".join(f"- {problem}" for problem in broken.values()))

@@ -1,0 +1,82 @@
+"""Pipeline options against the real broker, Spark and Delta: topic patterns (new topics picked up),
+a date-time start position, and output partition columns."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+
+import pytest
+
+from spark_jobs import ingest
+from tests import helpers
+from tidemark.config import parse_pipeline
+from tidemark.offsets import OffsetRange
+from tidemark.runs import prepare_batch
+
+pytestmark = pytest.mark.integration
+
+
+def props() -> dict[str, str]:
+    return {"bootstrap.servers": helpers.bootstrap()}
+
+
+def test_a_topic_pattern_reads_every_matching_topic_and_picks_up_new_ones(kafka_bootstrap, spark, lake):
+    prefix = helpers.unique("pat")
+    first = helpers.create_topic(f"{prefix}.eu", partitions=2)
+    helpers.create_topic(f"{prefix}.eu.audit", partitions=1)  # does not match the whole pattern
+    helpers.produce(first, 6)
+    helpers.produce(f"{prefix}.eu.audit", 5)
+    config = parse_pipeline({"name": prefix, "topic_pattern": rf"{prefix}\.(eu|us)", "table": prefix}, "test")
+
+    plan = prepare_batch(config, props())
+    assert plan.ranges == [OffsetRange(first, 0, 0, 3), OffsetRange(first, 1, 0, 3)]
+    ingest.run(spark, plan, props(), "read_committed")
+
+    second = helpers.create_topic(f"{prefix}.us", partitions=1)
+    helpers.produce(second, 4)
+    helpers.produce(first, 2)
+    plan = prepare_batch(config, props())
+    assert plan.ranges == [OffsetRange(first, 0, 3, 4), OffsetRange(first, 1, 3, 4), OffsetRange(second, 0, 0, 4)]
+    ingest.run(spark, plan, props(), "read_committed")
+    rows = helpers.query(config.table_uri, "SELECT kafka_topic, COUNT(*) AS n, COUNT(DISTINCT kafka_offset) AS d "
+                                           "FROM t GROUP BY kafka_topic ORDER BY kafka_topic")
+    assert rows == [{"kafka_topic": first, "n": 8, "d": 4}, {"kafka_topic": second, "n": 4, "d": 4}]
+
+
+def test_a_date_time_start_skips_older_records_of_new_partitions(kafka_bootstrap, spark, lake):
+    topic = helpers.create_topic(helpers.unique("since"), partitions=2)
+    helpers.produce(topic, 4)  # 2 per partition, before the start time
+    time.sleep(1.1)
+    since = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    time.sleep(1.1)
+    helpers.produce(topic, 6, start=100)  # 3 per partition, after it
+    config = parse_pipeline({"name": topic, "topics": [topic], "table": topic,
+                             "starting_offsets": since.isoformat()}, "test")
+    plan = prepare_batch(config, props())
+    assert plan.ranges == [OffsetRange(topic, 0, 2, 5), OffsetRange(topic, 1, 2, 5)]
+    ingest.run(spark, plan, props(), "read_committed")
+    ids = helpers.query(config.table_uri, "SELECT kafka_offset FROM t ORDER BY kafka_partition, kafka_offset")
+    assert [r["kafka_offset"] for r in ids] == [2, 3, 4, 2, 3, 4]
+
+    future = parse_pipeline({"name": f"{topic}_future", "topics": [topic], "table": f"{topic}_future",
+                             "starting_offsets": "2999-01-01T00:00:00Z"}, "test")
+    assert prepare_batch(future, props()).is_empty  # nothing that new: start at the latest offset
+
+
+def test_partition_by_kafka_date_partitions_the_output(kafka_bootstrap, spark, lake):
+    topic = helpers.create_topic(helpers.unique("bydate"), partitions=1)
+    helpers.produce(topic, 5)
+    config = parse_pipeline({"name": topic, "topics": [topic], "table": topic, "value_format": "json",
+                             "value_schema": {"order_id": "bigint", "amount": "double"},
+                             "partition_by": ["kafka_date"]}, "test")
+    ingest.run(spark, prepare_batch(config, props()), props(), "read_committed")
+
+    from deltalake import DeltaTable
+
+    table = DeltaTable(config.table_uri)
+    assert table.metadata().partition_columns == ["kafka_date"]
+    rows = helpers.query(config.table_uri, "SELECT COUNT(*) AS n, SUM(order_id) AS s, "
+                                           "COUNT(CASE WHEN kafka_date = CAST(kafka_timestamp AS DATE) THEN 1 END) "
+                                           "AS dated FROM t")
+    assert rows == [{"n": 5, "s": 10, "dated": 5}]
