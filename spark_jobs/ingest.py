@@ -9,6 +9,7 @@ TIDEMARK_KAFKA_PROPERTIES (JSON), never from the command line.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -17,7 +18,7 @@ import sys
 
 from tidemark import faults
 from tidemark.commit import BatchPlan, check_read, finalize_batch, output_txn_version
-from tidemark.errors import BadRecordsError, PipelineBusyError, PlanMismatchError
+from tidemark.errors import BadRecordsError, KafkaUnavailableError, PipelineBusyError, PlanMismatchError
 from tidemark.ledger import Ledger
 
 log = logging.getLogger("tidemark.ingest")
@@ -54,10 +55,10 @@ def check_plan_is_frozen(plan: BatchPlan) -> None:
             f"not to this run ('{plan.run_id}'). This job wrote nothing.", pipeline=plan.pipeline)
 
 
-def build_session():
+def build_session(pipeline: str = "ingest"):
     from pyspark.sql import SparkSession
 
-    return (SparkSession.builder.appName("tidemark-ingest")
+    return (SparkSession.builder.appName(f"tidemark-{pipeline}")
             .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
             .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
             .config("spark.sql.session.timeZone", "UTC")
@@ -65,6 +66,33 @@ def build_session():
             # the small logs of ingestion tables on a small driver.
             .config("spark.databricks.delta.snapshotPartitions", "4")
             .getOrCreate())
+
+
+@contextlib.contextmanager
+def kafka_errors(plan: BatchPlan):
+    """Spark contacts Kafka lazily (when the read is planned and run): a Kafka failure there becomes
+    an error that names the batch and says what happens next."""
+    from tidemark import spark_io
+
+    try:
+        yield
+    except Exception as exc:
+        cause = spark_io.kafka_failure(exc)
+        if cause is None:
+            raise
+        if cause.startswith(("SaslAuthenticationException", "AuthenticationException")):
+            from tidemark.errors import KafkaAuthenticationError
+
+            raise KafkaAuthenticationError(
+                f"batch {plan.batch_id}: Kafka refused the credentials of the Kafka connection ({cause}). Nothing "
+                f"was written or committed; the batch stays planned and is read again once the connection's "
+                f"sasl.jaas.config (or sasl.username / sasl.password) is fixed.", pipeline=plan.pipeline) from None
+        ranges = ", ".join(f"{r.tp} [{r.start}, {r.end})" for r in plan.ranges)
+        raise KafkaUnavailableError(
+            f"batch {plan.batch_id}: Spark could not read {ranges} from Kafka within about "
+            f"{plan.kafka_timeout_seconds} s ({cause}). Nothing was written or committed; the batch stays "
+            f"planned and the next attempt (an Airflow retry or the next run) reads the same frozen ranges. Check "
+            f"the Kafka connection and that the brokers are up.", pipeline=plan.pipeline) from None
 
 
 def run(spark, plan: BatchPlan, properties: dict[str, str], isolation_level: str) -> None:
@@ -82,9 +110,11 @@ def run(spark, plan: BatchPlan, properties: dict[str, str], isolation_level: str
         rows = spark_io.to_rows(raw, plan.format, plan.batch_id, dt.datetime.now(dt.UTC))
         if plan.dedupe:
             rows = spark_io.drop_already_written(spark, rows, plan)
-        rows = rows.persist()
+        with kafka_errors(plan):
+            rows = rows.persist()
         try:
-            tallies = spark_io.tally(rows)
+            with kafka_errors(plan):
+                tallies = spark_io.tally(rows)
             check_read(plan, tallies)
             bad = sum(t.bad for t in tallies.values())
             log.info("pipeline '%s': batch %d read %d records (%d bad) from %d offsets", plan.pipeline, plan.batch_id,
@@ -112,11 +142,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     plan = BatchPlan.from_json(args.plan)
     properties = kafka_properties_from_env()
-    spark = build_session()
     try:
-        run(spark, plan, properties, args.isolation_level)
-    finally:
-        spark.stop()
+        spark = build_session(plan.pipeline)
+        try:
+            run(spark, plan, properties, args.isolation_level)
+        finally:
+            spark.stop()
+    except Exception as exc:
+        from tidemark.spark_io import error_chain
+
+        log.error("pipeline '%s': batch %d failed, nothing past the last completed step was committed (a retry "
+                  "resumes from there): %s", plan.pipeline, plan.batch_id, error_chain(exc))
+        raise
     return 0
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -48,6 +49,7 @@ def spark():
     session.sparkContext.setLogLevel("WARN")
     yield session
     session.stop()
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # py4j's goodbye messages race the closed log stream
 
 
 @pytest.fixture

@@ -14,6 +14,15 @@ def bootstrap() -> str:
     return f"127.0.0.1:{os.environ.get('KAFKA_PORT', '9092')}"
 
 
+def free_port() -> int:
+    """A TCP port nothing listens on right now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def unique(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:10]}"
 

@@ -43,6 +43,10 @@ class BatchPlan:
     records whose Kafka coordinates are already in the output or dead letters are skipped."""
     record_format: dict = field(default_factory=lambda: RecordFormat().to_dict())
     """How values are parsed and what makes a record bad (``records.RecordFormat`` as a dict)."""
+    partition_by: list[str] = field(default_factory=list)
+    """The output table's partition columns."""
+    kafka_timeout_seconds: int = 30
+    """How long the Spark read waits for Kafka before the batch fails (nothing committed)."""
 
     @property
     def format(self) -> RecordFormat:

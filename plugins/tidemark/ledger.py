@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -18,10 +20,15 @@ import pyarrow as pa
 from tidemark.errors import LedgerConflictError, PipelineBusyError
 from tidemark.offsets import OffsetRange, TopicPartition
 
+log = logging.getLogger(__name__)
+
 _CAS_ATTEMPTS = 20
+# A pipeline's small files (about one per batch) are compacted into one once there are this many.
+COMPACT_AFTER_FILES = 32
 PLANNED = "planned"
 COMMITTED = "committed"
 KIND_BATCH = "batch"
+KIND_GAP = "gap"
 # Kinds whose committed rows move the position (backfill rows are history only).
 POSITION_KINDS = ("batch", "reset", "gap")
 # Kinds whose rows wrote records to the output.
@@ -42,6 +49,9 @@ SCHEMA = pa.schema([
     pa.field("reason", pa.string()),
     pa.field("planned_at", pa.timestamp("us", tz="UTC")),
     pa.field("committed_at", pa.timestamp("us", tz="UTC")),
+    # Kafka's id of the topic the range was read from (changes when a topic is deleted and
+    # recreated). Added later: older ledgers gain the column on their next append, older rows read null.
+    pa.field("topic_id", pa.string()),
 ])
 
 
@@ -61,6 +71,7 @@ class LedgerRow:
     reason: str | None = None
     planned_at: dt.datetime | None = None
     committed_at: dt.datetime | None = None
+    topic_id: str | None = None
 
     @property
     def tp(self) -> TopicPartition:
@@ -85,6 +96,9 @@ class LedgerState:
     high_water: dict[TopicPartition, int] = field(default_factory=dict)
     """Per partition, the end of the highest range ever written (batches and backfills): offsets
     below it may already be in the output, so a batch that starts below it is deduplicated."""
+    topic_ids: dict[str, str] = field(default_factory=dict)
+    """Per topic, the Kafka topic id of its newest ledger row that has one (the incarnation of the
+    topic the position refers to)."""
 
 
 def derive_state(rows: list[LedgerRow]) -> LedgerState:
@@ -93,6 +107,15 @@ def derive_state(rows: list[LedgerRow]) -> LedgerState:
     state = LedgerState()
     for row in sorted(rows, key=lambda r: (r.batch_id, r.topic, r.partition)):
         state.last_batch_id = max(state.last_batch_id, row.batch_id)
+        if row.topic_id:
+            if state.topic_ids.get(row.topic, row.topic_id) != row.topic_id:
+                # A new incarnation of the topic (recreated, then reset onto): positions and written
+                # offsets of the old one number other records. Partitions the reset did not cover start
+                # from the configured start position, like new partitions.
+                for seen in (state.positions, state.last_batch, state.high_water):
+                    for tp in [tp for tp in seen if tp.topic == row.topic]:
+                        del seen[tp]
+            state.topic_ids[row.topic] = row.topic_id
         if row.status == COMMITTED and row.kind in POSITION_KINDS:
             state.positions[row.tp] = row.end_offset
             state.last_batch[row.tp] = row.batch_id
@@ -121,10 +144,26 @@ def now() -> dt.datetime:
 
 
 def planned_rows(pipeline: str, batch_id: int, ranges: list[OffsetRange], dag_run_id: str | None,
-                 kind: str = KIND_BATCH, reason: str | None = None) -> list[LedgerRow]:
+                 kind: str = KIND_BATCH, reason: str | None = None,
+                 topic_ids: Mapping[str, str] | None = None) -> list[LedgerRow]:
     at = now()
+    ids = topic_ids or {}
     return [LedgerRow(pipeline, batch_id, kind, PLANNED, r.topic, r.partition, r.start, r.end,
-                      dag_run_id=dag_run_id, reason=reason, planned_at=at) for r in ranges]
+                      dag_run_id=dag_run_id, reason=reason, planned_at=at, topic_id=ids.get(r.topic))
+            for r in ranges]
+
+
+def gap_rows(pipeline: str, batch_id: int, gaps: list[OffsetRange], dag_run_id: str | None,
+             topic_ids: Mapping[str, str] | None = None) -> list[LedgerRow]:
+    """Committed ``gap`` rows: offsets deleted by retention before they were read, skipped under
+    ``on_data_loss: skip``. They move the position to the end of the gap and hold no records."""
+    at = now()
+    ids = topic_ids or {}
+    return [LedgerRow(pipeline, batch_id, KIND_GAP, COMMITTED, g.topic, g.partition, g.start, g.end,
+                      record_count=0, dead_letter_count=0, dag_run_id=dag_run_id,
+                      reason=f"offsets [{g.start}, {g.end}) deleted by retention before they were ingested "
+                             f"(on_data_loss: skip)", planned_at=at, committed_at=at, topic_id=ids.get(g.topic))
+            for g in gaps]
 
 
 def _table(rows: list[LedgerRow]) -> pa.Table:
@@ -142,6 +181,56 @@ def _select(table, pipeline: str) -> list[LedgerRow]:
         f"SELECT * FROM ledger WHERE pipeline = '{quoted}'")
     data = pa.table(reader.read_all())
     return [LedgerRow(**rec) for rec in data.to_pylist()]
+
+
+# The rows a pipeline's state depends on, so that reading the state does not grow with its history:
+# planned rows, the newest batch, per partition the newest committed position row and the committed
+# row with the highest written end, per topic the newest row with a topic id, and every row of a topic
+# seen with more than one id (recreated: derive_state replays its history). derive_state() of these
+# rows equals derive_state() of all the pipeline's rows.
+_STATE_SQL = """
+WITH p AS (SELECT *{no_topic_id} FROM ledger WHERE pipeline = '{pipeline}'),
+pos AS (SELECT topic, "partition", MAX(batch_id) AS b FROM p
+        WHERE status = '{committed}' AND kind IN ({position}) GROUP BY topic, "partition"),
+hw AS (SELECT topic, "partition", MAX(end_offset) AS e FROM p
+       WHERE status = '{committed}' AND kind IN ({writing}) GROUP BY topic, "partition"),
+ids AS (SELECT topic, MAX(batch_id) AS b, COUNT(DISTINCT topic_id) AS n FROM p
+        WHERE topic_id IS NOT NULL GROUP BY topic),
+newest AS (SELECT MAX(batch_id) AS b FROM p)
+SELECT p.* FROM p CROSS JOIN newest
+  LEFT JOIN pos ON p.topic = pos.topic AND p."partition" = pos."partition"
+  LEFT JOIN hw ON p.topic = hw.topic AND p."partition" = hw."partition"
+  LEFT JOIN ids ON p.topic = ids.topic
+WHERE p.status = '{planned}' OR p.batch_id = newest.b OR ids.n > 1
+   OR (p.status = '{committed}' AND p.kind IN ({position}) AND p.batch_id = pos.b)
+   OR (p.status = '{committed}' AND p.kind IN ({writing}) AND p.end_offset = hw.e)
+   OR (p.topic_id IS NOT NULL AND p.batch_id = ids.b)
+"""
+_TOTALS_SQL = ("SELECT COUNT(*) AS n, MAX(batch_id) AS newest, SUM(CASE WHEN status = '{committed}' THEN 1 ELSE 0 END) "
+               "AS committed FROM ledger WHERE pipeline = '{pipeline}'")
+
+
+def _read_state(table, pipeline: str) -> LedgerState:
+    """derive_state() of the pipeline's rows, reading only the rows it depends on (_STATE_SQL) and the
+    pipeline's totals, so planning stays as fast with 10,000 batches as with 10. The fingerprint
+    covers those rows and the totals: runs only append rows (the totals change) or change planned rows
+    (all of them are read), so any change another run makes still changes it."""
+    from deltalake import QueryBuilder
+
+    def kinds(names: tuple[str, ...]) -> str:
+        return ", ".join(f"'{k}'" for k in names)
+
+    names = {"pipeline": pipeline.replace("'", "''"), "committed": COMMITTED, "planned": PLANNED,
+             "position": kinds(POSITION_KINDS), "writing": kinds(WRITING_KINDS),
+             "no_topic_id": "" if "topic_id" in {f.name for f in table.schema().fields}
+             else ", CAST(NULL AS VARCHAR) AS topic_id"}  # a ledger from before the column
+    builder = QueryBuilder().register("ledger", table)
+    rows = [LedgerRow(**rec) for rec in pa.table(builder.execute(_STATE_SQL.format(**names)).read_all()).to_pylist()]
+    totals = pa.table(builder.execute(_TOTALS_SQL.format(**names)).read_all()).to_pylist()[0]
+    state = derive_state(rows)
+    if totals["n"]:
+        state.fingerprint = hashlib.sha256(f"{state.fingerprint} {sorted(totals.items())}".encode()).hexdigest()
+    return state
 
 
 def _is_missing_table(exc: Exception) -> bool:
@@ -175,7 +264,8 @@ class Ledger:
 
     def state(self, pipeline: str) -> LedgerState:
         """The pipeline's derived state (positions, pending batch, fingerprint)."""
-        return derive_state(self.rows(pipeline))
+        table = self._open()
+        return derive_state([]) if table is None else _read_state(table, pipeline)
 
     def _create(self, rows: list[LedgerRow]) -> None:
         from deltalake import write_deltalake
@@ -192,7 +282,7 @@ class Ledger:
 
         for _ in range(_CAS_ATTEMPTS):
             table = self._open()
-            current = fingerprint(_select(table, pipeline)) if table is not None else fingerprint([])
+            current = _read_state(table, pipeline).fingerprint if table is not None else fingerprint([])
             if current != expected:
                 raise PipelineBusyError(
                     f"another run holds the pipeline: its ledger rows changed while this run was {what}; "
@@ -218,7 +308,8 @@ class Ledger:
             if table is None:
                 self._create(rows)
             else:
-                write_deltalake(table, _table(rows), mode="append",
+                # schema_mode="merge": a ledger created before a column was added (topic_id) gains it.
+                write_deltalake(table, _table(rows), mode="append", schema_mode="merge",
                                 commit_properties=CommitProperties(max_commit_retries=0))
 
         self._compare_and_commit(rows[0].pipeline, expected, commit, what)
@@ -261,4 +352,23 @@ class Ledger:
                 predicate=f"t.status = '{PLANNED}'")
             .execute()
         )
-        return metrics.get("num_target_rows_updated", 0) > 0
+        changed = metrics.get("num_target_rows_updated", 0) > 0
+        if changed:
+            self._compact(pipeline)
+        return changed
+
+    def _compact(self, pipeline: str) -> None:
+        """Rewrite the pipeline's small files (about one per batch) into one once there are
+        COMPACT_AFTER_FILES of them, so that reads and commits do not slow down as batches accumulate.
+        Rows do not change. Best effort: a failure (a concurrent commit) only postpones it."""
+        from deltalake import DeltaTable
+
+        table = DeltaTable(self.uri)
+        selected = [("pipeline", "=", pipeline)]
+        if len(table.file_uris(file_pruning_predicate=selected)) < COMPACT_AFTER_FILES:
+            return
+        try:
+            table.optimize.compact(partition_filters=selected)
+        except Exception as exc:
+            log.warning("pipeline '%s': compacting its ledger files failed (%s: %s); a later batch tries again",
+                        pipeline, type(exc).__name__, exc)

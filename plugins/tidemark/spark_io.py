@@ -5,12 +5,14 @@ so the rest of the core never needs a JVM."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from tidemark.commit import BatchPlan, Tally
+from tidemark.kafka_client import java_client_properties
 from tidemark.offsets import TopicPartition, spark_kafka_options
-from tidemark.records import RecordFormat
+from tidemark.records import DATE_COLUMN, DEAD_LETTER_COLUMNS, RecordFormat, output_columns
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -19,28 +21,43 @@ if TYPE_CHECKING:
 _SPARK_MANAGED = {"group.id", "auto.offset.reset", "key.deserializer", "value.deserializer",
                   "enable.auto.commit", "interceptor.classes"}
 
-KAFKA_COLUMNS = ["kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key", "kafka_headers"]
-BATCH_COLUMNS = ["ingest_batch_id", "ingested_at"]
-DEAD_LETTER_COLUMNS = ["pipeline", *KAFKA_COLUMNS, "value", "error", *BATCH_COLUMNS]
-
-
-def output_columns(fmt: RecordFormat) -> list[str]:
-    """The output table's columns: Kafka coordinates, the payload (raw ``value`` or the declared
-    JSON fields), the batch id and ingestion time."""
-    payload = ["value"] if fmt.value_format == "raw" else [f.name for f in fmt.fields]
-    return [*KAFKA_COLUMNS, *payload, *BATCH_COLUMNS]
-
-
 def kafka_source_options(plan: BatchPlan, properties: Mapping[str, str],
                          isolation_level: str = "read_committed") -> dict[str, str]:
     """Every option of the Kafka source for this batch: the client properties as ``kafka.*``
-    (security settings pass through), the isolation level, and the frozen offsets."""
-    options = {f"kafka.{k}": str(v) for k, v in properties.items() if k not in _SPARK_MANAGED}
+    (security settings pass through; reader options, never Spark configuration, so they reach
+    neither the command line nor the event log), the isolation level, and the frozen offsets."""
+    options = {f"kafka.{k}": v for k, v in java_client_properties(properties).items() if k not in _SPARK_MANAGED}
     options["kafka.isolation.level"] = isolation_level
     options["includeHeaders"] = "true"
     options["failOnDataLoss"] = "true"
+    # Bounded waits: an unreachable or silent Kafka fails the batch within about the pipeline's
+    # kafka_timeout_seconds (the connection's own settings win), instead of Spark's 3 x 60 s.
+    timeout_ms = str(plan.kafka_timeout_seconds * 1000)
+    for key in ("kafka.default.api.timeout.ms", "kafka.request.timeout.ms", "kafkaConsumer.pollTimeoutMs"):
+        options.setdefault(key, timeout_ms)
+    options.setdefault("fetchOffset.numRetries", "1")
     options.update(spark_kafka_options(plan.ranges))
     return options
+
+
+def error_chain(exc: BaseException, limit: int = 5) -> str:
+    """An exception and its causes (PySpark keeps the JVM cause in ``_cause``), one line each,
+    without stacks: what a user needs to read in the task log."""
+    parts, seen = [], set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen and len(parts) < limit:
+        seen.add(id(current))
+        first = (str(current).strip().splitlines() or [""])[0].strip()
+        parts.append(f"{type(current).__name__}: {first}")
+        current = getattr(current, "_cause", None) or current.__cause__
+    return " <- caused by ".join(parts)
+
+
+def kafka_failure(exc: BaseException) -> str | None:
+    """The Kafka client error inside a Spark/py4j failure (``TimeoutException: ...``), if it is one:
+    its class and first message line only, never the whole Java stack."""
+    match = re.search(r"org\.apache\.kafka\.common\.errors\.(\w+): ([^\n]*)", str(exc))
+    return f"{match.group(1)}: {match.group(2).strip()}" if match else None
 
 
 def read_ranges(spark: SparkSession, options: Mapping[str, str]) -> DataFrame:
@@ -131,11 +148,11 @@ def bad_examples(rows: DataFrame, limit: int = 5) -> list[str]:
             .select("kafka_topic", "kafka_partition", "kafka_offset", "error").limit(limit).collect()]
 
 
-def _append_once(frame: DataFrame, table_uri: str, plan: BatchPlan) -> None:
+def _append_once(frame: DataFrame, table_uri: str, plan: BatchPlan, partition_by: list[str] | None = None) -> None:
     """Append in one Delta commit carrying the batch's idempotency marker (txnAppId = pipeline,
     txnVersion = batch id) and its ranges in userMetadata. Delta skips the write if the table's
     marker is already at or above this batch."""
-    (frame.write.format("delta").mode("append")
+    (frame.write.format("delta").mode("append").partitionBy(*(partition_by or []))
         .option("txnAppId", plan.pipeline)
         .option("txnVersion", str(plan.batch_id))
         .option("userMetadata", plan.commit_metadata())
@@ -151,5 +168,10 @@ def write_dead_letters(rows: DataFrame, plan: BatchPlan) -> None:
 
 def write_output(rows: DataFrame, plan: BatchPlan) -> None:
     """The commit point of the batch: its good records, in one Delta commit with the marker."""
+    from pyspark.sql import functions as F
+
     good = rows.where("error IS NULL") if "error" in rows.columns else rows
-    _append_once(good.select(*output_columns(plan.format)), plan.table_uri, plan)
+    if DATE_COLUMN in plan.partition_by:
+        good = good.withColumn(DATE_COLUMN, F.to_date(F.col("kafka_timestamp")))
+    _append_once(good.select(*output_columns(plan.format, plan.partition_by)), plan.table_uri, plan,
+                 plan.partition_by)

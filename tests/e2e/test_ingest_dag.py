@@ -53,3 +53,18 @@ def test_incremental_runs_through_airflow_ingest_exactly_what_was_produced(stack
     assert "Spark-Submit cmd" not in run.log
     assert helpers.table_version(table) == version
     assert output_stats(table) == {"n": 85, "uniq": 85}
+
+
+def test_a_failing_spark_job_shows_the_spark_error_in_the_task_log_and_commits_nothing(stack):
+    topic = helpers.create_topic(helpers.unique("badconf"), partitions=1)
+    dag_id = stack.add_pipeline(topic, [topic], retries=0, spark_conf={"spark.sql.shuffle.partitions": "plenty"})
+    helpers.produce(topic, 5)
+    run = stack.run_dag(dag_id)
+    assert run.state == "failed"
+    assert run.task_states["plan"] == "success" and run.task_states["ingest"] == "failed"
+    # Spark's own words in the task log, not just an exit code
+    assert "The value 'plenty' in the config \"spark.sql.shuffle.partitions\" is invalid" in run.log, run.log[-4000:]
+    assert f"pipeline '{topic}': batch 1 failed" in run.log
+    assert helpers.query_or_none(str(stack.lake / topic)) is None
+    offsets = json.loads(stack.tidemark("offsets", "show", topic, "--json").stdout)
+    assert [o["committed_offset"] for o in offsets] == [None]
