@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -70,7 +71,21 @@ def build_parser() -> argparse.ArgumentParser:
 def _kafka_properties(config) -> dict[str, str]:
     from tidemark_airflow.connections import kafka_properties
 
-    return kafka_properties(config.kafka_conn_id, config.name)
+    properties = kafka_properties(config.kafka_conn_id, config.name)
+    _logs_to_stderr()  # reading the connection set up Airflow's logging
+    return properties
+
+
+def _logs_to_stderr() -> None:
+    """Airflow's logging set-up writes log records to stdout, but the CLI's stdout is its output
+    (scripts parse ``--json``): warnings, such as kafka-python's notes on SASL, go to stderr."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
+            handler.setStream(sys.stderr)
+    # kafka-python logs every failed connection attempt (dozens while it retries a bad address or a
+    # refused password); the CLI's own error sums them up. TIDEMARK_KAFKA_DEBUG=1 shows them.
+    if not os.environ.get("TIDEMARK_KAFKA_DEBUG"):
+        logging.getLogger("kafka").propagate = False
 
 
 def _table(rows: list[dict], columns: Sequence[str]) -> str:
@@ -86,11 +101,11 @@ def cmd_pipelines_list(args: argparse.Namespace) -> int:
 
     good, bad = load_all()
     if args.json:
-        print(json.dumps({"pipelines": [{"name": c.name, "topics": c.topics, "table": c.table_uri,
-                                         "dag_id": c.dag_id} for c in good.values()],
+        print(json.dumps({"pipelines": [{"name": c.name, "topics": c.topics, "topic_pattern": c.topic_pattern,
+                                         "table": c.table_uri, "dag_id": c.dag_id} for c in good.values()],
                           "errors": {path: str(e) for path, e in bad.items()}}, indent=2))
     else:
-        rows = [{"name": c.name, "topics": ",".join(c.topics), "table": c.table_uri, "dag": c.dag_id}
+        rows = [{"name": c.name, "topics": c.topics_label, "table": c.table_uri, "dag": c.dag_id}
                 for c in good.values()]
         print(_table(rows, ["name", "topics", "table", "dag"]) if rows else "no pipelines configured")
         for error in bad.values():

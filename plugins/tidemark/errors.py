@@ -48,3 +48,8 @@ class ReconciliationError(TidemarkError):
 
 class BadRecordsError(TidemarkError):
     """Bad records in a batch under ``on_bad_record: fail``. Terminal: nothing was written."""
+
+
+class KafkaAuthenticationError(TidemarkError):
+    """Kafka refused the credentials of the Kafka connection (SASL authentication failed).
+    Terminal: retrying with the same credentials cannot help. The message never holds them."""

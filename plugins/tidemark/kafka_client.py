@@ -3,14 +3,20 @@ properties under Kafka's own dotted names (``bootstrap.servers``, ``security.pro
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
-from tidemark.errors import ConfigError, KafkaUnavailableError, UnknownTopicError
+from tidemark.errors import ConfigError, KafkaAuthenticationError, KafkaUnavailableError, UnknownTopicError
 from tidemark.offsets import TopicPartition
 
-_JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
+_JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
+_JAAS_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+                 "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+                 "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
+# Properties (and JAAS options) whose values are credentials.
+_SECRET_NAME = re.compile(r"password|secret|jaas|token|credential|keystore\.key", re.IGNORECASE)
 
 # Kafka property -> kafka-python keyword argument.
 _DIRECT = {
@@ -24,18 +30,66 @@ _DIRECT = {
     "ssl.check.hostname": "ssl_check_hostname",
     "client.id": "client_id",
     "request.timeout.ms": "request_timeout_ms",
+    "reconnect.backoff.ms": "reconnect_backoff_ms",
+    "reconnect.backoff.max.ms": "reconnect_backoff_max_ms",
 }
+_INTEGER_KWARGS = ("request_timeout_ms", "reconnect_backoff_ms", "reconnect_backoff_max_ms")
+
+
+def _jaas_options(jaas: str) -> dict[str, str]:
+    return {name: re.sub(r"\\(.)", r"\1", value) for name, value in _JAAS_OPTION.findall(jaas)}
+
+
+def _jaas_quote(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def java_client_properties(properties: Mapping[str, str]) -> dict[str, str]:
+    """The properties as Kafka's Java client (Spark's Kafka source) takes them. The spelling of
+    Airflow's Kafka provider (librdkafka) works too: ``sasl.mechanisms`` is ``sasl.mechanism``, and
+    ``sasl.username`` / ``sasl.password`` become a ``sasl.jaas.config`` for PLAIN or SCRAM."""
+    props = {key: str(value) for key, value in properties.items()}
+    if "sasl.mechanisms" in props:
+        mechanisms = props.pop("sasl.mechanisms")
+        props.setdefault("sasl.mechanism", mechanisms)
+    user, password = props.pop("sasl.username", None), props.pop("sasl.password", None)
+    if user is not None and password is not None and "sasl.jaas.config" not in props:
+        mechanism = props.get("sasl.mechanism", "").upper()
+        if mechanism not in _JAAS_MODULES:
+            raise ConfigError(f"the Kafka connection has sasl.username and sasl.password but sasl.mechanism is "
+                              f"'{mechanism or 'unset'}'; set it to PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, or give "
+                              f"a sasl.jaas.config")
+        props["sasl.jaas.config"] = (f'{_JAAS_MODULES[mechanism]} required username="{_jaas_quote(user)}" '
+                                     f'password="{_jaas_quote(password)}";')
+    return props
+
+
+def secret_values(properties: Mapping[str, str]) -> list[str]:
+    """Every credential in the properties: values of password/secret/JAAS/token properties and
+    the secret options inside a JAAS config. For masking, and for checking that none leaks."""
+    found: list[str] = []
+    for key, value in java_client_properties(properties).items():
+        if not _SECRET_NAME.search(key) or not value:
+            continue
+        found.append(value)
+        if key == "sasl.jaas.config":
+            found += [v for name, v in _jaas_options(value).items() if _SECRET_NAME.search(name) and v]
+    for key in ("sasl.password",):  # the original spelling, before it became a JAAS config
+        if properties.get(key):
+            found.append(str(properties[key]))
+    return list(dict.fromkeys(found))
 
 
 def client_kwargs(properties: Mapping[str, str]) -> dict:
     """Translate Kafka client properties to kafka-python keyword arguments. SASL credentials in
-    ``sasl.jaas.config`` become ``sasl_plain_username`` / ``sasl_plain_password``."""
+    ``sasl.jaas.config`` (or ``sasl.username`` / ``sasl.password``) become ``sasl_plain_username`` /
+    ``sasl_plain_password``."""
     kwargs: dict = {}
-    for key, value in properties.items():
+    for key, value in java_client_properties(properties).items():
         if key in _DIRECT:
             kwargs[_DIRECT[key]] = value
         elif key == "sasl.jaas.config":
-            options = dict(_JAAS_OPTION.findall(value))
+            options = _jaas_options(value)
             if "username" in options:
                 kwargs["sasl_plain_username"] = options["username"]
             if "password" in options:
@@ -43,7 +97,7 @@ def client_kwargs(properties: Mapping[str, str]) -> dict:
     if "bootstrap_servers" not in kwargs:
         raise KafkaUnavailableError("the Kafka connection has no 'bootstrap.servers' in its extra")
     kwargs["bootstrap_servers"] = [s.strip() for s in str(kwargs["bootstrap_servers"]).split(",")]
-    for key in ("request_timeout_ms",):
+    for key in _INTEGER_KWARGS:
         if key in kwargs:
             kwargs[key] = int(kwargs[key])
     return kwargs
@@ -52,6 +106,46 @@ def client_kwargs(properties: Mapping[str, str]) -> dict:
 def quiet_kafka_logging() -> None:
     """kafka-python logs every connection at INFO; keep task logs and the CLI about Tidemark."""
     logging.getLogger("kafka").setLevel(logging.WARNING)
+
+
+class _AuthenticationFailures(logging.Handler):
+    """Notes the SASL authentication failures kafka-python logs while it bootstraps: it retries
+    them until its timeout, which alone would read as 'Kafka unreachable'."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.failure: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from kafka.errors import SaslAuthenticationFailedError
+
+        args = record.args if isinstance(record.args, tuple) else ()
+        for arg in args:
+            if isinstance(arg, SaslAuthenticationFailedError):
+                # the broker's words (reason and mechanism), which never hold the password
+                reason = str(arg).rsplit("SaslAuthenticationFailedError: ", 1)[-1]
+                self.failure = f"SASL authentication failed: {reason}"
+                return
+        if self.failure is None and "SaslAuthenticationFailedError" in str(record.msg):
+            self.failure = "SASL authentication failed"
+
+
+@contextlib.contextmanager
+def _watch_authentication() -> Iterator[_AuthenticationFailures]:
+    watcher = _AuthenticationFailures()
+    logger = logging.getLogger("kafka")
+    logger.addHandler(watcher)
+    try:
+        yield watcher
+    finally:
+        logger.removeHandler(watcher)
+
+
+def authentication_error(servers: str, failure: str, pipeline: str | None = None) -> KafkaAuthenticationError:
+    return KafkaAuthenticationError(
+        f"Kafka at {servers} refused the credentials of the Kafka connection ({failure}); check the user and "
+        f"password in its sasl.jaas.config (or sasl.username / sasl.password) and its sasl.mechanism. "
+        f"Nothing was read or committed.", pipeline=pipeline)
 
 
 class KafkaOffsets:
@@ -68,20 +162,28 @@ class KafkaOffsets:
         kwargs = client_kwargs(properties)
         kwargs.setdefault("request_timeout_ms", timeout_ms)
         kwargs.setdefault("bootstrap_timeout_ms", timeout_ms)
+        # The Java client's default (kafka-python's is 30 s): within the timeout, bootstrap retries often
+        # enough to see the broker's answer to a SASL exchange, which it does not always get on one try.
+        kwargs.setdefault("reconnect_backoff_max_ms", 1000)
         servers = ",".join(kwargs["bootstrap_servers"])
         try:
-            self._consumer = KafkaConsumer(
-                isolation_level=isolation_level,
-                enable_auto_commit=False,
-                **kwargs,
-            )
+            with _watch_authentication() as auth:
+                self._consumer = KafkaConsumer(
+                    isolation_level=isolation_level,
+                    enable_auto_commit=False,
+                    **kwargs,
+                )
         except KafkaConfigurationError as exc:
             raise ConfigError(f"the Kafka connection's properties are not valid: {exc}",
                               pipeline=pipeline) from None
         except KafkaError as exc:
+            if auth.failure is not None:
+                raise authentication_error(servers, auth.failure, pipeline) from None
+            sasl = str(kwargs.get("security_protocol", "")).startswith("SASL")
             raise KafkaUnavailableError(
                 f"cannot reach Kafka at {servers} within {timeout_ms} ms ({type(exc).__name__}: {exc}); "
-                f"check the Kafka connection and that the brokers are up. Nothing was read or committed.",
+                f"check the Kafka connection{' (and its SASL credentials)' if sasl else ''} and that the brokers "
+                f"are up. Nothing was read or committed.",
                 pipeline=pipeline,
             ) from None
 
@@ -93,6 +195,10 @@ class KafkaOffsets:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def topic_names(self) -> set[str]:
+        """Every topic the cluster has (for ``topic_pattern`` pipelines)."""
+        return set(self._consumer.topics())
 
     def partitions(self, topics: Iterable[str]) -> list[TopicPartition]:
         """Every partition of the topics; UnknownTopicError if one does not exist."""
@@ -108,6 +214,22 @@ class KafkaOffsets:
             for p in sorted(self._consumer.partitions_for_topic(topic) or ()):
                 result.append(TopicPartition(topic, p))
         return result
+
+    def topic_ids(self, topics: Iterable[str]) -> dict[str, str]:
+        """Kafka's topic id (KIP-516) per topic, from the consumer's cluster metadata: kafka-python
+        3.x sends Metadata v10+ to brokers that support it and keeps the ids
+        (``ClusterMetadata.topic_id``). A topic deleted and recreated under the same name gets a new
+        id. Topics without a known id (an older broker) are left out; the metadata is refreshed once."""
+        cluster = self._consumer._client.cluster  # kafka-python keeps the ids on the client's cluster metadata
+        topics = list(topics)
+        if any(cluster.topic_id(t) is None for t in topics):
+            self._consumer.topics()  # a full metadata refresh
+        ids = {}
+        for topic in topics:
+            topic_id = cluster.topic_id(topic)
+            if topic_id is not None and getattr(topic_id, "int", 1) != 0:  # the zero UUID means "no id"
+                ids[topic] = str(topic_id)
+        return ids
 
     def _call(self, what: str, fn, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         from kafka import TopicPartition as KTP

@@ -3,10 +3,13 @@ spark-submit command the Airflow operator builds, from plain values."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
+import tempfile
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -14,7 +17,11 @@ from tidemark.commit import BatchPlan
 from tidemark.settings import spark_jars
 
 INGEST_SCRIPT = str(Path(__file__).resolve().parents[2] / "spark_jobs" / "ingest.py")
-DEFAULT_CONF = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false"}
+DEFAULT_CONF = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false",
+                # Kafka credentials travel as reader options only (kafka.sasl.jaas.config): should a
+                # configuration or a plan description ever show one, Spark redacts it.
+                "spark.redaction.regex": "(?i)secret|password|token|access[.]?key|jaas",
+                "spark.sql.redaction.options.regex": "(?i)url|jaas|password|secret|token"}
 
 
 def local_spark_env() -> dict[str, str]:
@@ -28,11 +35,29 @@ def local_spark_env() -> dict[str, str]:
             "PYSPARK_DRIVER_PYTHON": sys.executable}
 
 
+def core_archive() -> str:
+    """The ``tidemark`` package as a zip for ``--py-files``, so executors on other machines (a
+    standalone cluster, YARN, Kubernetes) import the same core as the driver. Named by the hash of
+    its content, built once per version of the code."""
+    package = Path(__file__).resolve().parent
+    sources = sorted(package.glob("*.py"))
+    digest = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in sources)).hexdigest()[:16]
+    target = Path(tempfile.gettempdir()) / "tidemark-py-files" / f"tidemark-{digest}.zip"
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_suffix(f".{os.getpid()}.tmp")
+        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
+            for source in sources:
+                archive.write(source, f"tidemark/{source.name}")
+        partial.replace(target)  # atomic: concurrent builders write the same bytes
+    return str(target)
+
+
 def spark_submit_command(plan: BatchPlan, master: str, isolation_level: str,
                          conf: Mapping[str, str] | None = None, driver_memory: str = "1g") -> list[str]:
     spark_submit = str(Path(local_spark_env()["SPARK_HOME"]) / "bin" / "spark-submit")
     command = [spark_submit, "--master", master, "--driver-memory", driver_memory, "--name",
-               f"tidemark-{plan.pipeline}", "--jars", ",".join(spark_jars())]
+               f"tidemark-{plan.pipeline}", "--jars", ",".join(spark_jars()), "--py-files", core_archive()]
     for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
         command += ["--conf", f"{key}={value}"]
     return command + [INGEST_SCRIPT, "--plan", plan.to_json(), "--isolation-level", isolation_level]

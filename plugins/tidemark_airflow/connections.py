@@ -18,11 +18,26 @@ def _get(conn_id: str, pipeline: str | None):
         raise
 
 
+def _mask(secrets: list[str]) -> None:
+    """Register credentials with Airflow's secrets masker, so a log line that ever held one shows
+    ``***``. Airflow masks a connection's password and extra fields with secret-sounding names on
+    its own, but not a ``sasl.jaas.config`` (nor the password inside it)."""
+    try:
+        from airflow.sdk.log import mask_secret
+    except ImportError:  # pragma: no cover - Airflow is part of the environment
+        return
+    for secret in secrets:
+        mask_secret(secret)
+
+
 def kafka_properties(conn_id: str, pipeline: str | None = None) -> dict[str, str]:
     """Kafka client properties from the connection's extra (``bootstrap.servers`` may also come
-    from host:port)."""
+    from host:port). The credentials in them are registered with Airflow's secrets masker."""
+    from tidemark.kafka_client import secret_values
+
     conn = _get(conn_id, pipeline)
     props = {k: str(v) for k, v in (conn.extra_dejson or {}).items()}
+    _mask(secret_values(props))
     if "bootstrap.servers" not in props and conn.host:
         props["bootstrap.servers"] = f"{conn.host}:{conn.port or 9092}"
     if "bootstrap.servers" not in props:

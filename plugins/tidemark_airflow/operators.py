@@ -10,8 +10,21 @@ import sys
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from tidemark.commit import BatchPlan
-from tidemark.submit import INGEST_SCRIPT, local_spark_env
-from tidemark_airflow.connections import kafka_properties
+from tidemark.errors import ConfigError
+from tidemark.submit import INGEST_SCRIPT, core_archive, local_spark_env
+from tidemark_airflow.connections import kafka_properties, spark_master
+
+
+def refuse_credentials_on_the_command_line(master: str, properties: dict[str, str], pipeline: str) -> None:
+    """On YARN and Kubernetes masters the Spark provider turns ``env_vars`` into ``--conf
+    spark.yarn.appMasterEnv.*`` / ``spark.kubernetes.driverEnv.*`` arguments of spark-submit, where
+    ``ps`` and the Spark event log show them: refuse rather than expose Kafka credentials."""
+    from tidemark.kafka_client import secret_values
+
+    if ("yarn" in master or "k8s" in master) and secret_values(properties):
+        raise ConfigError(f"the Kafka connection holds credentials and the Spark master '{master}' would receive "
+                          f"them on the spark-submit command line; run the ingest job on a local or standalone "
+                          f"master (client mode)", pipeline=pipeline)
 
 
 class TidemarkIngestOperator(SparkSubmitOperator):
@@ -33,6 +46,13 @@ class TidemarkIngestOperator(SparkSubmitOperator):
                       " (recovered batch, same frozen ranges)" if plan.recovered else "")
         os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
         self.application_args = ["--plan", plan.to_json(), "--isolation-level", self.isolation_level]
+        self.py_files = core_archive()  # the core for executors on other machines
+        properties = kafka_properties(self.kafka_conn_id, plan.pipeline)
+        try:
+            master = spark_master(self._conn_id, plan.pipeline)
+        except ConfigError:
+            master = "yarn"  # what the Spark provider falls back to without a connection
+        refuse_credentials_on_the_command_line(master, properties, plan.pipeline)
         self.env_vars = {**local_spark_env(), **(self.env_vars or {}),
-                         "TIDEMARK_KAFKA_PROPERTIES": json.dumps(kafka_properties(self.kafka_conn_id, plan.pipeline))}
+                         "TIDEMARK_KAFKA_PROPERTIES": json.dumps(properties)}
         return super().execute(context)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 
 from tidemark import settings
 from tidemark.backfill import prepare_backfill
 from tidemark.commit import BatchPlan
 from tidemark.config import find_pipeline
-from tidemark.errors import PipelineBusyError
+from tidemark.errors import KafkaAuthenticationError, PipelineBusyError
 from tidemark.runs import mirror_to_consumer_group, partition_status, prepare_batch
 from tidemark_airflow.connections import kafka_properties
 from tidemark_airflow.run_modes import decide_run
@@ -16,6 +17,21 @@ from tidemark_airflow.run_modes import decide_run
 log = logging.getLogger("tidemark")
 
 
+def no_retry_on_rejected_credentials(task):
+    """Kafka refusing the connection's credentials is not retried: the same credentials fail again
+    (and repeated failed logins can lock an account). The next run uses the fixed connection."""
+    @functools.wraps(task)
+    def wrapper(*args, **kwargs):
+        from airflow.sdk.exceptions import AirflowFailException
+
+        try:
+            return task(*args, **kwargs)
+        except KafkaAuthenticationError as exc:
+            raise AirflowFailException(str(exc)) from None
+    return wrapper
+
+
+@no_retry_on_rejected_credentials
 def plan(pipeline: str, **context) -> str:
     """Recover an unfinished batch or freeze the next one (incremental, capped or backfill, from the
     trigger form or the native backfill's data interval); returns the plan as JSON (no secrets)."""
@@ -50,6 +66,7 @@ def has_new_records(plan_json: str) -> bool:
     return not BatchPlan.from_json(plan_json).is_empty
 
 
+@no_retry_on_rejected_credentials
 def report(pipeline: str, **context) -> list[dict]:
     """Log committed offsets and lag per partition after the run; returns the same rows."""
     config = find_pipeline(pipeline)
@@ -65,6 +82,7 @@ def report(pipeline: str, **context) -> list[dict]:
     return rows
 
 
+@no_retry_on_rejected_credentials
 def replay(pipeline: str, **context) -> dict:
     """The replay DAG's task: plan (dry run) or apply an offset reset from the form. Refused while
     a run of the pipeline's ingest DAG is active."""

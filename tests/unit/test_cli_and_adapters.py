@@ -33,10 +33,11 @@ def test_kafka_properties_translate_to_kafka_python_with_sasl_credentials():
         "sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required '
                             'username="alice" password="s3cret";',
         "request.timeout.ms": "5000",
+        "reconnect.backoff.max.ms": "2000",
     })
     assert kwargs == {"bootstrap_servers": ["h1:9092", "h2:9092"], "security_protocol": "SASL_PLAINTEXT",
                       "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": "alice",
-                      "sasl_plain_password": "s3cret", "request_timeout_ms": 5000}
+                      "sasl_plain_password": "s3cret", "request_timeout_ms": 5000, "reconnect_backoff_max_ms": 2000}
 
 
 def test_kafka_properties_need_bootstrap_servers():

@@ -1,0 +1,303 @@
+"""Faults, case 8 (security): Kafka over SASL_PLAINTEXT with SCRAM-SHA-512, the credentials only
+in the Airflow connection. A random canary password carries the planner, the Spark read and the
+CLI end to end, and then appears zero times in task logs, XCom (and the rest of the metadata DB),
+the plan JSON, the command lines `ps` shows, Spark event logs, the output of every process, and the
+errors of runs with a wrong password. A control test plants a canary to prove the searches find one.
+
+scripts/kafka.sh opens the SASL listener on KAFKA_PORT+2; the tests create their own SCRAM user
+with a random password through the PLAINTEXT listener (AdminClient, so it is on no command line)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+from tests import helpers
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+JAAS = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="{user}" password="{password}";'
+
+
+def sasl_bootstrap() -> str:
+    port = os.environ.get("KAFKA_SASL_PORT") or str(int(os.environ.get("KAFKA_PORT", "9092")) + 2)
+    return f"127.0.0.1:{port}"
+
+
+def create_scram_user(user: str, password: str) -> None:
+    """A SCRAM-SHA-512 user, created through the PLAINTEXT listener, usable once the broker has it."""
+    from kafka.admin import KafkaAdminClient, ScramMechanism, UserScramCredentialUpsertion
+
+    admin = KafkaAdminClient(bootstrap_servers=helpers.bootstrap())
+    try:
+        upsert = UserScramCredentialUpsertion(user, ScramMechanism.SCRAM_SHA_512, password, iterations=4096)
+        assert admin.alter_user_scram_credentials([upsert]) == {user: None}
+        deadline = time.monotonic() + 30
+        while not admin.describe_user_scram_credentials([user]).get(user, {}).get("credential_infos"):
+            assert time.monotonic() < deadline, f"the broker never listed the SCRAM user {user}"
+            time.sleep(0.2)
+    finally:
+        admin.close()
+
+
+def sasl_properties(user: str, password: str) -> dict[str, str]:
+    return {"bootstrap.servers": sasl_bootstrap(), "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "SCRAM-SHA-512", "sasl.jaas.config": JAAS.format(user=user, password=password)}
+
+
+def connection(properties: dict[str, str]) -> str:
+    """An AIRFLOW_CONN_* value: the only place the tests put a password."""
+    return json.dumps({"conn_type": "kafka", "extra": properties})
+
+
+class CommandLines(threading.Thread):
+    """Every command line `ps -eww -o args` shows, sampled every 0.2 s while the test runs."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.lines: set[str] = set()
+        self.samples = 0
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            out = subprocess.run(["ps", "-e", "-ww", "-o", "args"], capture_output=True, text=True).stdout
+            self.lines.update(out.splitlines()[1:])
+            self.samples += 1
+            self._halt.wait(0.2)
+
+    def stop(self) -> set[str]:
+        self._halt.set()
+        self.join(timeout=10)
+        return self.lines
+
+
+def files_with(secret: str, roots: Iterable[Path]) -> dict[str, int]:
+    """Files under the roots holding the secret, as bytes (SQLite databases and logs alike)."""
+    needle, hits = secret.encode(), {}
+    for root in roots:
+        for path in ([root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())):
+            count = path.read_bytes().count(needle)
+            if count:
+                hits[str(path)] = count
+    return hits
+
+
+def texts_with(secret: str, texts: dict[str, str]) -> dict[str, int]:
+    return {name: text.count(secret) for name, text in texts.items() if secret in text}
+
+
+def metadata_db(airflow_home: Path) -> Path:
+    return airflow_home / "airflow.db"
+
+
+def xcom_values(airflow_home: Path, dag_id: str) -> dict[str, str]:
+    """Task id -> the XCom value as stored (Airflow 3 keeps JSON text)."""
+    with sqlite3.connect(metadata_db(airflow_home)) as db:
+        rows = db.execute("SELECT task_id, key, value FROM xcom WHERE dag_id = ?", (dag_id,)).fetchall()
+    return {f"{task}/{key}": value if isinstance(value, str) else bytes(value).decode() for task, key, value in rows}
+
+
+def event_logs(events: Path) -> dict[str, str]:
+    """Spark event logs (uncompressed JSON lines): file -> text."""
+    files = [p for p in events.rglob("*") if p.is_file() and p.name.startswith("events_")]
+    logs = {str(p): p.read_text() for p in files}
+    for name, text in logs.items():
+        assert json.loads(text.splitlines()[0])["Event"] == "SparkListenerLogStart", f"{name} is not plain JSON"
+    return logs
+
+
+def process_output(result: subprocess.CompletedProcess) -> str:
+    return (result.stdout or "") + (result.stderr or "")
+
+
+def test_the_leak_searches_find_a_planted_canary(tmp_path):
+    """The searches below can fail: each finds a canary planted where a leak would put it."""
+    canary = "canary" + secrets.token_hex(16)
+    (tmp_path / "logs" / "dag_id=x" / "run_id=y").mkdir(parents=True)
+    (tmp_path / "logs" / "dag_id=x" / "run_id=y" / "attempt=1.log").write_text(f"a log line {canary}\n")
+    with sqlite3.connect(tmp_path / "airflow.db") as db:
+        db.execute("CREATE TABLE xcom (dag_id TEXT, task_id TEXT, key TEXT, value TEXT)")
+        db.execute("INSERT INTO xcom VALUES ('d', 'plan', 'return_value', ?)", (json.dumps({"p": canary}),))
+    events = tmp_path / "events" / "eventlog_v2_local-1"
+    events.mkdir(parents=True)
+    (events / "events_1_local-1").write_text(json.dumps({"Event": "SparkListenerLogStart"}) + "\n"
+                                              + json.dumps({"Spark Properties": {"k": canary}}) + "\n")
+    assert files_with(canary, [tmp_path / "logs"]) == {str(tmp_path / "logs/dag_id=x/run_id=y/attempt=1.log"): 1}
+    assert list(files_with(canary, [tmp_path / "airflow.db"]).values()) == [1]
+    assert texts_with(canary, xcom_values(tmp_path, "d")) == {"plan/return_value": 1}
+    assert list(texts_with(canary, event_logs(tmp_path / "events")).values()) == [1]
+
+    sampler = CommandLines()
+    sampler.start()
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3)", f"--password={canary}"])
+    try:
+        deadline = time.monotonic() + 10
+        while not any(canary in line for line in sampler.lines) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        sleeper.kill()
+        lines = sampler.stop()
+    assert texts_with(canary, {"ps": "\n".join(lines)}) == {"ps": 1}
+
+
+@pytest.fixture
+def sasl_stack(stack, tmp_path):
+    """The e2e stack with the Kafka connection on the SASL listener and a fresh SCRAM user whose
+    random password is the canary. No other connection points at Kafka."""
+    user, canary = helpers.unique("tm_user"), "canary" + secrets.token_hex(16)
+    create_scram_user(user, canary)
+    stack.env.pop("AIRFLOW_CONN_KAFKA_DEFAULT", None)
+    stack.env["AIRFLOW_CONN_KAFKA_SASL"] = connection(sasl_properties(user, canary))
+    events = tmp_path / "spark-events"
+    events.mkdir()
+    sampler = CommandLines()
+    sampler.start()
+    yield stack, user, canary, events, sampler
+    sampler.stop()
+
+
+def event_log_conf(events: Path) -> dict[str, str]:
+    return {"spark.eventLog.enabled": "true", "spark.eventLog.dir": events.as_uri(), "spark.eventLog.compress": "false"}
+
+
+def secured_pipeline(stack, topic: str, events: Path) -> str:
+    return stack.add_pipeline(topic, [topic], kafka_conn_id="kafka_sasl", retries=0, spark_conf=event_log_conf(events))
+
+
+def test_sasl_scram_end_to_end_and_the_password_appears_nowhere(sasl_stack, airflow_home):
+    stack, user, canary, events, sampler = sasl_stack
+    topic = helpers.create_topic(helpers.unique("sasl"), partitions=3)
+    dag_id = secured_pipeline(stack, topic, events)
+    helpers.produce(topic, 90)
+
+    # The SASL listener takes no unauthenticated client: whatever worked below used the password.
+    from tidemark.errors import KafkaUnavailableError
+    from tidemark.kafka_client import KafkaOffsets
+
+    with pytest.raises(KafkaUnavailableError):
+        KafkaOffsets({"bootstrap.servers": sasl_bootstrap()}, timeout_ms=3000)
+
+    # 1. plan (kafka-python), ingest (Spark's Kafka source) and report, all through Airflow over SASL
+    run = stack.run_dag(dag_id)
+    assert run.state == "success", run.log[-6000:]
+    assert run.task_states == {"plan": "success", "has_new_records": "success", "ingest": "success",
+                               "report": "success"}
+    assert helpers.query(str(stack.lake / topic), "SELECT COUNT(*) AS n, COUNT(DISTINCT (kafka_partition, "
+                                                  "kafka_offset)) AS u FROM t") == [{"n": 90, "u": 90}]
+    ends = helpers.end_offsets(topic)
+    assert helpers.describe_group(topic) == {p: (end, 0) for p, end in ends.items()}  # mirrored over SASL
+
+    # 2. the CLI outside Airflow reads the same connection (AIRFLOW_CONN_KAFKA_SASL)
+    shown = stack.tidemark("offsets", "show", topic, "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert {o["partition"]: (o["committed_offset"], o["lag"]) for o in json.loads(shown.stdout)} == \
+        {p: (end, 0) for p, end in ends.items()}
+    lag = stack.tidemark("lag", topic)
+    assert lag.returncode == 0 and f"total lag of '{topic}': 0" in lag.stdout, lag.stderr
+
+    # 3. search everything for the canary
+    lines = sampler.stop()
+    submits = [line for line in lines if "spark_jobs/ingest.py" in line and "--plan" in line and topic in line]
+    assert submits, f"the ps sampler ({sampler.samples} samples) never saw this pipeline's spark-submit"
+    xcoms = xcom_values(airflow_home, dag_id)
+    plan = json.loads(xcoms["plan/return_value"])
+    plan = json.loads(plan) if isinstance(plan, str) else plan
+    assert plan["pipeline"] == topic and {r["topic"] for r in plan["ranges"]} == {topic}
+    events_text = event_logs(events)
+    assert any("KafkaRelation" in text and topic in text for text in events_text.values()), "no Kafka read logged"
+    # `airflow dags test` prints the task logs (it writes no log files): every task's lines are in it
+    for task_line in ("batch 1 frozen", "Spark-Submit cmd", f"batch 1 committed to {stack.lake / topic}",
+                      "total lag: 0"):
+        assert task_line in run.log, task_line
+    task_logs = airflow_home / "logs"
+
+    assert files_with(canary, [task_logs, metadata_db(airflow_home), stack.lake, events]) == {}
+    assert texts_with(canary, {**xcoms, "plan": json.dumps(plan), "ps": "\n".join(lines), **events_text,
+                               "airflow dags test": run.log, "offsets show": process_output(shown),
+                               "lag": process_output(lag)}) == {}
+    assert not [line for line in submits if "required username=" in line or user in line]
+
+
+def test_a_wrong_password_fails_clearly_without_echoing_it_and_loses_nothing(sasl_stack, airflow_home):
+    stack, user, canary, events, sampler = sasl_stack
+    wrong = "wrong" + secrets.token_hex(16)
+    stack.env["AIRFLOW_CONN_KAFKA_WRONG"] = connection(sasl_properties(user, wrong))
+    topic = helpers.create_topic(helpers.unique("saslbad"), partitions=2)
+    secured_pipeline(stack, topic, events)
+    helpers.produce(topic, 40)
+    bad = helpers.unique("saslbad")
+    bad_dag = stack.add_pipeline(bad, [topic], kafka_conn_id="kafka_wrong", retries=3, retry_delay_seconds=1,
+                                 kafka_timeout_seconds=8)
+    outputs: dict[str, str] = {}
+
+    # 1. Airflow: the plan task fails at once (no retry can fix credentials), naming the cause
+    result = stack.airflow("dags", "test", bad_dag)
+    outputs["airflow dags test (wrong)"] = process_output(result)
+    assert "state=failed" in outputs["airflow dags test (wrong)"]
+    assert "refused the credentials of the Kafka connection" in outputs["airflow dags test (wrong)"]
+    assert "SCRAM-SHA-512" in outputs["airflow dags test (wrong)"]
+    run_id = re.search(r"DagRun Finished: dag_id=\S+, logical_date=[^,]*, run_id=([^,]+),",
+                       outputs["airflow dags test (wrong)"]).group(1)
+    states = json.loads((s := stack.airflow("tasks", "states-for-dag-run", bad_dag, run_id, "-o", "json"))
+                        .stdout[s.stdout.index("["):])
+    assert {r["task_id"]: r["state"] for r in states}["plan"] == "failed"  # not up_for_retry
+
+    # 2. the CLI: exit code 2 and the same message
+    shown = stack.tidemark("offsets", "show", bad)
+    outputs["offsets show (wrong)"] = process_output(shown)
+    assert shown.returncode == 2 and "refused the credentials of the Kafka connection" in shown.stderr
+
+    # 3. Spark: a batch frozen with the right password, read with a wrong one
+    freeze = subprocess.run(
+        [sys.executable, "-c", "import sys\nfrom tidemark.config import find_pipeline\nfrom tidemark.runs import "
+         "prepare_batch\nfrom tidemark_airflow.connections import kafka_properties\nc = find_pipeline(sys.argv[1])\n"
+         "print(prepare_batch(c, kafka_properties(c.kafka_conn_id, c.name)).to_json())", topic],
+        env=stack.env, capture_output=True, text=True, timeout=120)
+    outputs["freeze"] = process_output(freeze)
+    assert freeze.returncode == 0, outputs["freeze"]
+    from tidemark.commit import BatchPlan
+    from tidemark.submit import local_spark_env, spark_submit_command
+
+    plan = BatchPlan.from_json(freeze.stdout.strip().splitlines()[-1])
+    assert plan.batch_id == 1 and plan.total_offsets == 40
+    spark = subprocess.run(
+        spark_submit_command(plan, "local[2]", "read_committed", event_log_conf(events)),
+        env={**stack.env, **local_spark_env(),
+             "TIDEMARK_KAFKA_PROPERTIES": json.dumps(sasl_properties(user, wrong))},
+        capture_output=True, text=True, timeout=600)
+    outputs["spark-submit (wrong)"] = process_output(spark)
+    assert spark.returncode != 0
+    assert "KafkaAuthenticationError" in outputs["spark-submit (wrong)"]
+    assert "refused the credentials of the Kafka connection (SaslAuthenticationException" in outputs[
+        "spark-submit (wrong)"]
+    assert helpers.query_or_none(str(stack.lake / topic)) is None
+
+    # 4. with the right password the CLI runs the same frozen batch (its owner, the process that froze
+    # it, is gone): every record once
+    ran = stack.tidemark("run", topic)
+    outputs["tidemark run"] = process_output(ran)
+    assert ran.returncode == 0, outputs["tidemark run"][-4000:]
+    assert helpers.query(str(stack.lake / topic), "SELECT COUNT(*) AS n, COUNT(DISTINCT (kafka_partition, "
+                                                  "kafka_offset)) AS u, MAX(ingest_batch_id) AS b FROM t") == \
+        [{"n": 40, "u": 40, "b": 1}]
+
+    # 5. neither password, nor the JAAS config that holds them, in anything these runs left
+    lines = sampler.stop()
+    assert any("spark_jobs/ingest.py" in line for line in lines), "the ps sampler never saw spark-submit"
+    searched = {**outputs, "ps": "\n".join(lines), **event_logs(events), **xcom_values(airflow_home, bad_dag)}
+    for secret in (canary, wrong, "ScramLoginModule required"):
+        assert texts_with(secret, searched) == {}, secret
+        assert files_with(secret, [airflow_home / "logs", metadata_db(airflow_home), stack.lake, events]) == {}, secret
