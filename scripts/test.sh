@@ -1,20 +1,17 @@
 #!/usr/bin/env bash
-# `make test`: start a fresh broker for this run (its own port and data folder), run the unit,
-# integration and end-to-end tests against it, and stop it afterwards, whatever happened.
-# A broker that cannot start fails the run. Extra arguments go to pytest.
+# `make test`: lint, then the unit, integration and end-to-end tests against a fresh broker of
+# their own (port TEST_KAFKA_PORT, default 19092), stopped afterwards. Extra arguments go to pytest
+# instead of the default `tests` (for example: scripts/test.sh -q tests/integration -k replay).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-export KAFKA_PORT=${TEST_KAFKA_PORT:-19092}
-export KAFKA_HOME=$root/.cache/kafka-test
-source scripts/env.sh
-
-scripts/kafka.sh down >/dev/null 2>&1 || true
-rm -rf "$KAFKA_HOME"
-scripts/kafka.sh up
-trap 'scripts/kafka.sh down >/dev/null 2>&1 || true' EXIT
-
+if [ "${1:-}" != "--inside" ]; then
+  port=${TEST_KAFKA_PORT:-19092}
+  exec scripts/with_broker.sh "test-$port" "$port" scripts/test.sh --inside "$@"
+fi
+shift
 echo "tidemark: lint"
-.venv/bin/ruff check plugins spark_jobs dags tests
+.venv/bin/ruff check plugins spark_jobs dags tests scripts bench
 echo "tidemark: tests (unit, integration, e2e) against the broker on 127.0.0.1:$KAFKA_PORT"
-.venv/bin/python -m pytest tests "$@"
+if [ $# -eq 0 ]; then set -- tests; fi
+.venv/bin/python -m pytest "$@"

@@ -1,0 +1,160 @@
+"""Airflow 3's native backfill (`airflow backfill create`) against a running Airflow: api-server,
+scheduler (LocalExecutor) and dag-processor, started once for this module. Each backfill run maps
+its data interval to a time window of Kafka records; the committed position does not move."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests import helpers
+from tests.e2e.conftest import AIRFLOW, ROOT
+
+pytestmark = pytest.mark.e2e
+
+DAY = dt.timedelta(days=1)
+# Record timestamps (two per partition would be enough; these cover the window edges).
+TIMES = ["2025-05-31T23:00", "2025-06-01T00:00", "2025-06-01T12:00", "2025-06-01T23:59:59",
+         "2025-06-02T00:00", "2025-06-02T18:00", "2025-06-03T00:00", "2025-06-03T05:00"]
+WINDOW = (dt.datetime(2025, 6, 1, tzinfo=dt.UTC), dt.datetime(2025, 6, 3, tzinfo=dt.UTC))
+
+
+class Airflow:
+    """A running Airflow (api-server, scheduler, dag-processor) on a private home and SQLite DB."""
+
+    def __init__(self, home: Path, env: dict[str, str]):
+        self.home, self.env, self.procs = home, env, []
+
+    def cli(self, *args: str) -> str:
+        result = subprocess.run([AIRFLOW, *args], env=self.env, capture_output=True, text=True, timeout=300)
+        output = result.stdout[-3000:] + result.stderr[-3000:]
+        assert result.returncode == 0, f"airflow {' '.join(args)} failed:\n{output}"
+        return result.stdout
+
+    def json(self, *args: str):
+        out = self.cli(*args, "-o", "json")  # the JSON is the last line starting with '[' (warnings go first)
+        lines = [line for line in out.splitlines() if line.startswith(("[{", "[]"))]
+        return json.loads(lines[-1]) if lines else []
+
+    def start(self, port: int) -> None:
+        for name, args in (("api-server", ["api-server", "--port", str(port)]), ("scheduler", ["scheduler"]),
+                           ("dag-processor", ["dag-processor"])):
+            log = open(self.home / f"{name}.out", "w")  # noqa: SIM115 - closed with the process
+            self.procs.append(subprocess.Popen([AIRFLOW, *args], env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                               start_new_session=True))
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+    def wait_for(self, what: str, check, timeout: float = 300):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for proc in self.procs:
+                assert proc.poll() is None, f"an Airflow service exited while waiting for {what}; see {self.home}"
+            result = check()
+            if result:
+                return result
+            time.sleep(3)
+        logs = "\n".join((self.home / f"{n}.out").read_text()[-2000:] for n in ("scheduler", "dag-processor"))
+        pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}\n{logs}")
+
+    def runs(self, dag_id: str) -> list[dict]:
+        return self.json("dags", "list-runs", dag_id)
+
+
+@pytest.fixture(scope="module")
+def pipeline_name() -> str:
+    return f"nbf_{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="module")
+def running_airflow(tmp_path_factory, kafka_bootstrap, pipeline_name):
+    base = tmp_path_factory.mktemp("native_backfill")
+    home, pipelines, lake = base / "home", base / "pipelines", base / "lake"
+    home.mkdir()
+    pipelines.mkdir()
+    (pipelines / f"{pipeline_name}.yaml").write_text(yaml.safe_dump(
+        {"name": pipeline_name, "topics": [pipeline_name], "table": pipeline_name, "schedule": "@daily"}))
+    port = helpers.free_port()
+    env = helpers.service_env(pipelines, lake, AIRFLOW_HOME=str(home), AIRFLOW__CORE__DAGS_FOLDER=str(ROOT / "dags"),
+                              AIRFLOW__CORE__LOAD_EXAMPLES="False", AIRFLOW__CORE__EXECUTOR="LocalExecutor",
+                              AIRFLOW__CORE__PARALLELISM="2",
+                              AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://127.0.0.1:{port}/execution/",
+                              AIRFLOW__API_AUTH__JWT_SECRET=uuid.uuid4().hex, AIRFLOW__API__SECRET_KEY=uuid.uuid4().hex,
+                              AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="True")
+    airflow = Airflow(home, env)
+    airflow.cli("db", "migrate")
+    airflow.start(port)
+    try:
+        yield airflow, lake
+    finally:
+        airflow.stop()
+
+
+def test_native_backfill_over_two_past_days_ingests_exactly_those_windows(running_airflow, pipeline_name):
+    airflow, lake = running_airflow
+    dag_id = f"tidemark_ingest__{pipeline_name}"
+    # Backfills need the records to still be there: no time-based retention on this topic.
+    topic = helpers.create_topic(pipeline_name, partitions=2, configs={"retention.ms": "-1"})
+    airflow.wait_for("the dag-processor to parse the DAG",
+                     lambda: any(d["dag_id"] == dag_id for d in airflow.json("dags", "list")))
+    airflow.cli("dags", "unpause", dag_id)
+    # The schedule's latest interval runs first: nothing in the topic yet, so no Spark.
+    airflow.wait_for("the scheduled run", lambda: [r for r in airflow.runs(dag_id) if r["state"] == "success"])
+
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=helpers.bootstrap())
+    for i, stamp in enumerate(TIMES):
+        ms = int(dt.datetime.fromisoformat(stamp).replace(tzinfo=dt.UTC).timestamp() * 1000)
+        for partition in (0, 1):
+            producer.send(topic, value=json.dumps({"i": i}).encode(), partition=partition, timestamp_ms=ms)
+    producer.flush()
+    producer.close()
+
+    airflow.cli("backfill", "create", "--dag-id", dag_id, "--from-date", "2025-06-01", "--to-date", "2025-06-02",
+                "--max-active-runs", "1")
+
+    def backfills_done():
+        runs = [r for r in airflow.runs(dag_id) if r["run_id"].startswith("backfill__")]
+        return runs if len(runs) == 2 and all(r["state"] in ("success", "failed") for r in runs) else None
+
+    runs = airflow.wait_for("the two backfill runs", backfills_done, timeout=600)
+    assert {r["state"] for r in runs} == {"success"}, runs
+
+    # Exactly the records of [2025-06-01, 2025-06-03): offsets 1..5 of each partition, once each.
+    table = str(lake / pipeline_name)
+    rows = helpers.query(table, "SELECT kafka_partition AS p, kafka_offset AS o, kafka_timestamp AS ts FROM t "
+                                "ORDER BY p, o")
+    assert [(r["p"], r["o"]) for r in rows] == [(p, o) for p in (0, 1) for o in range(1, 6)]
+    assert all(WINDOW[0] <= r["ts"] < WINDOW[1] for r in rows)
+
+    # One backfill batch per data interval, none of them moves the committed position.
+    history = json.loads(subprocess.run([str(ROOT / ".venv" / "bin" / "tidemark"), "offsets", "history",
+                                         pipeline_name, "--json"], env=airflow.env, capture_output=True, text=True,
+                                        timeout=120).stdout)
+    by_run = {}
+    for row in history:
+        assert row["kind"] == "backfill" and row["status"] == "committed", row
+        by_run.setdefault(row["dag_run_id"], set()).add((row["partition"], row["start_offset"], row["end_offset"]))
+    assert by_run == {"backfill__2025-06-02T00:00:00+00:00": {(0, 1, 4), (1, 1, 4)},
+                      "backfill__2025-06-03T00:00:00+00:00": {(0, 4, 6), (1, 4, 6)}}
+    show = json.loads(subprocess.run([str(ROOT / ".venv" / "bin" / "tidemark"), "offsets", "show", pipeline_name,
+                                      "--json"], env=airflow.env, capture_output=True, text=True, timeout=120).stdout)
+    assert {p["partition"]: p["committed_offset"] for p in show} == {0: None, 1: None}
