@@ -42,10 +42,10 @@ soak: setup ## kill -9 and concurrent-run trials with exactly-once checks (SOAK_
 	scripts/soak.sh
 
 lint: venv ## ruff
-	$(VENV)/bin/ruff check plugins spark_jobs dags tests scripts
+	$(VENV)/bin/ruff check plugins spark_jobs dags tests scripts bench
 
-bench: setup ## the benchmark (not part of make test)
-	@echo "make bench: not built yet (issue: Benchmark)"; exit 1
+bench: setup ## Tidemark vs AvailableNow, plain Spark batch, consumer perf; fixed costs; ledger growth (BENCH_RECORDS=2000000; not in make test)
+	scripts/bench.sh
 
 lock: ## re-resolve requirements.txt into requirements.lock in a scratch venv
 	rm -rf .cache/lockvenv && python3 -m venv .cache/lockvenv

@@ -1,0 +1,106 @@
+"""Run a command and measure it: wall time, and the peak resident memory of its process tree
+(sampled with psutil), with the JVMs seen in the tree (evidence that a run did or did not start
+Spark)."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import psutil
+
+SAMPLE_SECONDS = 0.1
+
+
+@dataclass
+class Measurement:
+    wall_seconds: float
+    returncode: int
+    peak_tree_rss_mb: float
+    peak_jvm_rss_mb: float
+    jvm_pids: list[int] = field(default_factory=list)
+    output: str = ""
+
+    @property
+    def started_jvm(self) -> bool:
+        return bool(self.jvm_pids)
+
+    def summary(self) -> dict:
+        return {"wall_seconds": round(self.wall_seconds, 3), "returncode": self.returncode,
+                "peak_tree_rss_mb": round(self.peak_tree_rss_mb, 1), "peak_jvm_rss_mb": round(self.peak_jvm_rss_mb, 1),
+                "jvms_started": len(self.jvm_pids)}
+
+
+def _is_jvm(proc: psutil.Process) -> bool:
+    try:
+        return proc.name() == "java"
+    except psutil.Error:
+        return False
+
+
+class TreeSampler(threading.Thread):
+    """Samples the RSS of a process and all its descendants until stopped."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.root = psutil.Process(pid)
+        self.peak_tree = 0
+        self.peak_jvm = 0
+        self.jvm_pids: set[int] = set()
+        self._stop_event = threading.Event()
+
+    def _sample(self) -> None:
+        try:
+            procs = [self.root, *self.root.children(recursive=True)]
+        except psutil.Error:
+            return
+        total = 0
+        for proc in procs:
+            try:
+                rss = proc.memory_info().rss
+            except psutil.Error:
+                continue
+            total += rss
+            if _is_jvm(proc):
+                self.jvm_pids.add(proc.pid)
+                self.peak_jvm = max(self.peak_jvm, rss)
+        self.peak_tree = max(self.peak_tree, total)
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            self._sample()
+            self._stop_event.wait(SAMPLE_SECONDS)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join()
+
+
+def run_measured(command: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 3600,
+                 cwd: str | None = None) -> Measurement:
+    """Run ``command`` to completion (output captured) and measure it."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(list(command), env=dict(env) if env is not None else None, cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    sampler = TreeSampler(proc.pid)
+    sampler.start()
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        sampler.stop()
+    wall = time.perf_counter() - started
+    return Measurement(wall, proc.returncode, sampler.peak_tree / 2**20, sampler.peak_jvm / 2**20,
+                       sorted(sampler.jvm_pids), output or "")
+
+
+def check(measurement: Measurement, what: str) -> Measurement:
+    """Fail loudly (with the tail of the output) when a measured command failed."""
+    if measurement.returncode != 0:
+        raise RuntimeError(f"{what} exited with {measurement.returncode}:\n{measurement.output[-4000:]}")
+    return measurement

@@ -1,0 +1,407 @@
+"""bench/results/bench.json -> docs/BENCHMARKS.md and docs/benchmarks.png.
+
+``python -m bench.report`` regenerates both from the stored JSON (no broker needed). Every number in
+the document comes from the JSON; the prose of bench/findings.md is filled in with ``$name``
+placeholders from the summary (see ``placeholders``).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import string
+from collections.abc import Iterable
+
+from bench.contenders import AVAILABLE_NOW, CONSUMER_PERF, CONTENDERS, LABELS, PLAIN_BATCH, TIDEMARK_DAG, TIDEMARK_JOB
+from bench.settings import RESULTS, ROOT
+
+DOC = ROOT / "docs" / "BENCHMARKS.md"
+CHART = ROOT / "docs" / "benchmarks.png"
+FINDINGS = ROOT / "bench" / "findings.md"
+METRICS = ("records_per_second", "mb_per_second", "seconds", "peak_tree_rss_mb", "peak_jvm_rss_mb")
+BASELINES = {"available_now": AVAILABLE_NOW, "plain_batch": PLAIN_BATCH, "consumer_perf": CONSUMER_PERF}
+
+
+# --- summary -------------------------------------------------------------------------------------
+
+def spread(values: Iterable[float]) -> dict:
+    found = [v for v in values if v is not None]
+    if not found:
+        return {"median": None, "min": None, "max": None, "n": 0}
+    return {"median": round(statistics.median(found), 3), "min": round(min(found), 3), "max": round(max(found), 3),
+            "n": len(found)}
+
+
+def _contenders(runs: list[dict]) -> dict:
+    return {name: {"label": LABELS[name], **{m: spread(r[m] for r in runs if r["contender"] == name) for m in METRICS}}
+            for name in CONTENDERS if any(r["contender"] == name for r in runs)}
+
+
+def _ratios(summary: dict) -> dict:
+    ratios = {}
+    for tidemark in (TIDEMARK_JOB, TIDEMARK_DAG):
+        for short, baseline in BASELINES.items():
+            if tidemark in summary and baseline in summary:
+                ratios[f"{tidemark}/{short}"] = round(summary[tidemark]["records_per_second"]["median"]
+                                                      / summary[baseline]["records_per_second"]["median"], 3)
+    return ratios
+
+
+PHASES = ("read_and_tally", "write_output", "ledger_commit", "shutdown")
+
+
+def _phases(runs: list[dict]) -> dict:
+    """Where the Tidemark ingest job's time goes (from its log lines), next to the plan call."""
+    jobs = [r for r in runs if r["contender"] == TIDEMARK_JOB and "phases" in r]
+    if not jobs:
+        return {}
+    return {"plan": spread(r["plan_seconds"] for r in jobs),
+            **{phase: spread(r["phases"].get(phase) for r in jobs) for phase in PHASES}}
+
+
+def _empty(empty_runs: list[dict]) -> dict:
+    dag = [e for e in empty_runs if e["kind"] == "tidemark_dag_empty"]
+    now = [e for e in empty_runs if e["kind"] == "available_now_empty"]
+    out = {}
+    if dag:
+        out["dag"] = {"wall_seconds": spread(e["wall_seconds"] for e in dag),
+                      "plan_task_seconds": spread(e["plan_task_seconds"] for e in dag),
+                      "jvms_started": max(e["jvms_started"] for e in dag),
+                      "ingest_task_states": sorted({str(e["ingest_task_state"]) for e in dag}),
+                      "peak_tree_rss_mb": spread(e["peak_tree_rss_mb"] for e in dag),
+                      **{f"breakdown_{k}": spread(e.get("plan_task_breakdown", {}).get(k) for e in dag)
+                         for k in ("airflow_task_start", "plan_callable", "plan_task")}}
+        out["cli"] = {"wall_seconds": spread(e["cli"]["wall_seconds"] for e in dag),
+                      "jvms_started": max(e["cli"]["jvms_started"] for e in dag),
+                      "peak_tree_rss_mb": spread(e["cli"]["peak_tree_rss_mb"] for e in dag)}
+        out["plan_call"] = {"seconds": spread(e["plan_call_seconds"] for e in dag)}
+    if now:
+        out["available_now"] = {"wall_seconds": spread(e["wall_seconds"] for e in now),
+                                "jvms_started": min(e["jvms_started"] for e in now),
+                                "peak_tree_rss_mb": spread(e["peak_tree_rss_mb"] for e in now)}
+    return out
+
+
+def _ledger(growth: dict) -> dict:
+    def row(entry: dict) -> dict:
+        return {"batches": entry["batches"], "state_ms": entry["state"]["median_ms"],
+                "full_read_ms": entry["full_read"]["median_ms"],
+                "plan_ms": entry.get("plan", {}).get("median_ms"), "active_files": entry["active_files"],
+                "log_json_files": entry["log_json_files"], "checkpoints": entry["checkpoints"],
+                "rows": entry["rows"], "write_ms_per_batch_recent": entry.get("write_ms_per_batch_recent")}
+
+    synthetic = [row(e) for e in growth.get("synthetic", [])]
+    out: dict = {"synthetic": synthetic, "protocol": [row(e) for e in growth.get("protocol", [])]}
+    if len(synthetic) >= 2:
+        small, large = synthetic[0], synthetic[-1]
+        out["plan_ratio"] = round(large["plan_ms"] / small["plan_ms"], 2)
+        out["state_ratio"] = round(large["state_ms"] / small["state_ms"], 2)
+        out["full_read_ratio"] = round(large["full_read_ms"] / small["full_read_ms"], 2)
+        out["ratio_between"] = [small["batches"], large["batches"]]
+    return out
+
+
+def _targets(summary: dict) -> list[dict]:
+    targets = []
+    ratios = summary.get("ratios", {})
+    for key, goal, text in (("tidemark_job/available_now", 1.0, "Tidemark >= 1.0x AvailableNow throughput"),
+                            ("tidemark_job/plain_batch", 0.9, "Tidemark >= 0.9x the no-bookkeeping batch")):
+        if key in ratios:
+            targets.append({"target": text, "measured": f"{ratios[key]:.2f}x", "met": ratios[key] >= goal})
+    dag = summary.get("empty", {}).get("dag")
+    if dag:
+        no_jvm = f"{dag['jvms_started']} JVM(s), ingest task {'/'.join(dag['ingest_task_states'])}"
+        plan = dag["plan_task_seconds"]["median"]
+        targets.append({"target": "empty run <= 3 s with no JVM started: the plan task as Airflow records it",
+                        "measured": f"{plan:.2f} s; {no_jvm}", "met": plan <= 3 and dag["jvms_started"] == 0})
+        callable_s = dag["breakdown_plan_callable"]["median"]
+        if callable_s is not None:
+            targets.append({"target": "... of which Tidemark's plan callable (cold process)",
+                            "measured": f"{callable_s:.2f} s", "met": callable_s <= 3})
+    ledger = summary.get("ledger", {})
+    if "plan_ratio" in ledger:
+        small, large = ledger["ratio_between"]
+        targets.append({"target": f"plan time at {large:,} batches <= 1.5x that at {small:,}",
+                        "measured": f"{ledger['plan_ratio']:.2f}x", "met": ledger["plan_ratio"] <= 1.5})
+    return targets
+
+
+def summarize(results: dict) -> dict:
+    summary: dict = {"contenders": _contenders(results.get("runs", []))}
+    summary["ratios"] = _ratios(summary["contenders"])
+    summary["tidemark_phases"] = _phases(results.get("runs", []))
+    summary["empty"] = _empty(results.get("empty_runs", []))
+    summary["ledger"] = _ledger(results.get("ledger_growth", {}))
+    summary["targets"] = _targets(summary)
+    return summary
+
+
+# --- markdown ------------------------------------------------------------------------------------
+
+def _n(value: float | None, digits: int = 0) -> str:
+    return "–" if value is None else f"{value:,.{digits}f}"
+
+
+def _range(s: dict, digits: int = 0) -> str:
+    return f"{_n(s['median'], digits)} ({_n(s['min'], digits)}–{_n(s['max'], digits)})"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def machine_section(results: dict) -> str:
+    m, s = results["machine"], results["settings"]
+    start, end = results.get("load_at_start", {}), results.get("load_at_end", {})
+    runs = results.get("runs", [])
+    loads = [r["load_1m"] for r in runs if "load_1m" in r]
+    rows = [["CPU", f"{m['cpu_model']}, {m['cores']} cores"], ["RAM", f"{m['ram_gib']} GiB"], ["OS", m["os"]],
+            ["Java", m["java"]], ["Python", m["python"]],
+            ["Spark", f"{m['spark']} (pip), Delta Lake {m['delta_spark']}, Kafka client {m['spark_kafka_client']}"],
+            ["Kafka broker", f"{m['kafka_broker']} (KRaft, single node, local disk)"],
+            ["Airflow / delta-rs", f"{m['airflow']} / deltalake {m['deltalake']}"],
+            ["Spark settings (1–3)", f"`--master {s['master']} --driver-memory {s['driver_memory']}`, Tidemark's "
+                                     "`DEFAULT_CONF` and jars, session built by `spark_jobs/ingest.py`"],
+            ["Load average (1 min)", f"{start.get('load_1m', '–')} at start, {end.get('load_1m', '–')} at end"
+                                     + (f", {min(loads):.1f}–{max(loads):.1f} after the runs" if loads else "")]]
+    return _table(["", ""], rows)
+
+
+def contenders_section(summary: dict) -> str:
+    rows = []
+    for c in summary["contenders"].values():
+        rows.append([c["label"], _range(c["records_per_second"]), _range(c["mb_per_second"], 1),
+                     _range(c["seconds"], 1), _range(c["peak_tree_rss_mb"]), _range(c["peak_jvm_rss_mb"])])
+    return _table(["contender", "records/s median (min–max)", "MB/s median (min–max)", "seconds median (min–max)",
+                   "peak RSS of the process tree, MB", "peak JVM RSS, MB"], rows)
+
+
+def ratios_section(summary: dict) -> str:
+    ratios = summary["ratios"]
+    rows = []
+    for tidemark in (TIDEMARK_JOB, TIDEMARK_DAG):
+        cells = [ratios.get(f"{tidemark}/{short}") for short in BASELINES]
+        if any(c is not None for c in cells):
+            rows.append([LABELS[tidemark], *[f"{c:.2f}x" if c is not None else "–" for c in cells]])
+    return _table(["throughput ratio (medians)", "/ AvailableNow", "/ no-bookkeeping batch", "/ consumer perf"], rows)
+
+
+def empty_section(summary: dict) -> str:
+    e = summary["empty"]
+    rows = []
+    if "dag" in e:
+        d = e["dag"]
+        what = f"plan task {_range(d['plan_task_seconds'], 2)} s (Airflow's record)"
+        if d["breakdown_plan_callable"]["median"] is not None:
+            what += (f": Airflow starting the task {_range(d['breakdown_airflow_task_start'], 2)} s, Tidemark's "
+                     f"plan callable {_range(d['breakdown_plan_callable'], 2)} s")
+        rows.append(["Tidemark DAG, `airflow dags test`", _range(d["wall_seconds"], 1),
+                     f"{what}; ingest task: {'/'.join(d['ingest_task_states'])}", str(d["jvms_started"]),
+                     _range(d["peak_tree_rss_mb"])])
+        c = e["cli"]
+        rows.append(["Tidemark CLI, `tidemark run`", _range(c["wall_seconds"], 1), "plan, nothing new, no spark-submit",
+                     str(c["jvms_started"]), _range(c["peak_tree_rss_mb"])])
+        p = e["plan_call"]
+        rows.append(["Tidemark plan call (`prepare_batch`, in process)", _range(p["seconds"], 3), "ledger read + Kafka "
+                     "offsets", "0", "–"])
+    if "available_now" in e:
+        a = e["available_now"]
+        rows.append(["AvailableNow, same checkpoint", _range(a["wall_seconds"], 1),
+                     "Spark starts, finds no new offsets", f"{a['jvms_started']} (at least)",
+                     _range(a["peak_tree_rss_mb"])])
+    return _table(["empty run (nothing new)", "wall seconds median (min–max)", "what happens", "JVMs started",
+                   "peak RSS, MB"], rows)
+
+
+def ledger_section(summary: dict) -> str:
+    ledger = summary["ledger"]
+    rows = []
+    for shape, label in (("synthetic", "few big appends"), ("protocol", "as runs write it")):
+        for r in ledger.get(shape, []):
+            rows.append([f"{r['batches']:,}", label, f"{r['rows']:,}", _n(r["state_ms"], 1), _n(r["full_read_ms"], 1),
+                         _n(r["plan_ms"], 1), f"{r['log_json_files']:,} / {r['checkpoints']} / {r['active_files']:,}",
+                         _n(r["write_ms_per_batch_recent"])])
+    return _table(["committed batches", "ledger shape", "rows", "`Ledger.state` ms", "full read ms (before the fix)",
+                   "plan call ms", "log JSON files / checkpoints / active files", "write ms per batch (recent)"], rows)
+
+
+def phases_section(summary: dict) -> str:
+    phases = summary.get("tidemark_phases", {})
+    labels = {"plan": "plan call (Python, before spark-submit)",
+              "read_and_tally": "JVM and session start, ledger check, Kafka read into the persisted rows, tally",
+              "write_output": "output write from the persisted rows (one Delta commit with the marker)",
+              "ledger_commit": "ledger commit (delta-rs count of the batch in the output, merge)",
+              "shutdown": "Spark stop, JVM exit"}
+    return _table(["Tidemark ingest job phase", "seconds median (min–max)"],
+                  [[labels[k], _range(v, 1)] for k, v in phases.items()])
+
+
+def targets_section(summary: dict) -> str:
+    return _table(["target (reported, not asserted)", "measured", "met"],
+                  [[t["target"], t["measured"], "yes" if t["met"] else "**no**"] for t in summary["targets"]])
+
+
+def placeholders(results: dict) -> dict[str, str]:
+    """Flat ``$name`` values for bench/findings.md."""
+    summary = results["summary"]
+    values: dict[str, str] = {"records": f"{results['settings']['records']:,}",
+                              "record_bytes": str(results["settings"]["record_bytes"]),
+                              "repeats": str(results["settings"]["repeats"])}
+    for name, c in summary["contenders"].items():
+        for metric in METRICS:
+            values[f"{name}_{metric}"] = _n(c[metric]["median"], 1 if metric != "records_per_second" else 0)
+    for key, ratio in summary["ratios"].items():
+        values[key.replace("/", "_vs_")] = f"{ratio:.2f}"
+    for phase, value in summary.get("tidemark_phases", {}).items():
+        values[f"phase_{phase}"] = _n(value["median"], 1)
+    empty = summary["empty"]
+    if "dag" in empty:
+        values["empty_dag_wall"] = _n(empty["dag"]["wall_seconds"]["median"], 1)
+        values["empty_plan_task"] = _n(empty["dag"]["plan_task_seconds"]["median"], 2)
+        values["empty_cli_wall"] = _n(empty["cli"]["wall_seconds"]["median"], 1)
+        values["empty_plan_call"] = _n(empty["plan_call"]["seconds"]["median"], 3)
+        values["empty_airflow_task_start"] = _n(empty["dag"]["breakdown_airflow_task_start"]["median"], 2)
+        values["empty_plan_callable"] = _n(empty["dag"]["breakdown_plan_callable"]["median"], 2)
+    if "available_now" in empty:
+        values["empty_available_now_wall"] = _n(empty["available_now"]["wall_seconds"]["median"], 1)
+    ledger = summary["ledger"]
+    for key in ("plan_ratio", "state_ratio", "full_read_ratio"):
+        if key in ledger:
+            values[key] = f"{ledger[key]:.2f}"
+    for shape in ("synthetic", "protocol"):
+        for r in ledger.get(shape, []):
+            for metric in ("state_ms", "full_read_ms", "plan_ms", "write_ms_per_batch_recent"):
+                if r.get(metric) is not None:
+                    values[f"{shape}_{r['batches']}_{metric}"] = _n(r[metric], 1)
+    return values
+
+
+def markdown(results: dict) -> str:
+    summary = results["summary"]
+    s = results["settings"]
+    findings = string.Template(FINDINGS.read_text()).safe_substitute(placeholders(results)) if FINDINGS.exists() else ""
+    parts = [
+        "# Benchmarks",
+        f"Generated by `make bench` from [`bench/results/bench.json`](../bench/results/bench.json) (run started "
+        f"{results['started_at']}, {results.get('wall_minutes', '–')} min); regenerate this page from the JSON with "
+        "`.venv/bin/python -m bench.report`. Nothing here is asserted by `make test`.",
+        "## Machine", machine_section(results),
+        "## How to run",
+        "```bash\nmake bench                                   # the default: 2,000,000 records of 300 bytes, "
+        "3 repetitions\nBENCH_RECORDS=50000 BENCH_REPEATS=1 make bench  # a quick look\n```\n\n"
+        "`scripts/bench.sh` starts a private broker (`scripts/with_broker.sh bench ${BENCH_KAFKA_PORT:-19292}`) and "
+        "runs `python -m bench.run`. Knobs: `BENCH_RECORDS`, `BENCH_RECORD_BYTES`, `BENCH_PARTITIONS` (8), "
+        "`BENCH_REPEATS` (3), `BENCH_LEDGER_SIZES` (10,1000,10000), `BENCH_LEDGER_SMALL_COMMITS` (1000), "
+        "`BENCH_DRIVER_MEMORY` (1g), `BENCH_SKIP` (`contenders`, `ledger`). Work files go to `.cache/bench` "
+        "(its own lake, pipelines folder and Airflow home), results to `bench/results/bench.json`, this page and "
+        "`docs/benchmarks.png`.",
+        "## Method",
+        f"* **Backlog**: a fresh topic, {s['partitions']} partitions, {s['records']:,} JSON order events of "
+        f"{s['record_bytes']} bytes ({s['megabytes']:,} MB of values), produced by Kafka's "
+        "`org.apache.kafka.tools.ProducerPerformance` with `--payload-file` (no compression)."
+        + (f" It took {results['backlog']['produce_seconds']} s "
+           f"({results['backlog']['producer_records_per_second']:,.0f} records/s as the tool reports)."
+           if "backlog" in results else ""),
+        "* **Contenders**, each reading the whole backlog into a fresh Delta table (consumer perf only reads), "
+        f"{s['repeats']} repetitions, interleaved (each repetition starts one contender later):\n"
+        "  1. *Tidemark ingest job*: `tidemark.runs.prepare_batch` (the plan, timed in process) then exactly the "
+        "spark-submit of `tidemark run` (`tidemark.submit.spark_submit_command`), i.e. `spark_jobs/ingest.py` with its "
+        "ledger check, read check, Delta commit with the idempotency marker and ledger commit; *Tidemark DAG*: the "
+        "whole `tidemark_ingest__<pipeline>` DAG with `airflow dags test` (plan, has_new_records, ingest, report);\n"
+        "  2. *AvailableNow*: `bench/jobs/available_now.py`, Structured Streaming, Kafka source -> Delta sink, "
+        "fresh checkpoint, `Trigger.AvailableNow`;\n"
+        "  3. *plain batch*: `bench/jobs/plain_batch.py`, `spark.read` earliest -> latest, `append` to Delta;\n"
+        "  4. *consumer perf*: `org.apache.kafka.tools.ConsumerPerformance` (read_committed, a fresh group).\n"
+        "* 1–3 run with the **same spark-submit command** up to the script (master, driver memory, jars, conf: "
+        "`bench.stack.spark_submit_base` cuts Tidemark's own command), the same SparkSession builder "
+        "(`spark_jobs.ingest.build_session`), the same Kafka client options (`tidemark.spark_io.kafka_source_options`) "
+        "and the same output columns (`tidemark.spark_io.to_rows`). Every output table is checked to hold exactly "
+        "the backlog's records.",
+        "* **Time** is wall time from process start to exit (JVM start included, for every contender); Tidemark's "
+        "job adds its plan call. **MB** are value bytes (2^20 bytes, as Kafka's tools count). **Memory** is the peak "
+        "resident set of the whole process tree (spark-submit's JVM driver plus the Python driver, or Airflow and "
+        "everything it starts), sampled every 0.1 s with psutil; the JVM column is the largest single `java` "
+        "process.",
+        "## Throughput", contenders_section(summary), "", ratios_section(summary),
+        "Where the Tidemark ingest job's time goes, from the timestamps of its own log lines:",
+        phases_section(summary),
+        "## Targets", targets_section(summary),
+        "## Fixed costs: empty runs",
+        "The same pipeline run again with nothing new. JVMs are counted by sampling the process tree every 0.1 s "
+        "(a JVM lives for seconds, so none can be missed); the ingest task's state comes from Airflow's database.",
+        empty_section(summary),
+        "## Ledger growth",
+        "Plan time with N committed batches of one pipeline (one row per partition and batch). *Few big appends*: "
+        "rows shaped like real ones written with delta-rs in appends of 2,000 batches. *As runs write it*: every "
+        "batch a `planned` append then the merge that commits it (two Delta commits per batch). `Ledger.state` is "
+        "the ledger read inside the plan; *full read* is how it read the ledger before this benchmark (every row of "
+        "the pipeline into Python, then `derive_state`); *plan call* is `prepare_batch` on a topic with nothing new "
+        "(ledger read, Kafka metadata and offsets).",
+        ledger_section(summary),
+        "![throughput, empty runs and ledger growth](benchmarks.png)",
+    ]
+    if findings:
+        parts += ["## Findings", findings.strip()]
+    return "\n\n".join(parts) + "\n"
+
+
+# --- chart ---------------------------------------------------------------------------------------
+
+def chart(results: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    summary = results["summary"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 5.5))
+    names = list(summary["contenders"])
+    medians = [summary["contenders"][n]["records_per_second"]["median"] / 1000 for n in names]
+    lows = [m - summary["contenders"][n]["records_per_second"]["min"] / 1000 for n, m in zip(names, medians,
+                                                                                              strict=True)]
+    highs = [summary["contenders"][n]["records_per_second"]["max"] / 1000 - m for n, m in zip(names, medians,
+                                                                                               strict=True)]
+    colors = ["#1f77b4" if n.startswith("tidemark") else "#999999" for n in names]
+    left.barh(range(len(names)), medians, xerr=[lows, highs], color=colors, capsize=4)
+    left.set_yticks(range(len(names)), [LABELS[n].split(" (")[0] for n in names])
+    left.invert_yaxis()
+    left.set_xlabel("thousand records/s (median, min–max); process start to exit")
+    left.set_title(f"{results['settings']['records']:,} records of {results['settings']['record_bytes']} B, "
+                   f"{results['settings']['partitions']} partitions")
+    for shape, style in (("synthetic", "o-"), ("protocol", "s--")):
+        rows = summary["ledger"].get(shape, [])
+        if rows:
+            right.plot([r["batches"] for r in rows], [r["state_ms"] for r in rows], style,
+                       label=f"Ledger.state ({shape})")
+            right.plot([r["batches"] for r in rows], [r["full_read_ms"] for r in rows], style, alpha=0.5,
+                       label=f"full read, before the fix ({shape})")
+    planned = [r for r in summary["ledger"].get("synthetic", []) if r["plan_ms"] is not None]
+    if planned:
+        right.plot([r["batches"] for r in planned], [r["plan_ms"] for r in planned], "^-",
+                   label="plan call (synthetic)")
+    right.set_xscale("log")
+    right.set_yscale("log")
+    right.set_xlabel("committed batches in the ledger")
+    right.set_ylabel("milliseconds (median)")
+    right.set_title("Ledger growth")
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(CHART, dpi=110)
+    plt.close(fig)
+
+
+def write(results: dict) -> None:
+    DOC.write_text(markdown(results))
+    chart(results)
+
+
+def main() -> None:
+    results = json.loads((RESULTS / "bench.json").read_text())
+    results["summary"] = summarize(results)
+    write(results)
+    print(f"wrote {DOC} and {CHART}")
+
+
+if __name__ == "__main__":
+    main()

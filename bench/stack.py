@@ -1,0 +1,112 @@
+"""The environment every contender runs in: a private lake, pipelines folder and Airflow home
+under BENCH_WORK, the broker of scripts/with_broker.sh, and the spark-submit command of
+Tidemark's ingest job (tidemark.submit), shared by the Spark baselines."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from bench.settings import BIN, ROOT, BenchSettings
+from tidemark.commit import BatchPlan
+from tidemark.config import PipelineConfig, find_pipeline
+from tidemark.offsets import OffsetRange
+from tidemark.submit import INGEST_SCRIPT, local_spark_env, spark_submit_command
+
+
+def configure_environment(settings: BenchSettings) -> None:
+    """Point this process (and every child) at the benchmark's own lake, pipelines and Airflow."""
+    os.environ.update({
+        "TIDEMARK_LAKE_ROOT": str(settings.lake),
+        "TIDEMARK_PIPELINES_DIR": str(settings.pipelines),
+        "AIRFLOW_HOME": str(settings.airflow_home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka",
+                                                  "extra": {"bootstrap.servers": settings.bootstrap}}),
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": settings.master}),
+    })
+    os.environ.pop("TIDEMARK_LEDGER_URI", None)
+
+
+def reset_work(settings: BenchSettings) -> None:
+    shutil.rmtree(settings.work, ignore_errors=True)
+    for folder in (settings.lake, settings.pipelines, settings.airflow_home):
+        folder.mkdir(parents=True)
+
+
+def migrate_airflow() -> None:
+    result = subprocess.run([str(BIN / "airflow"), "db", "migrate"], capture_output=True, text=True, timeout=900)
+    if result.returncode != 0:
+        raise RuntimeError(f"airflow db migrate failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+
+
+def kafka_properties(settings: BenchSettings) -> dict[str, str]:
+    return {"bootstrap.servers": settings.bootstrap}
+
+
+def add_pipeline(settings: BenchSettings, name: str, topic: str) -> PipelineConfig:
+    """A pipeline file with the three required keys, manual schedule and no retries."""
+    (settings.pipelines / f"{name}.yaml").write_text(yaml.safe_dump(
+        {"name": name, "topics": [topic], "table": name, "schedule": None, "retries": 0}))
+    return find_pipeline(name)
+
+
+def remove_pipeline(settings: BenchSettings, config: PipelineConfig) -> None:
+    """Drop the pipeline's file and output table (the ledger keeps its rows)."""
+    (settings.pipelines / f"{config.name}.yaml").unlink(missing_ok=True)
+    drop_table(config.table_uri)
+    drop_table(config.dead_letter_uri)
+
+
+def drop_table(uri: str | None) -> None:
+    if uri:
+        shutil.rmtree(uri, ignore_errors=True)
+
+
+def spark_env(settings: BenchSettings) -> dict[str, str]:
+    """The ingest job's environment (tidemark.submit.run_ingest_job), plus the repository on
+    PYTHONPATH so that the baseline scripts can import bench.jobs."""
+    return {**os.environ, **local_spark_env(), "PYTHONPATH": str(ROOT),
+            "TIDEMARK_KAFKA_PROPERTIES": json.dumps(kafka_properties(settings))}
+
+
+def tidemark_submit(settings: BenchSettings, plan: BatchPlan) -> list[str]:
+    """Exactly the command `tidemark run` launches for a batch."""
+    return spark_submit_command(plan, settings.master, "read_committed", driver_memory=settings.driver_memory)
+
+
+def spark_submit_base(settings: BenchSettings, name: str) -> list[str]:
+    """Tidemark's spark-submit command (master, driver memory, jars, conf) up to the script."""
+    probe = BatchPlan("bench", 1, "unused", "unused", [OffsetRange("unused", 0, 0, 1)])
+    command = tidemark_submit(settings, probe)
+    base = command[:command.index(INGEST_SCRIPT)]
+    base[base.index("--name") + 1] = name
+    return base
+
+
+def table_count(uri: str) -> int:
+    from deltalake import DeltaTable
+
+    return DeltaTable(uri).count()
+
+
+def task_durations(settings: BenchSettings, dag_id: str, run_id: str) -> dict[str, dict]:
+    """Task states and durations (seconds) of one DAG run, from Airflow's SQLite metadata DB."""
+    with sqlite3.connect(settings.airflow_home / "airflow.db") as db:
+        rows = db.execute("SELECT task_id, state, duration FROM task_instance WHERE dag_id = ? AND run_id = ?",
+                          (dag_id, run_id)).fetchall()
+    return {task: {"state": state, "seconds": None if seconds is None else round(float(seconds), 3)}
+            for task, state, seconds in rows}
+
+
+def fresh_folder(path: Path) -> Path:
+    shutil.rmtree(path, ignore_errors=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
