@@ -17,9 +17,10 @@ import os
 import sys
 
 from tidemark import faults
-from tidemark.commit import BatchPlan, check_read, finalize_batch, output_txn_version
+from tidemark.commit import BatchPlan, Tally, check_read, finalize_batch, output_txn_version
 from tidemark.errors import BadRecordsError, KafkaUnavailableError, PipelineBusyError, PlanMismatchError
 from tidemark.ledger import Ledger
+from tidemark.offsets import TopicPartition
 
 log = logging.getLogger("tidemark.ingest")
 
@@ -105,36 +106,70 @@ def run(spark, plan: BatchPlan, properties: dict[str, str], isolation_level: str
         finalize_batch(plan)
     else:
         check_plan_is_frozen(plan)
+        log.info("pipeline '%s': batch %d: reading %d offsets of %d partition(s) from Kafka", plan.pipeline,
+                 plan.batch_id, plan.total_offsets, len(plan.ranges))
         faults.crash_when_spark_is_busy(faults.DURING_READ, spark)
         raw = spark_io.read_ranges(spark, spark_io.kafka_source_options(plan, properties, isolation_level))
         rows = spark_io.to_rows(raw, plan.format, plan.batch_id, dt.datetime.now(dt.UTC))
         if plan.dedupe:
             rows = spark_io.drop_already_written(spark, rows, plan)
-        with kafka_errors(plan):
-            rows = rows.persist()
-        try:
-            with kafka_errors(plan):
-                tallies = spark_io.tally(rows)
-            check_read(plan, tallies)
-            bad = sum(t.bad for t in tallies.values())
-            log.info("pipeline '%s': batch %d read %d records (%d bad) from %d offsets", plan.pipeline, plan.batch_id,
-                     sum(t.records for t in tallies.values()), bad, plan.total_offsets)
-            if bad and plan.format.on_bad_record == "fail":
-                raise BadRecordsError(
-                    f"batch {plan.batch_id} has {bad} bad record(s) and on_bad_record is 'fail'; nothing was "
-                    f"written. First: {'; '.join(spark_io.bad_examples(rows))}. Fix the producer, or set "
-                    f"'on_bad_record: dead_letter' to divert them to {plan.dead_letter_uri}.", pipeline=plan.pipeline)
-            if bad:
-                spark_io.write_dead_letters(rows, plan)
-                log.info("pipeline '%s': %d dead letters written to %s", plan.pipeline, bad, plan.dead_letter_uri)
-            faults.crash_point(faults.AFTER_DEAD_LETTERS)
-            spark_io.write_output(rows, plan)
-            log.info("pipeline '%s': batch %d committed to %s", plan.pipeline, plan.batch_id, plan.table_uri)
-            faults.crash_point(faults.AFTER_OUTPUT_COMMIT)
-        finally:
-            rows.unpersist()
-        finalize_batch(plan, tallies)
+        if spark_io.can_have_bad_records(plan.format):
+            finalize_batch(plan, tallies=write_counted_first(rows, plan))
+        else:
+            finalize_batch(plan, records_read=write_in_one_pass(rows, plan))
     faults.crash_point(faults.AFTER_LEDGER_COMMIT)
+
+
+def write_counted_first(rows, plan: BatchPlan) -> dict[TopicPartition, Tally]:
+    """Values that can be bad: cache the batch, count good and bad records per partition and check
+    them against the frozen ranges before anything is written, then write the dead letters and
+    the output (the commit point). Returns the counts for the reconciliation."""
+    from tidemark import spark_io
+
+    with kafka_errors(plan):
+        rows = rows.persist()
+    try:
+        with kafka_errors(plan):
+            tallies = spark_io.tally(rows)
+        check_read(plan, tallies)
+        bad = sum(t.bad for t in tallies.values())
+        log.info("pipeline '%s': batch %d read %d records (%d bad) from %d offsets", plan.pipeline, plan.batch_id,
+                 sum(t.records for t in tallies.values()), bad, plan.total_offsets)
+        if bad and plan.format.on_bad_record == "fail":
+            raise BadRecordsError(
+                f"batch {plan.batch_id} has {bad} bad record(s) and on_bad_record is 'fail'; nothing was "
+                f"written. First: {'; '.join(spark_io.bad_examples(rows))}. Fix the producer, or set "
+                f"'on_bad_record: dead_letter' to divert them to {plan.dead_letter_uri}.", pipeline=plan.pipeline)
+        if bad:
+            spark_io.write_dead_letters(rows, plan)
+            log.info("pipeline '%s': %d dead letters written to %s", plan.pipeline, bad, plan.dead_letter_uri)
+        faults.crash_point(faults.AFTER_DEAD_LETTERS)
+        spark_io.write_output(rows, plan)
+        log.info("pipeline '%s': batch %d committed to %s", plan.pipeline, plan.batch_id, plan.table_uri)
+        faults.crash_point(faults.AFTER_OUTPUT_COMMIT)
+    finally:
+        rows.unpersist()
+    return tallies
+
+
+def write_in_one_pass(rows, plan: BatchPlan) -> int | None:
+    """Raw values cannot be bad: one pass over Kafka writes the output (the commit point) while
+    Spark counts what it read. The tables are then checked against the frozen ranges and that count
+    before the ledger commit (finalize_batch). Returns the count (None if Delta skipped the write:
+    the output already held the batch)."""
+    from tidemark import spark_io
+
+    faults.crash_point(faults.AFTER_DEAD_LETTERS)  # no dead letters in this format; the point stays reachable
+    with kafka_errors(plan):
+        records_read = spark_io.write_output_counting(rows, plan)
+    if records_read is None:
+        log.warning("pipeline '%s': batch %d was already in %s (Delta skipped the write by its marker)",
+                    plan.pipeline, plan.batch_id, plan.table_uri)
+    else:
+        log.info("pipeline '%s': batch %d committed to %s (%d records read from %d offsets)", plan.pipeline,
+                 plan.batch_id, plan.table_uri, records_read, plan.total_offsets)
+    faults.crash_point(faults.AFTER_OUTPUT_COMMIT)
+    return records_read
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -102,26 +102,6 @@ def output_txn_version(table_uri: str, pipeline: str) -> int | None:
     return table.transaction_version(pipeline)
 
 
-def count_batch_records(table_uri: str, batch_id: int) -> dict[TopicPartition, int]:
-    """Records per partition that a table (output or dead letters) holds for one batch; empty if
-    the table does not exist. delta-rs, no JVM."""
-    from deltalake import DeltaTable, QueryBuilder
-
-    try:
-        table = DeltaTable(table_uri)
-    except Exception as exc:
-        if type(exc).__name__ == "TableNotFoundError":
-            return {}
-        raise
-    reader = QueryBuilder().register("output", table).execute(
-        "SELECT kafka_topic, kafka_partition, COUNT(*) AS n FROM output "
-        f"WHERE ingest_batch_id = {int(batch_id)} GROUP BY kafka_topic, kafka_partition")
-    import pyarrow as pa
-
-    return {TopicPartition(r["kafka_topic"], int(r["kafka_partition"])): int(r["n"])
-            for r in pa.table(reader.read_all()).to_pylist()}
-
-
 @dataclass(frozen=True)
 class Tally:
     """What Spark read for one partition of a batch, counted before anything is written."""
@@ -132,29 +112,82 @@ class Tally:
     max_offset: int | None
 
 
-def check_read(plan: BatchPlan, tallies: dict[TopicPartition, Tally]) -> None:
-    """Kafka must have returned records of the frozen ranges only: every offset inside its range,
-    no more records than offsets, no partition outside the plan. Raises ReconciliationError."""
+def batch_tallies(table_uri: str | None, batch_id: int) -> dict[TopicPartition, Tally]:
+    """Records and offset span per partition that a table (output or dead letters) holds for one
+    batch; empty if the table does not exist. delta-rs, no JVM."""
+    if not table_uri:
+        return {}
+    from deltalake import DeltaTable, QueryBuilder
+
+    try:
+        table = DeltaTable(table_uri)
+    except Exception as exc:
+        if type(exc).__name__ == "TableNotFoundError":
+            return {}
+        raise
+    reader = QueryBuilder().register("output", table).execute(
+        "SELECT kafka_topic, kafka_partition, COUNT(*) AS n, MIN(kafka_offset) AS lo, MAX(kafka_offset) AS hi "
+        f"FROM output WHERE ingest_batch_id = {int(batch_id)} GROUP BY kafka_topic, kafka_partition")
+    import pyarrow as pa
+
+    rows = pa.table(reader.read_all()).to_pylist()
+    return {TopicPartition(r["kafka_topic"], int(r["kafka_partition"])):
+            Tally(int(r["n"]), 0, int(r["lo"]), int(r["hi"])) for r in rows}
+
+
+def count_batch_records(table_uri: str | None, batch_id: int) -> dict[TopicPartition, int]:
+    """Records per partition that a table holds for one batch."""
+    return {tp: t.records for tp, t in batch_tallies(table_uri, batch_id).items()}
+
+
+def _stored(written: dict[TopicPartition, Tally], dead: dict[TopicPartition, Tally]) -> dict[TopicPartition, Tally]:
+    """Output and dead letters together, per partition (``bad`` = dead letters)."""
+    stored = {}
+    for tp in written.keys() | dead.keys():
+        parts = [t for t in (written.get(tp), dead.get(tp)) if t is not None]
+        stored[tp] = Tally(sum(t.records for t in parts), dead[tp].records if tp in dead else 0,
+                           min(t.min_offset for t in parts), max(t.max_offset for t in parts))
+    return stored
+
+
+def check_read(plan: BatchPlan, tallies: dict[TopicPartition, Tally], *, source: str = "Spark returned",
+               outcome: str = "nothing was written") -> None:
+    """Records of the frozen ranges only: every offset inside its range, no more records than
+    offsets, no partition outside the plan. ``tallies`` are what Spark read (before writing) or what
+    the tables hold for the batch (before the ledger commit). Raises ReconciliationError."""
     ranges = {r.tp: r for r in plan.ranges}
     for tp, tally in tallies.items():
         r = ranges.get(tp)
         if r is None:
-            raise ReconciliationError(f"Spark returned records of {tp}, which batch {plan.batch_id} does not read; "
-                                      "nothing was written", pipeline=plan.pipeline)
+            raise ReconciliationError(f"{source} records of {tp}, which batch {plan.batch_id} does not read; "
+                                      f"{outcome}", pipeline=plan.pipeline)
         if tally.records > r.size or (tally.records and not (r.start <= tally.min_offset and tally.max_offset < r.end)):
             raise ReconciliationError(
-                f"{tp}: Spark returned {tally.records} records with offsets {tally.min_offset}..{tally.max_offset} "
-                f"for the frozen range [{r.start}, {r.end}) of batch {plan.batch_id}; nothing was written",
+                f"{tp}: {source} {tally.records} records with offsets {tally.min_offset}..{tally.max_offset} "
+                f"for the frozen range [{r.start}, {r.end}) of batch {plan.batch_id}; {outcome}",
                 pipeline=plan.pipeline)
 
 
-def finalize_batch(plan: BatchPlan, tallies: dict[TopicPartition, Tally] | None = None) -> bool:
-    """Count the batch's records in the output and the dead-letter table and flip its ledger rows
-    to committed with those counts. With the ``tallies`` Spark counted before writing, a mismatch
-    raises ReconciliationError and leaves the ledger untouched. Idempotent; returns False when the
-    ledger already had the batch committed."""
-    written = count_batch_records(plan.table_uri, plan.batch_id)
-    dead = count_batch_records(plan.dead_letter_uri, plan.batch_id) if plan.dead_letter_uri else {}
+def finalize_batch(plan: BatchPlan, tallies: dict[TopicPartition, Tally] | None = None,
+                   records_read: int | None = None) -> bool:
+    """Count the batch's records in the output and the dead-letter table, check they lie within
+    the frozen ranges, and flip its ledger rows to committed with those counts. With the ``tallies``
+    Spark counted before writing, or the ``records_read`` it counted while writing, a mismatch raises
+    ReconciliationError and leaves the ledger untouched. Idempotent; returns False when the ledger
+    already had the batch committed."""
+    output = batch_tallies(plan.table_uri, plan.batch_id)
+    dead_letters = batch_tallies(plan.dead_letter_uri, plan.batch_id)
+    written = {tp: t.records for tp, t in output.items()}
+    dead = {tp: t.records for tp, t in dead_letters.items()}
+    held = _stored(output, dead_letters)
+    check_read(plan, held, source="the output and dead-letter tables hold",
+               outcome="the ledger was not committed. Investigate before re-running")
+    if records_read is not None and records_read != sum(t.records for t in held.values()):
+        raise ReconciliationError(
+            f"batch {plan.batch_id}: Spark read {records_read} records from Kafka for "
+            f"{', '.join(f'{r.tp} [{r.start}, {r.end})' for r in plan.ranges)} but the output and dead-letter "
+            f"tables hold {sum(t.records for t in held.values())}; the ledger was not committed. Investigate "
+            f"before re-running.", pipeline=plan.pipeline)
     if tallies is not None:
         for r in plan.ranges:
             t = tallies.get(r.tp, Tally(0, 0, None, None))

@@ -132,6 +132,31 @@ def drop_already_written(spark: SparkSession, rows: DataFrame, plan: BatchPlan) 
     return rows
 
 
+def can_have_bad_records(fmt: RecordFormat) -> bool:
+    """Whether a record of this format can be bad (JSON parsing, a size limit). Only then must the
+    batch be counted before anything is written (bad records decide what is written where)."""
+    return fmt.value_format != "raw" or fmt.max_value_bytes is not None
+
+
+def write_output_counting(rows: DataFrame, plan: BatchPlan, wait_s: float = 10.0) -> int | None:
+    """Write the output in one pass over Kafka while Spark counts the records it read (an
+    ``Observation`` of the same job). Returns the count, or None when Delta skipped the write
+    because the output already holds the batch (its marker): then no job ran to count anything."""
+    import time
+
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    observation = Observation(f"tidemark-{plan.pipeline}-{plan.batch_id}")
+    write_output(rows.observe(observation, F.count(F.lit(1)).alias("records")), plan)
+    deadline = time.monotonic() + wait_s
+    while not observation._jo.future().isCompleted():  # get() would block for ever after a skipped write
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.1)
+    return int(observation.get["records"])
+
+
 def tally(rows: DataFrame) -> dict[TopicPartition, Tally]:
     """Records, bad records and the offset span per partition (one Spark action)."""
     from pyspark.sql import functions as F

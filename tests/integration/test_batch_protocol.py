@@ -124,3 +124,47 @@ def test_a_failed_mirror_is_logged_and_never_fails_the_run(kafka_bootstrap, spar
     assert mirror_to_consumer_group(config, unreachable) is False
     assert "could not mirror offsets to consumer group" in caplog.text
     assert Ledger(settings.ledger_uri()).state(topic).positions == {TP(topic, 0): 3}
+
+
+def test_raw_values_are_written_in_one_pass_that_counts_what_it_read(kafka_bootstrap, spark, lake, caplog):
+    topic = helpers.create_topic(helpers.unique("onepass"), partitions=2)
+    produced = helpers.produce(topic, 12)
+    config = make_config(topic)
+    plan = prepare_batch(config, props())
+    with caplog.at_level("INFO", logger="tidemark.ingest"):
+        ingest.run(spark, plan, props(), "read_committed")
+    # no count before the write (that is the JSON path's "read N records (B bad)"); the write counted 12
+    assert "records (0 bad)" not in caplog.text
+    assert f"batch 1 committed to {config.table_uri} (12 records read from 12 offsets)" in caplog.text
+    assert {r.partition: r.record_count for r in Ledger(settings.ledger_uri()).rows(topic)} == dict(produced)
+
+
+def _fake_output(table_uri: str, topic: str, offsets: list[int], batch_id: int = 1) -> None:
+    """Rows of a batch written straight to the output with delta-rs, as a broken writer might."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    write_deltalake(table_uri, pa.table({"kafka_topic": [topic] * len(offsets), "kafka_partition": [0] * len(offsets),
+                                         "kafka_offset": offsets, "ingest_batch_id": [batch_id] * len(offsets)}))
+
+
+@pytest.mark.parametrize(("offsets", "records_read", "message"), [
+    ([0, 1, 7], None, r"the output and dead-letter tables hold 3 records with offsets 0\.\.7 for the frozen range "
+                      r"\[0, 5\) of batch 1; the ledger was not committed"),
+    ([0, 1, 2], 5, r"batch 1: Spark read 5 records from Kafka for .* but the output and dead-letter tables hold 3; "
+                   r"the ledger was not committed"),
+])
+def test_the_ledger_is_not_committed_when_the_tables_disagree_with_the_batch(kafka_bootstrap, lake, offsets,
+                                                                               records_read, message):
+    from tidemark.commit import finalize_batch
+    from tidemark.errors import ReconciliationError
+
+    topic = helpers.create_topic(helpers.unique("disagree"), partitions=1)
+    helpers.produce(topic, 5)
+    plan = prepare_batch(make_config(topic), props())
+    _fake_output(plan.table_uri, topic, offsets)
+    ledger = Ledger(settings.ledger_uri())
+    before = ledger.version()
+    with pytest.raises(ReconciliationError, match=message):
+        finalize_batch(plan, records_read=records_read)
+    assert ledger.version() == before and ledger.state(topic).pending_batch_id == 1
