@@ -24,10 +24,6 @@ class Measurement:
     jvm_pids: list[int] = field(default_factory=list)
     output: str = ""
 
-    @property
-    def started_jvm(self) -> bool:
-        return bool(self.jvm_pids)
-
     def summary(self) -> dict:
         return {"wall_seconds": round(self.wall_seconds, 3), "returncode": self.returncode,
                 "peak_tree_rss_mb": round(self.peak_tree_rss_mb, 1), "peak_jvm_rss_mb": round(self.peak_jvm_rss_mb, 1),

@@ -113,7 +113,7 @@ def run(spark, plan: BatchPlan, properties: dict[str, str], isolation_level: str
         rows = spark_io.to_rows(raw, plan.format, plan.batch_id, dt.datetime.now(dt.UTC))
         if plan.dedupe:
             rows = spark_io.drop_already_written(spark, rows, plan)
-        if spark_io.can_have_bad_records(plan.format):
+        if plan.format.can_reject:
             finalize_batch(plan, tallies=write_counted_first(rows, plan))
         else:
             finalize_batch(plan, records_read=write_in_one_pass(rows, plan))

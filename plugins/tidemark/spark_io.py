@@ -132,12 +132,6 @@ def drop_already_written(spark: SparkSession, rows: DataFrame, plan: BatchPlan) 
     return rows
 
 
-def can_have_bad_records(fmt: RecordFormat) -> bool:
-    """Whether a record of this format can be bad (JSON parsing, a size limit). Only then must the
-    batch be counted before anything is written (bad records decide what is written where)."""
-    return fmt.value_format != "raw" or fmt.max_value_bytes is not None
-
-
 def write_output_counting(rows: DataFrame, plan: BatchPlan, wait_s: float = 10.0) -> int | None:
     """Write the output in one pass over Kafka while Spark counts the records it read (an
     ``Observation`` of the same job). Returns the count, or None when Delta skipped the write
