@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from bench import stack
 from bench.measure import Measurement, check, run_measured
 from bench.settings import BIN, ROOT, BenchSettings
-from tidemark.runs import prepare_batch
+from tidemark.batch.prepare import prepare_batch
+from tidemark_airflow.naming import ingest_dag_id
 
 log = logging.getLogger("bench")
 JOBS = ROOT / "bench" / "jobs"
@@ -146,10 +147,10 @@ def tidemark_dag(settings: BenchSettings, topic: str, records: int, rep: int) ->
     """The whole DAG through Airflow; then the same DAG again with nothing new (an empty run).
     Returns the repetition and the empty run's facts."""
     config = stack.add_pipeline(settings, f"bench_dag_{rep}", topic)
-    measured, tasks = airflow_dag_test(settings, config.dag_id)
+    measured, tasks = airflow_dag_test(settings, ingest_dag_id(config.name))
     keep_log(settings, f"{TIDEMARK_DAG}-{rep}", measured)
     _expect_rows(config.table_uri, records, TIDEMARK_DAG)
-    empty, empty_tasks = airflow_dag_test(settings, config.dag_id)
+    empty, empty_tasks = airflow_dag_test(settings, ingest_dag_id(config.name))
     keep_log(settings, f"{TIDEMARK_DAG}-{rep}-empty", empty)
     cli = check(run_measured([str(BIN / "tidemark"), "run", config.name]), "tidemark run (nothing new)")
     if "nothing new" not in cli.output:

@@ -7,7 +7,7 @@ asks Kafka, and freezes nothing):
   * protocol: batches written the way runs write them (a 'planned' append, then the merge that
     flips the rows to 'committed'): two Delta commits and about one small file per batch.
 Timed: ``Ledger.state`` (the ledger read inside the plan), the full read it replaced (every row of the
-pipeline through ``derive_state``) and ``tidemark.runs.prepare_batch`` (the whole plan task's call).
+pipeline through ``derive_state``) and ``tidemark.batch.prepare_batch`` (the whole plan task's call).
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ import pyarrow as pa
 
 from bench import data, stack
 from bench.settings import BenchSettings
+from tidemark.batch.prepare import prepare_batch
 from tidemark.config import PipelineConfig
 from tidemark.kafka_client import KafkaOffsets
 from tidemark.ledger import COMMITTED, SCHEMA, Ledger, LedgerRow, derive_state, planned_rows
 from tidemark.offsets import OffsetRange
-from tidemark.runs import prepare_batch
 
 log = logging.getLogger("bench")
 PIPELINE = "bench_ledger"

@@ -306,8 +306,9 @@ def markdown(results: dict) -> str:
            if "backlog" in results else ""),
         "* **Contenders**, each reading the whole backlog into a fresh Delta table (consumer perf only reads), "
         f"{s['repeats']} repetitions, interleaved (each repetition starts one contender later):\n"
-        "  1. *Tidemark ingest job*: `tidemark.runs.prepare_batch` (the plan, timed in process) then exactly the "
-        "spark-submit of `tidemark run` (`tidemark.submit.spark_submit_command`), i.e. `spark_jobs/ingest.py` with its "
+        "  1. *Tidemark ingest job*: `tidemark.batch.prepare_batch` (the plan, timed in process) then exactly the "
+        "spark-submit of `tidemark run` (`tidemark_spark.submit.spark_submit_command`), i.e. "
+        "`tidemark_spark/ingest.py` with its "
         "ledger check, read check, Delta commit with the idempotency marker and ledger commit; *Tidemark DAG*: the "
         "whole `tidemark_ingest__<pipeline>` DAG with `airflow dags test` (plan, has_new_records, ingest, report);\n"
         "  2. *AvailableNow*: `bench/jobs/available_now.py`, Structured Streaming, Kafka source -> Delta sink, "

@@ -14,10 +14,10 @@ from pathlib import Path
 import yaml
 
 from bench.settings import BIN, ROOT, BenchSettings
-from tidemark.commit import BatchPlan
+from tidemark.batch.plan import BatchPlan
 from tidemark.config import PipelineConfig, find_pipeline
 from tidemark.offsets import OffsetRange
-from tidemark.submit import INGEST_SCRIPT, local_spark_env, spark_submit_command
+from tidemark_spark.submit import INGEST_SCRIPT, local_spark_env, spark_submit_command
 
 
 def configure_environment(settings: BenchSettings) -> None:
@@ -71,7 +71,7 @@ def drop_table(uri: str | None) -> None:
 
 
 def spark_env(settings: BenchSettings) -> dict[str, str]:
-    """The ingest job's environment (tidemark.submit.run_ingest_job), plus the repository on
+    """The ingest job's environment (tidemark_spark.submit.run_ingest_job), plus the repository on
     PYTHONPATH so that the baseline scripts can import bench.jobs."""
     return {**os.environ, **local_spark_env(), "PYTHONPATH": str(ROOT),
             "TIDEMARK_KAFKA_PROPERTIES": json.dumps(kafka_properties(settings))}

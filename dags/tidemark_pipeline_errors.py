@@ -7,10 +7,13 @@ while the other pipelines' DAGs keep loading. It defines no DAG.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tidemark.config import load_all
 from tidemark.errors import ConfigError
+from tidemark.settings import pipelines_dir
 
-_, broken = load_all()
+_, broken = load_all(pipelines_dir(default=Path(__file__).parent / "pipelines"))
 if broken:
     raise ConfigError(f"{len(broken)} broken pipeline file(s); their DAGs are not loaded, the other pipelines' "
                       "DAGs are unaffected:\n" + "\n".join(f"- {problem}" for problem in broken.values()))

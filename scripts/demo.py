@@ -16,10 +16,10 @@ from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
-from tidemark.cli import main as tidemark_cli
 from tidemark.config import find_pipeline
 from tidemark.ledger import Ledger
 from tidemark.settings import ledger_uri
+from tidemark_cli.main import main as tidemark_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOTSTRAP = f"127.0.0.1:{os.environ.get('KAFKA_PORT', '9092')}"

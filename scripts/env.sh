@@ -5,6 +5,7 @@ export PATH="$root/.venv/bin:$PATH"
 export KAFKA_PORT=${KAFKA_PORT:-9092}
 export TIDEMARK_LAKE_ROOT=${TIDEMARK_LAKE_ROOT:-$root/lake}
 export TIDEMARK_PIPELINES_DIR=${TIDEMARK_PIPELINES_DIR:-$root/dags/pipelines}
+export TIDEMARK_JAR_CACHE=${TIDEMARK_JAR_CACHE:-$root/.cache/jars}
 export AIRFLOW_HOME=${AIRFLOW_HOME:-$root/.cache/airflow}
 export AIRFLOW__CORE__DAGS_FOLDER=${AIRFLOW__CORE__DAGS_FOLDER:-$root/dags}
 export AIRFLOW__CORE__PLUGINS_FOLDER=${AIRFLOW__CORE__PLUGINS_FOLDER:-$root/plugins}

@@ -8,11 +8,11 @@ import argparse
 import datetime as dt
 from typing import TYPE_CHECKING
 
-from spark_jobs.ingest import build_session, kafka_properties_from_env
-from tidemark.commit import BatchPlan
+from tidemark.batch.plan import BatchPlan
 from tidemark.offsets import OffsetRange
 from tidemark.records import RecordFormat, output_columns
 from tidemark.spark_io import kafka_source_options, to_rows
+from tidemark_spark.ingest import build_session, kafka_properties_from_env
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -9,7 +9,16 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from tidemark import settings
 from tidemark.errors import ConfigError
@@ -60,8 +69,11 @@ class PipelineConfig(BaseModel):
     isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
     """Kafka isolation level for planning and reading; ``read_committed`` hides aborted records."""
 
-    max_records_per_run: PositiveInt | None = None
-    """Cap on offsets planned per run, shared fairly across partitions; none by default."""
+    max_offsets_per_run: PositiveInt | None = Field(
+        default=None, validation_alias=AliasChoices("max_offsets_per_run", "max_records_per_run"))
+    """Cap on the offsets planned per run, shared fairly across partitions; none by default. It
+    counts offsets, not records: transaction markers and compaction make a range hold fewer
+    records than offsets. ``max_records_per_run``, its name before 0.2, is still accepted."""
 
     schedule: str | None = "@hourly"
     """Airflow schedule (cron or preset); ``null`` for manual runs only."""
@@ -204,11 +216,6 @@ class PipelineConfig(BaseModel):
     def table_uri(self) -> str:
         """The output table's absolute location."""
         return settings.resolve_table_uri(self.table)
-
-    @property
-    def dag_id(self) -> str:
-        """The scheduled/manual/backfill DAG of this pipeline."""
-        return f"tidemark_ingest__{self.name}"
 
 
 def _describe(error: dict) -> str:

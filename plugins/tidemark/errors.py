@@ -1,5 +1,14 @@
-"""Domain errors. Each says what went wrong, where (pipeline, topic, partition, offsets) and
-what to do, and whether a retry can help (``transient``)."""
+"""Every domain error of Tidemark, in one place.
+
+Each error says what went wrong, where (pipeline, topic, partition, offsets) and what to do, and
+whether a retry can help:
+
+* ``transient = True``: the same step may succeed if retried (Kafka did not answer in time, the
+  ledger was too busy). The Airflow tasks let Airflow retry these.
+* ``transient = False`` (terminal): retrying the same step with the same input fails the same way
+  (a broken pipeline file, a recreated topic, refused credentials, another run holding the
+  pipeline). The Airflow tasks fail at once, without retries; the message says how to fix it.
+"""
 
 from __future__ import annotations
 
@@ -15,9 +24,27 @@ class TidemarkError(Exception):
         super().__init__(prefix + message)
 
 
-class ConfigError(TidemarkError):
-    """A pipeline file or a setting is invalid. Terminal: fix the file."""
+def is_transient(error: BaseException) -> bool:
+    """Whether retrying the step that raised ``error`` may help. Errors that are not Tidemark's
+    own (a bug, a JVM crash, an I/O error) count as transient: the retry is Airflow's to make."""
+    return getattr(error, "transient", True) if isinstance(error, TidemarkError) else True
 
+
+# --- configuration and input ------------------------------------------------------------------
+
+class ConfigError(TidemarkError):
+    """A pipeline file, a setting, a connection or a form value is invalid. Terminal: fix it."""
+
+
+class ResetError(ConfigError):
+    """An offset reset request is invalid (scope, target, missing reason). Terminal."""
+
+
+class LedgerVersionError(ConfigError):
+    """The ledger table was written by a newer Tidemark than this one. Terminal: upgrade."""
+
+
+# --- Kafka ------------------------------------------------------------------------------------
 
 class KafkaUnavailableError(TidemarkError):
     """Kafka did not answer in time. Transient: Airflow retries the task."""
@@ -25,17 +52,51 @@ class KafkaUnavailableError(TidemarkError):
     transient = True
 
 
+class KafkaAuthenticationError(TidemarkError):
+    """Kafka refused the credentials of the Kafka connection (SASL authentication failed).
+    Terminal: retrying with the same credentials cannot help (and repeated failed logins can lock
+    an account). The message never holds the credentials."""
+
+
 class UnknownTopicError(TidemarkError):
     """A configured topic does not exist on the cluster. Terminal."""
 
 
+class DataLossError(TidemarkError):
+    """The committed offset is below the earliest offset Kafka still has (retention deleted
+    records before they were read), under ``on_data_loss: fail``. Terminal: reset or skip."""
+
+
+class OffsetsWentBackwardsError(TidemarkError):
+    """Kafka's latest offset is below the committed one: the topic was deleted and recreated,
+    or truncated. Terminal: an audited reset is the way out."""
+
+
+class TopicRecreatedError(OffsetsWentBackwardsError):
+    """A topic's Kafka topic id differs from the one the ledger recorded: it was deleted and
+    recreated, so its offsets number other records. Terminal: an audited reset is the way out."""
+
+
+# --- the batch protocol -----------------------------------------------------------------------
+
 class LedgerConflictError(TidemarkError):
-    """Another run of the same pipeline changed the ledger first. Terminal for this run."""
+    """The ledger was too busy to take this run's commit (other pipelines kept committing first).
+    Transient: nothing was written, and a retry re-reads the ledger."""
+
+    transient = True
 
 
-class PipelineBusyError(LedgerConflictError):
-    """Another run of the same pipeline holds it (planned or is executing a batch). Terminal for
-    this run, which wrote nothing."""
+class PipelineBusyError(TidemarkError):
+    """Another run of the same pipeline holds it (it froze a batch, or changed the ledger first).
+    Terminal for this run, which wrote nothing."""
+
+    @classmethod
+    def held_by(cls, pipeline: str, holder: str, what: str) -> PipelineBusyError:
+        """The one wording of "another run holds the pipeline": who holds it (``holder``: a run
+        id, or a description), what this run was doing (``what``), and what to do."""
+        return cls(f"another run holds the pipeline: {holder}. This run wrote nothing ({what}). Only one run of a "
+                   f"pipeline may work at a time (the DAG's max_active_runs=1 keeps scheduled runs apart); "
+                   f"retry once the other run has finished.", pipeline=pipeline)
 
 
 class PlanMismatchError(TidemarkError):
@@ -48,8 +109,3 @@ class ReconciliationError(TidemarkError):
 
 class BadRecordsError(TidemarkError):
     """Bad records in a batch under ``on_bad_record: fail``. Terminal: nothing was written."""
-
-
-class KafkaAuthenticationError(TidemarkError):
-    """Kafka refused the credentials of the Kafka connection (SASL authentication failed).
-    Terminal: retrying with the same credentials cannot help. The message never holds them."""

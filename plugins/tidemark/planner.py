@@ -6,26 +6,24 @@ pipeline's policies, decide the frozen ranges of the next batch.
 
 from __future__ import annotations
 
+import base64
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from tidemark.errors import TidemarkError
+from tidemark.errors import DataLossError, OffsetsWentBackwardsError, TopicRecreatedError
 from tidemark.offsets import OffsetRange, TopicPartition
 
 
-class DataLossError(TidemarkError):
-    """The committed offset is below the earliest offset Kafka still has (retention deleted it)."""
-
-
-class OffsetsWentBackwardsError(TidemarkError):
-    """Kafka's latest offset is below the committed one: the topic was deleted and recreated,
-    or truncated. Terminal: an audited reset is the way out."""
-
-
-class TopicRecreatedError(OffsetsWentBackwardsError):
-    """A topic's Kafka topic id differs from the one the ledger recorded: it was deleted and
-    recreated, so its offsets number other records. Terminal: an audited reset is the way out."""
+def kafka_topic_id(topic_id: str) -> str:
+    """A topic id as Kafka's own tools print it (``kafka-topics --describe``: URL-safe base64 of
+    the 16 bytes, no padding) from the UUID form the ledger stores. Other forms pass through."""
+    try:
+        raw = uuid.UUID(topic_id).bytes
+    except ValueError:
+        return topic_id
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
 def check_topic_ids(pipeline: str, known: Mapping[str, str], current: Mapping[str, str],
@@ -48,8 +46,9 @@ def check_topic_ids(pipeline: str, known: Mapping[str, str], current: Mapping[st
         fix = "After checking what happened to the topic, move the pipeline onto the new topic with"
     others = f" Also recreated: {', '.join(changed[1:])}." if len(changed) > 1 else ""
     raise TopicRecreatedError(
-        f"topic '{topic}' was deleted and recreated: Kafka's topic id is now {current[topic]}, but the ledger's "
-        f"offsets (committed: {committed}) belong to topic id {known[topic]}; Kafka's latest offsets now: {now}. "
+        f"topic '{topic}' was deleted and recreated: Kafka's topic id is now {kafka_topic_id(current[topic])} "
+        f"(as `kafka-topics --describe` prints it), but the ledger's offsets (committed: {committed}) belong to "
+        f"topic id {kafka_topic_id(known[topic])}; Kafka's latest offsets now: {now}. "
         f"Offsets of the new topic number other records, so nothing was read or written. {fix} "
         f"'tidemark offsets reset {pipeline} --topic {topic} --to-earliest --execute --reason \"topic recreated\"' "
         f"(or --to-latest to skip what the new topic already holds); the reset records the new topic id.{others}",
@@ -66,8 +65,9 @@ class Gap:
 
 
 @dataclass
-class Plan:
-    """The outcome of planning: the ranges to read, and the gaps the skip policy recorded."""
+class RangeDecision:
+    """The outcome of range planning: the ranges to read, and the gaps the skip policy recorded.
+    Not yet a batch: ``batch.prepare`` turns it into a frozen ``BatchPlan``."""
 
     ranges: list[OffsetRange] = field(default_factory=list)
     gaps: list[Gap] = field(default_factory=list)
@@ -121,10 +121,10 @@ def plan_ranges(
     *,
     starting_offsets: Literal["earliest", "latest"] | Mapping[TopicPartition, int] = "earliest",
     on_data_loss: Literal["fail", "skip"] = "fail",
-    max_records: int | None = None,
-) -> Plan:
+    max_offsets: int | None = None,
+) -> RangeDecision:
     """Plan the next batch over the partitions in ``latest`` (the partitions Kafka has now)."""
-    plan = Plan()
+    plan = RangeDecision()
     starts: dict[TopicPartition, int] = {}
     lost: list[str] = []
     for tp in sorted(latest):
@@ -152,6 +152,6 @@ def plan_ranges(
             f"lost range as a 'gap' row in the ledger and continue from the earliest offset Kafka has.",
             pipeline=pipeline,
         )
-    granted = share_cap({tp: latest[tp] - s for tp, s in starts.items()}, max_records)
+    granted = share_cap({tp: latest[tp] - s for tp, s in starts.items()}, max_offsets)
     plan.ranges = [OffsetRange(tp.topic, tp.partition, s, s + granted[tp]) for tp, s in starts.items()]
     return plan

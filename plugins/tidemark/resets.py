@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from tidemark.errors import ConfigError
+from tidemark.errors import ResetError
 from tidemark.offsets import TopicPartition
 
 Scenario = Literal["to-earliest", "to-latest", "to-offset", "shift-by", "to-datetime", "by-duration", "from-file"]
@@ -24,10 +24,6 @@ SCENARIOS: tuple[str, ...] = ("to-earliest", "to-latest", "to-offset", "shift-by
 
 _DURATION = re.compile(r"^P(?:(?P<days>\d+)D)?(?:T(?:(?P<hours>\d+)H)?(?:(?P<minutes>\d+)M)?"
                        r"(?:(?P<seconds>\d+(?:\.\d+)?)S)?)?$")
-
-
-class ResetError(ConfigError):
-    """A reset request that cannot be carried out as given (unknown topic, bad value, ...)."""
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,13 @@ def lake_root() -> str:
     return os.environ.get("TIDEMARK_LAKE_ROOT", DEFAULT_LAKE_ROOT)
 
 
-def pipelines_dir() -> Path:
-    """The folder of pipeline YAML files (``TIDEMARK_PIPELINES_DIR``, default ``dags/pipelines``)."""
+def pipelines_dir(default: Path | None = None) -> Path:
+    """The folder of pipeline YAML files: ``TIDEMARK_PIPELINES_DIR``, else ``default`` (the DAG file
+    passes the ``pipelines`` folder beside it), else ``dags/pipelines`` under the working directory."""
     configured = os.environ.get("TIDEMARK_PIPELINES_DIR")
     if configured:
         return Path(configured)
-    return Path(__file__).resolve().parents[2] / "dags" / "pipelines"
+    return default if default is not None else Path("dags") / "pipelines"
 
 
 def resolve_table_uri(location: str, root: str | None = None) -> str:
@@ -39,12 +40,24 @@ def ledger_uri(root: str | None = None) -> str:
 
 
 def jar_dir() -> Path:
-    """The cached Spark jars (Kafka source, Delta), fetched by ``scripts/fetch_jars.sh``."""
-    configured = os.environ.get("TIDEMARK_JAR_CACHE")
-    base = Path(configured) if configured else Path(__file__).resolve().parents[2] / ".cache" / "jars"
-    return base / "spark"
+    """The Spark jars (Kafka source, Delta) that ``make jars`` resolves from Maven Central:
+    ``$TIDEMARK_JAR_CACHE/spark``, default ``.cache/jars/spark`` under the working directory
+    (``scripts/env.sh`` sets the variable for every make target). Nothing is looked up relative
+    to where Tidemark is installed, so a wheel works as well as a checkout."""
+    return Path(os.environ.get("TIDEMARK_JAR_CACHE") or Path(".cache") / "jars") / "spark"
 
 
 def spark_jars() -> list[str]:
     """Paths of every cached Spark jar, sorted, for ``--jars`` / ``spark.jars``."""
     return sorted(str(p) for p in jar_dir().glob("*.jar"))
+
+
+def require_spark_jars() -> list[str]:
+    """The Spark jars, or a ConfigError that says how to get them."""
+    jars = spark_jars()
+    if not jars:
+        from tidemark.errors import ConfigError
+
+        raise ConfigError(f"no Spark jars (Kafka source, Delta) in {jar_dir()}: run `make jars`, or point "
+                          f"TIDEMARK_JAR_CACHE at the folder that holds spark/*.jar")
+    return jars

@@ -9,7 +9,8 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from tidemark.commit import BatchPlan, Tally
+from tidemark.batch.finalize import Tally
+from tidemark.batch.plan import BatchPlan
 from tidemark.kafka_client import java_client_properties
 from tidemark.offsets import TopicPartition, spark_kafka_options
 from tidemark.records import DATE_COLUMN, DEAD_LETTER_COLUMNS, RecordFormat, output_columns

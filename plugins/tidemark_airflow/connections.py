@@ -1,55 +1,48 @@
-"""Airflow Connections -> plain values for the core. Kafka: client properties under Kafka's own
-dotted names in ``extra`` (as Airflow's Kafka provider keeps them); ``AIRFLOW_CONN_*`` works."""
+"""Airflow's side of the connection lookup: a ``ConnectionResolver`` on ``BaseHook.get_connection``
+(secrets backends, the metadata DB, ``AIRFLOW_CONN_*``) that registers credentials with Airflow's
+secrets masker."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from tidemark import connections
+from tidemark.connections import Connection
 from tidemark.errors import ConfigError
 
 
-def _get(conn_id: str, pipeline: str | None):
-    from airflow.sdk import BaseHook
+class AirflowConnectionResolver:
+    """Connections as Airflow resolves them."""
 
-    try:
-        return BaseHook.get_connection(conn_id)
-    except Exception as exc:
-        if type(exc).__name__ in {"AirflowNotFoundException", "AirflowNotFoundError"} or "isn't defined" in str(exc):
-            raise ConfigError(f"Airflow connection '{conn_id}' is not defined; create it (UI: Admin -> "
-                              f"Connections) or set AIRFLOW_CONN_{conn_id.upper()}", pipeline=pipeline) from None
-        raise
+    def get(self, conn_id: str, pipeline: str | None = None) -> Connection:
+        from airflow.sdk import BaseHook
 
+        try:
+            conn = BaseHook.get_connection(conn_id)
+        except Exception as exc:
+            missing = type(exc).__name__ in {"AirflowNotFoundException", "AirflowNotFoundError"}
+            if missing or "isn't defined" in str(exc):
+                raise ConfigError(f"Airflow connection '{conn_id}' is not defined; create it (UI: Admin -> "
+                                  f"Connections) or set AIRFLOW_CONN_{conn_id.upper()}", pipeline=pipeline) from None
+            raise
+        return Connection(conn_id, conn.conn_type, conn.host, conn.port, conn.login, conn.password,
+                          conn.extra_dejson or {})
 
-def _mask(secrets: list[str]) -> None:
-    """Register credentials with Airflow's secrets masker, so a log line that ever held one shows
-    ``***``. Airflow masks a connection's password and extra fields with secret-sounding names on
-    its own, but not a ``sasl.jaas.config`` (nor the password inside it)."""
-    try:
+    def mask(self, secrets: Iterable[str]) -> None:
+        """Airflow masks a connection's password and secret-sounding extra fields on its own, but not
+        a ``sasl.jaas.config`` (nor the password inside it)."""
         from airflow.sdk.log import mask_secret
-    except ImportError:  # pragma: no cover - Airflow is part of the environment
-        return
-    for secret in secrets:
-        mask_secret(secret)
+
+        for secret in secrets:
+            mask_secret(secret)
+
+
+RESOLVER = AirflowConnectionResolver()
 
 
 def kafka_properties(conn_id: str, pipeline: str | None = None) -> dict[str, str]:
-    """Kafka client properties from the connection's extra (``bootstrap.servers`` may also come
-    from host:port). The credentials in them are registered with Airflow's secrets masker."""
-    from tidemark.kafka_client import secret_values
-
-    conn = _get(conn_id, pipeline)
-    props = {k: str(v) for k, v in (conn.extra_dejson or {}).items()}
-    _mask(secret_values(props))
-    if "bootstrap.servers" not in props and conn.host:
-        props["bootstrap.servers"] = f"{conn.host}:{conn.port or 9092}"
-    if "bootstrap.servers" not in props:
-        raise ConfigError(f"Airflow connection '{conn_id}' has no 'bootstrap.servers' in its extra "
-                          f"(and no host)", pipeline=pipeline)
-    return props
+    return connections.kafka_properties(RESOLVER, conn_id, pipeline)
 
 
 def spark_master(conn_id: str, pipeline: str | None = None) -> str:
-    """The Spark master URL of a Spark connection, as the Spark provider reads it."""
-    conn = _get(conn_id, pipeline)
-    host = conn.host or "local[*]"
-    if conn.port and (host.startswith("spark://") or "://" not in host and not host.startswith("local")):
-        return f"{host}:{conn.port}"
-    return host
+    return connections.spark_master(RESOLVER, conn_id, pipeline)

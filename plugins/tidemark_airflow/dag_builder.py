@@ -7,6 +7,7 @@ import datetime as dt
 
 from tidemark.config import PipelineConfig
 from tidemark.resets import SCENARIOS
+from tidemark_airflow.naming import ingest_dag_id, replay_dag_id
 from tidemark_airflow.run_modes import MODES
 
 DEFAULT_START = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
@@ -19,7 +20,7 @@ def doc_md(config: PipelineConfig) -> str:
              ("start (new partitions)", config.starting_offsets), ("on data loss", config.on_data_loss),
              ("isolation", config.isolation_level),
              ("partitioned by", ", ".join(config.partition_by) or "none"),
-             ("max records per run", config.max_records_per_run or "no cap")]
+             ("max offsets per run", config.max_offsets_per_run or "no cap")]
     table = "\n".join(f"| {k} | {v} |" for k, v in facts)
     return f"### Tidemark pipeline `{config.name}`\n\n{config.description}\n\n| | |\n|---|---|\n{table}\n"
 
@@ -65,16 +66,15 @@ def build_ingest_dag(config: PipelineConfig):
     from airflow.providers.standard.operators.python import PythonOperator, ShortCircuitOperator
     from airflow.sdk import DAG
 
-    from tidemark.settings import spark_jars
-    from tidemark.submit import DEFAULT_CONF
     from tidemark_airflow import tasks
     from tidemark_airflow.operators import TidemarkIngestOperator
+    from tidemark_spark.submit import DEFAULT_CONF
 
     default_args = {"retries": config.retries, "retry_delay": dt.timedelta(seconds=config.retry_delay_seconds),
                     "retry_exponential_backoff": True,
                     "max_retry_delay": dt.timedelta(minutes=10)}
-    with DAG(dag_id=config.dag_id, schedule=timetable(config.schedule), start_date=DEFAULT_START, catchup=False,
-             params=trigger_form(),
+    with DAG(dag_id=ingest_dag_id(config.name), schedule=timetable(config.schedule), start_date=DEFAULT_START,
+             catchup=False, params=trigger_form(),
              max_active_runs=1, default_args=default_args, doc_md=doc_md(config),
              tags=["tidemark", f"pipeline:{config.name}"], description=f"Kafka -> Delta: {config.name}") as dag:
         plan = PythonOperator(task_id="plan", python_callable=tasks.plan, op_kwargs={"pipeline": config.name})
@@ -82,7 +82,7 @@ def build_ingest_dag(config: PipelineConfig):
                                     op_args=[plan.output], ignore_downstream_trigger_rules=False)
         ingest = TidemarkIngestOperator(
             task_id="ingest", conn_id=config.spark_conn_id, kafka_conn_id=config.kafka_conn_id,
-            isolation_level=config.isolation_level, jars=",".join(spark_jars()),
+            isolation_level=config.isolation_level,
             conf={**DEFAULT_CONF, **config.spark_conf},
             driver_memory="1g", name=f"tidemark-{config.name}")
         report = PythonOperator(task_id="report", python_callable=tasks.report,
@@ -122,7 +122,7 @@ def build_replay_dag(config: PipelineConfig):
 
     from tidemark_airflow import tasks
 
-    with DAG(dag_id=f"tidemark_replay__{config.name}", schedule=None, start_date=DEFAULT_START, catchup=False,
+    with DAG(dag_id=replay_dag_id(config.name), schedule=None, start_date=DEFAULT_START, catchup=False,
              max_active_runs=1, params=replay_form(), tags=["tidemark", "replay", f"pipeline:{config.name}"],
              description=f"Reset the committed offsets of {config.name}",
              doc_md=f"### Replay `{config.name}`\n\nMove the pipeline's committed offsets with the vocabulary of "

@@ -8,11 +8,14 @@ import os
 import sys
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from tidemark.commit import BatchPlan
+from tidemark.batch.plan import BatchPlan
 from tidemark.errors import ConfigError
-from tidemark.submit import INGEST_SCRIPT, core_archive, local_spark_env
+from tidemark.settings import require_spark_jars
 from tidemark_airflow.connections import kafka_properties, spark_master
+from tidemark_spark.ingest import TERMINAL_EXIT_CODE
+from tidemark_spark.submit import INGEST_SCRIPT, core_archive, local_spark_env
 
 
 def refuse_credentials_on_the_command_line(master: str, properties: dict[str, str], pipeline: str) -> None:
@@ -28,7 +31,10 @@ def refuse_credentials_on_the_command_line(master: str, properties: dict[str, st
 
 
 class TidemarkIngestOperator(SparkSubmitOperator):
-    """Runs ``spark_jobs/ingest.py`` for the batch the ``plan`` task froze."""
+    """Runs the ingest job (``tidemark_spark/ingest.py``) for the batch the ``plan`` task froze. A
+    job that ends on a terminal error (exit code ``TERMINAL_EXIT_CODE``: bad records under
+    ``on_bad_record: fail``, another run holding the pipeline, refused credentials...) fails the
+    task at once; any other failure is left to Airflow's retries."""
 
     ui_color = "#e8f4fd"
 
@@ -47,6 +53,7 @@ class TidemarkIngestOperator(SparkSubmitOperator):
         os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
         self.application_args = ["--plan", plan.to_json(), "--isolation-level", self.isolation_level]
         self.py_files = core_archive()  # the core for executors on other machines
+        self.jars = ",".join(require_spark_jars())
         properties = kafka_properties(self.kafka_conn_id, plan.pipeline)
         try:
             master = spark_master(self._conn_id, plan.pipeline)
@@ -55,4 +62,11 @@ class TidemarkIngestOperator(SparkSubmitOperator):
         refuse_credentials_on_the_command_line(master, properties, plan.pipeline)
         self.env_vars = {**local_spark_env(), **(self.env_vars or {}),
                          "TIDEMARK_KAFKA_PROPERTIES": json.dumps(properties)}
-        return super().execute(context)
+        try:
+            return super().execute(context)
+        except AirflowException as exc:
+            if f"Error code is: {TERMINAL_EXIT_CODE}." in str(exc):
+                raise AirflowFailException(
+                    f"pipeline '{plan.pipeline}': batch {plan.batch_id} failed on an error that a retry cannot fix "
+                    f"(see the job's log above); not retrying") from None
+            raise

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from tidemark.backfill import BackfillRequest
+from tidemark.batch.backfill import BackfillRequest
 from tidemark.errors import ConfigError
 from tidemark.offsets import TopicPartition
 

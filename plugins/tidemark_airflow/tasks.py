@@ -1,4 +1,6 @@
-"""Python callables of the ingest DAG's tasks. Thin: resolve connections, call the core, log."""
+"""Python callables of the ingest and replay DAGs' tasks. Thin: resolve connections, call the core
+(``tidemark.batch``), log. A terminal error fails the task at once; a transient one is left to
+Airflow's retries."""
 
 from __future__ import annotations
 
@@ -6,32 +8,43 @@ import functools
 import logging
 
 from tidemark import settings
-from tidemark.backfill import prepare_backfill
-from tidemark.commit import BatchPlan
+from tidemark.batch import (
+    BatchPlan,
+    ResetRequest,
+    mirror_to_consumer_group,
+    partition_status,
+    prepare_backfill,
+    prepare_batch,
+    reset_offsets,
+)
 from tidemark.config import find_pipeline
-from tidemark.errors import KafkaAuthenticationError, PipelineBusyError
-from tidemark.runs import mirror_to_consumer_group, partition_status, prepare_batch
+from tidemark.errors import PipelineBusyError, TidemarkError
 from tidemark_airflow.connections import kafka_properties
+from tidemark_airflow.naming import ingest_dag_id
 from tidemark_airflow.run_modes import decide_run
 
 log = logging.getLogger("tidemark")
 
 
-def no_retry_on_rejected_credentials(task):
-    """Kafka refusing the connection's credentials is not retried: the same credentials fail again
-    (and repeated failed logins can lock an account). The next run uses the fixed connection."""
+def fail_fast_on_terminal_errors(task):
+    """A terminal Tidemark error (a broken pipeline file or form value, a recreated topic, refused
+    credentials, another run holding the pipeline...) fails the task at once: a retry would fail
+    the same way (and repeated failed logins can lock an account). Transient errors (Kafka not
+    answering in time) propagate unchanged, for Airflow's retries."""
     @functools.wraps(task)
     def wrapper(*args, **kwargs):
         from airflow.sdk.exceptions import AirflowFailException
 
         try:
             return task(*args, **kwargs)
-        except KafkaAuthenticationError as exc:
-            raise AirflowFailException(str(exc)) from None
+        except TidemarkError as exc:
+            if exc.transient:
+                raise
+            raise AirflowFailException(f"{type(exc).__name__}: {exc}") from None
     return wrapper
 
 
-@no_retry_on_rejected_credentials
+@fail_fast_on_terminal_errors
 def plan(pipeline: str, **context) -> str:
     """Recover an unfinished batch or freeze the next one (incremental, capped or backfill, from the
     trigger form or the native backfill's data interval); returns the plan as JSON (no secrets)."""
@@ -51,11 +64,11 @@ def plan(pipeline: str, **context) -> str:
     log.info("pipeline '%s': %s run (%s)", pipeline, request.mode, run_type)
     if request.backfill is not None:
         batch = prepare_backfill(config, properties, request.backfill, run_id=context["run_id"],
-                                 airflow_run_state=run_state)
+                                 run_state=run_state)
     else:
         if request.max_records is not None:
-            config = config.model_copy(update={"max_records_per_run": request.max_records})
-        batch = prepare_batch(config, properties, run_id=context["run_id"], airflow_run_state=run_state)
+            config = config.model_copy(update={"max_offsets_per_run": request.max_records})
+        batch = prepare_batch(config, properties, run_id=context["run_id"], run_state=run_state)
     if batch.is_empty:
         log.info("pipeline '%s': nothing to read; the ingest task will be skipped (no Spark launch)", pipeline)
     return batch.to_json()
@@ -66,7 +79,7 @@ def has_new_records(plan_json: str) -> bool:
     return not BatchPlan.from_json(plan_json).is_empty
 
 
-@no_retry_on_rejected_credentials
+@fail_fast_on_terminal_errors
 def report(pipeline: str, **context) -> list[dict]:
     """Log committed offsets and lag per partition after the run; returns the same rows."""
     config = find_pipeline(pipeline)
@@ -82,18 +95,17 @@ def report(pipeline: str, **context) -> list[dict]:
     return rows
 
 
-@no_retry_on_rejected_credentials
+@fail_fast_on_terminal_errors
 def replay(pipeline: str, **context) -> dict:
     """The replay DAG's task: plan (dry run) or apply an offset reset from the form. Refused while
     a run of the pipeline's ingest DAG is active."""
-    from tidemark.replay import ResetRequest, reset_offsets
-
     config = find_pipeline(pipeline)
     params = dict(context.get("params") or {})
-    active = context["ti"].get_dr_count(dag_id=config.dag_id, states=["queued", "running"])
+    ingest = ingest_dag_id(config.name)
+    active = context["ti"].get_dr_count(dag_id=ingest, states=["queued", "running"])
     if active:
-        raise PipelineBusyError(f"{active} run(s) of {config.dag_id} are active; nothing was changed. Retry the "
-                                f"replay when they have finished.", pipeline=pipeline)
+        raise PipelineBusyError.held_by(pipeline, f"{active} run(s) of {ingest} are active",
+                                        "resetting offsets: nothing was changed")
     request = ResetRequest(params["scenario"], tuple(params.get("scope") or ()), offset=params.get("offset"),
                            shift=params.get("shift"), datetime=params.get("datetime"),
                            duration=params.get("duration"), offsets_file=params.get("offsets_file"),

@@ -73,7 +73,7 @@ def test_a_broken_pipeline_is_an_import_error_naming_file_and_field_and_the_othe
     message = next(iter(bag.import_errors.values()))
     assert "2 broken pipeline file(s)" in message
     assert "unknown_key.yaml: unknown key 'colour'" in message
-    assert "bad_cap.yaml: 'max_records_per_run'" in message
+    assert "bad_cap.yaml: 'max_offsets_per_run'" in message
 
 
 def test_the_trigger_form_validates_with_json_schema(dagbag):

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from tests import helpers
-from tidemark import faults
+from tidemark import crash
 
 pytestmark = pytest.mark.e2e
 
@@ -29,7 +29,7 @@ def test_retry_after_the_spark_driver_is_killed_reads_the_same_frozen_ranges(sta
 
     producer = threading.Thread(target=produce_after_the_crash)
     producer.start()
-    stack.env.update({"TIDEMARK_CRASH_AT": faults.DURING_READ, "TIDEMARK_CRASH_ONCE": str(crashed)})
+    stack.env.update({"TIDEMARK_CRASH_AT": crash.DURING_READ, "TIDEMARK_CRASH_ONCE": str(crashed)})
     run = stack.run_dag(dag_id)
     producer.join()
     assert crashed.exists(), "the Spark driver was never killed"

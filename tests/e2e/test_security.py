@@ -210,7 +210,7 @@ def test_sasl_scram_end_to_end_and_the_password_appears_nowhere(sasl_stack, airf
 
     # 3. search everything for the canary
     lines = sampler.stop()
-    submits = [line for line in lines if "spark_jobs/ingest.py" in line and "--plan" in line and topic in line]
+    submits = [line for line in lines if "tidemark_spark/ingest.py" in line and "--plan" in line and topic in line]
     assert submits, f"the ps sampler ({sampler.samples} samples) never saw this pipeline's spark-submit"
     xcoms = xcom_values(airflow_home, dag_id)
     plan = json.loads(xcoms["plan/return_value"])
@@ -268,8 +268,8 @@ def test_a_wrong_password_fails_clearly_without_echoing_it_and_loses_nothing(sas
         env=stack.env, capture_output=True, text=True, timeout=120)
     outputs["freeze"] = process_output(freeze)
     assert freeze.returncode == 0, outputs["freeze"]
-    from tidemark.commit import BatchPlan
-    from tidemark.submit import local_spark_env, spark_submit_command
+    from tidemark.batch.plan import BatchPlan
+    from tidemark_spark.submit import local_spark_env, spark_submit_command
 
     plan = BatchPlan.from_json(freeze.stdout.strip().splitlines()[-1])
     assert plan.batch_id == 1 and plan.total_offsets == 40
@@ -296,7 +296,7 @@ def test_a_wrong_password_fails_clearly_without_echoing_it_and_loses_nothing(sas
 
     # 5. neither password, nor the JAAS config that holds them, in anything these runs left
     lines = sampler.stop()
-    assert any("spark_jobs/ingest.py" in line for line in lines), "the ps sampler never saw spark-submit"
+    assert any("tidemark_spark/ingest.py" in line for line in lines), "the ps sampler never saw spark-submit"
     searched = {**outputs, "ps": "\n".join(lines), **event_logs(events), **xcom_values(airflow_home, bad_dag)}
     for secret in (canary, wrong, "ScramLoginModule required"):
         assert texts_with(secret, searched) == {}, secret

@@ -8,15 +8,15 @@ import time
 
 import pytest
 
-from spark_jobs import ingest
 from tests import helpers
 from tidemark import settings
-from tidemark.backfill import BackfillRequest, prepare_backfill
+from tidemark.batch.backfill import BackfillRequest, prepare_backfill
+from tidemark.batch.execute import execute_batch
+from tidemark.batch.prepare import prepare_batch
 from tidemark.config import parse_pipeline
 from tidemark.errors import ConfigError
 from tidemark.ledger import Ledger
 from tidemark.offsets import TopicPartition as TP
-from tidemark.runs import prepare_batch
 
 pytestmark = pytest.mark.integration
 
@@ -43,18 +43,18 @@ def test_time_window_backfill_twice_adds_nothing_the_second_time(kafka_bootstrap
 
     plan = prepare_backfill(config, props(), request, run_id="backfill-1")
     assert [(r.partition, r.start, r.end) for r in plan.ranges] == [(0, 5, 8), (1, 5, 8)]
-    ingest.run(spark, plan, props(), "read_committed")
+    execute_batch(spark, plan, props(), "read_committed")
     assert count(config.table_uri) == {"n": 6, "u": 6}
     rows = Ledger(settings.ledger_uri()).rows(topic)
     assert {(r.kind, r.status, r.record_count) for r in rows} == {("backfill", "committed", 3)}
     assert Ledger(settings.ledger_uri()).state(topic).positions == {}  # the position did not move
 
     again = prepare_backfill(config, props(), request, run_id="backfill-2")
-    ingest.run(spark, again, props(), "read_committed")
+    execute_batch(spark, again, props(), "read_committed")
     assert count(config.table_uri) == {"n": 6, "u": 6}
 
     # The scheduled run then reads everything once: the backfilled records are not duplicated.
-    ingest.run(spark, prepare_batch(config, props()), props(), "read_committed")
+    execute_batch(spark, prepare_batch(config, props()), props(), "read_committed")
     assert count(config.table_uri) == {"n": 20, "u": 20}
 
 
@@ -63,7 +63,7 @@ def test_explicit_offsets_are_validated_against_kafka(kafka_bootstrap, spark, la
     helpers.produce(topic, 10)
     config = parse_pipeline({"name": topic, "topics": [topic], "table": topic}, "test")
     plan = prepare_backfill(config, props(), BackfillRequest(offsets={TP(topic, 1): (1, 4)}))
-    ingest.run(spark, plan, props(), "read_committed")
+    execute_batch(spark, plan, props(), "read_committed")
     assert helpers.query(config.table_uri, "SELECT kafka_partition AS p, kafka_offset AS o FROM t ORDER BY o") == [
         {"p": 1, "o": o} for o in (1, 2, 3)]
     with pytest.raises(ConfigError, match=r"\[3, 9\) is outside the offsets Kafka has \[0, 5\)"):

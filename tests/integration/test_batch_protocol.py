@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from spark_jobs import ingest
 from tests import helpers
 from tidemark import settings
-from tidemark.commit import count_batch_records, output_txn_version
+from tidemark.batch.execute import execute_batch
+from tidemark.batch.finalize import count_batch_records
+from tidemark.batch.prepare import prepare_batch
+from tidemark.batch.recovery import output_txn_version
+from tidemark.batch.status import mirror_to_consumer_group, partition_status
 from tidemark.config import parse_pipeline
 from tidemark.errors import PipelineBusyError, PlanMismatchError
 from tidemark.ledger import Ledger
 from tidemark.offsets import OffsetRange
 from tidemark.offsets import TopicPartition as TP
-from tidemark.runs import mirror_to_consumer_group, partition_status, prepare_batch
 
 pytestmark = pytest.mark.integration
 
@@ -56,7 +58,7 @@ def test_a_second_run_is_refused_while_the_owner_of_the_pending_batch_is_alive(k
     ledger = Ledger(settings.ledger_uri())
     before = ledger.version()
     with pytest.raises(PipelineBusyError, match=r"another run holds the pipeline: run 'manual__a' froze batch 1"):
-        prepare_batch(config, props(), run_id="manual__b", airflow_run_state=lambda run_id: "running")
+        prepare_batch(config, props(), run_id="manual__b", run_state=lambda run_id: "running")
     assert ledger.version() == before
 
 
@@ -66,7 +68,7 @@ def test_a_dead_owners_batch_is_taken_over_with_the_same_ranges(kafka_bootstrap,
     config = make_config(topic)
     first = prepare_batch(config, props(), run_id="manual__a")
     helpers.produce(topic, 4)
-    again = prepare_batch(config, props(), run_id="manual__b", airflow_run_state=lambda run_id: "failed")
+    again = prepare_batch(config, props(), run_id="manual__b", run_state=lambda run_id: "failed")
     assert (again.batch_id, again.ranges, again.run_id) == (first.batch_id, first.ranges, "manual__b")
     assert Ledger(settings.ledger_uri()).state(topic).pending_owner == "manual__b"
 
@@ -83,7 +85,7 @@ def test_ingest_job_writes_the_batch_and_commits_the_ledger_with_counts(kafka_bo
     produced = helpers.produce(topic, 20)
     config = make_config(topic)
     plan = prepare_batch(config, props())
-    ingest.run(spark, plan, props(), "read_committed")
+    execute_batch(spark, plan, props(), "read_committed")
 
     rows = Ledger(settings.ledger_uri()).rows(topic)
     assert {r.status for r in rows} == {"committed"}
@@ -98,7 +100,7 @@ def test_ingest_job_writes_the_batch_and_commits_the_ledger_with_counts(kafka_bo
     assert helpers.describe_group(topic) == {p: (helpers.end_offsets(topic)[p], 0) for p in range(3)}
 
     # A retry of the same job (the output already holds the batch) only confirms the ledger.
-    ingest.run(spark, plan, props(), "read_committed")
+    execute_batch(spark, plan, props(), "read_committed")
     assert helpers.query(config.table_uri, "SELECT COUNT(*) AS n FROM t")[0]["n"] == 20
 
 
@@ -108,10 +110,10 @@ def test_ingest_job_refuses_a_plan_the_ledger_did_not_freeze(kafka_bootstrap, sp
     plan = prepare_batch(make_config(topic), props())
     widened = type(plan)(**{**plan.__dict__, "ranges": [OffsetRange(topic, 0, 0, 4 + 1)]})
     with pytest.raises(PlanMismatchError, match="not the ledger's pending batch"):
-        ingest.run(spark, widened, props(), "read_committed")
+        execute_batch(spark, widened, props(), "read_committed")
     someone_else = type(plan)(**{**plan.__dict__, "run_id": "not-the-owner"})
     with pytest.raises(PipelineBusyError, match="another run holds the pipeline"):
-        ingest.run(spark, someone_else, props(), "read_committed")
+        execute_batch(spark, someone_else, props(), "read_committed")
     assert output_txn_version(plan.table_uri, plan.pipeline) is None
 
 
@@ -119,7 +121,7 @@ def test_a_failed_mirror_is_logged_and_never_fails_the_run(kafka_bootstrap, spar
     topic = helpers.create_topic(helpers.unique("mirror"), partitions=1)
     helpers.produce(topic, 3)
     config = make_config(topic, kafka_timeout_seconds=2)
-    ingest.run(spark, prepare_batch(config, props()), props(), "read_committed")
+    execute_batch(spark, prepare_batch(config, props()), props(), "read_committed")
     unreachable = {"bootstrap.servers": "127.0.0.1:1"}
     assert mirror_to_consumer_group(config, unreachable) is False
     assert "could not mirror offsets to consumer group" in caplog.text
@@ -132,7 +134,7 @@ def test_raw_values_are_written_in_one_pass_that_counts_what_it_read(kafka_boots
     config = make_config(topic)
     plan = prepare_batch(config, props())
     with caplog.at_level("INFO", logger="tidemark.ingest"):
-        ingest.run(spark, plan, props(), "read_committed")
+        execute_batch(spark, plan, props(), "read_committed")
     # no count before the write (that is the JSON path's "read N records (B bad)"); the write counted 12
     assert "records (0 bad)" not in caplog.text
     assert f"batch 1 committed to {config.table_uri} (12 records read from 12 offsets)" in caplog.text
@@ -156,7 +158,7 @@ def _fake_output(table_uri: str, topic: str, offsets: list[int], batch_id: int =
 ])
 def test_the_ledger_is_not_committed_when_the_tables_disagree_with_the_batch(kafka_bootstrap, lake, offsets,
                                                                                records_read, message):
-    from tidemark.commit import finalize_batch
+    from tidemark.batch.finalize import finalize_batch
     from tidemark.errors import ReconciliationError
 
     topic = helpers.create_topic(helpers.unique("disagree"), partitions=1)

@@ -8,7 +8,8 @@ import pytest
 
 from tests import helpers
 from tidemark import settings, spark_io
-from tidemark.commit import BatchPlan, output_txn_version
+from tidemark.batch.plan import BatchPlan
+from tidemark.batch.recovery import output_txn_version
 from tidemark.offsets import OffsetRange
 from tidemark.records import RecordFormat
 

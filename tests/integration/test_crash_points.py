@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests import helpers
-from tidemark import faults
+from tidemark import crash
 from tidemark.ledger import Ledger
 
 pytestmark = pytest.mark.integration
@@ -60,8 +60,8 @@ def crash_env(kafka_bootstrap, tmp_path):
 
 # JSON values (counted before the write, with dead letters) at every point; raw values (written in
 # one pass that counts while it writes) where that path differs.
-CASES = [*((point, "json") for point in faults.POINTS),
-         (faults.DURING_READ, "raw"), (faults.AFTER_OUTPUT_COMMIT, "raw")]
+CASES = [*((point, "json") for point in crash.POINTS),
+         (crash.DURING_READ, "raw"), (crash.AFTER_OUTPUT_COMMIT, "raw")]
 
 
 @pytest.mark.parametrize(("point", "value_format"), CASES)
@@ -83,7 +83,7 @@ def test_kill_at_each_step_then_rerun_gives_exactly_once(crash_env, point, value
     assert crashed.returncode != 0, "a killed run must not report success"
     assert f"TIDEMARK_CRASH_AT={point}" in crashed.stdout + crashed.stderr
 
-    if point in (faults.AFTER_PLAN_FROZEN, faults.DURING_READ, faults.AFTER_DEAD_LETTERS):
+    if point in (crash.AFTER_PLAN_FROZEN, crash.DURING_READ, crash.AFTER_DEAD_LETTERS):
         helpers.produce(topic, 120, start=300)  # arrives before the recovery run re-executes the frozen batch
     for _ in range(3):  # recovery, then runs until nothing is left
         rerun = tidemark_run(env, topic)

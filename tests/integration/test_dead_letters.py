@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from spark_jobs import ingest
 from tests import helpers
 from tidemark import settings
+from tidemark.batch.execute import execute_batch
+from tidemark.batch.prepare import prepare_batch
 from tidemark.config import parse_pipeline
 from tidemark.errors import BadRecordsError
 from tidemark.ledger import Ledger
-from tidemark.runs import prepare_batch
 
 pytestmark = pytest.mark.integration
 
@@ -41,7 +41,7 @@ def test_good_records_are_typed_columns_and_bad_ones_are_dead_letters(kafka_boot
     helpers.produce_values(topic, [v for v, _ in POISON], partition=1)
     config = json_pipeline(topic)
     plan = prepare_batch(config, props())
-    ingest.run(spark, plan, props(), "read_committed")
+    execute_batch(spark, plan, props(), "read_committed")
 
     out = spark.read.format("delta").load(config.table_uri)
     assert out.columns == ["kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key",
@@ -67,7 +67,7 @@ def test_on_bad_record_fail_writes_nothing_and_names_the_first_bad_record(kafka_
     config = json_pipeline(topic, on_bad_record="fail")
     plan = prepare_batch(config, props())
     with pytest.raises(BadRecordsError, match=rf"1 bad record.*{topic}:0@3: value is not a JSON object"):
-        ingest.run(spark, plan, props(), "read_committed")
+        execute_batch(spark, plan, props(), "read_committed")
     assert helpers.query_or_none(config.table_uri) is None
     assert helpers.query_or_none(config.dead_letter_uri) is None
     assert Ledger(settings.ledger_uri()).state(topic).pending_batch_id == 1

@@ -13,16 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs import ingest
 from tests import helpers
 from tidemark import settings
-from tidemark.commit import output_txn_version
+from tidemark.batch.execute import execute_batch
+from tidemark.batch.prepare import prepare_batch
+from tidemark.batch.recovery import output_txn_version
+from tidemark.batch.reset import ResetRequest, reset_offsets
+from tidemark.batch.status import partition_status
 from tidemark.config import parse_pipeline
+from tidemark.errors import DataLossError, TopicRecreatedError
 from tidemark.ledger import Ledger
 from tidemark.offsets import OffsetRange
-from tidemark.planner import DataLossError, TopicRecreatedError
-from tidemark.replay import ResetRequest, reset_offsets
-from tidemark.runs import partition_status, prepare_batch
 
 pytestmark = pytest.mark.integration
 
@@ -42,7 +43,7 @@ def run_batch(config, spark):
     """Plan and execute one batch in-process; returns the plan."""
     plan = prepare_batch(config, props())
     assert not plan.is_empty
-    ingest.run(spark, plan, props(), config.isolation_level)
+    execute_batch(spark, plan, props(), config.isolation_level)
     return plan
 
 
@@ -164,7 +165,7 @@ def test_retention_gap_fails_the_plan_by_default_and_skip_records_it_and_continu
     assert ledger.version() == before + 1
     assert [(s["partition"], s["committed_offset"], s["latest_offset"], s["lag"], s["last_batch_id"])
             for s in partition_status(skipping, props())] == [(0, 10, 12, 2, 2), (1, 10, 12, 2, 2)]
-    ingest.run(spark, plan, props(), "read_committed")
+    execute_batch(spark, plan, props(), "read_committed")
 
     assert output(config) == sorted([(p, o, 1) for p in (0, 1) for o in range(5)]
                                     + [(p, o, 3) for p in (0, 1) for o in (10, 11)])
@@ -384,14 +385,14 @@ def test_aborted_records_never_appear_and_control_markers_anywhere_in_a_batch_ar
 
     # Batches cut at markers (capped runs after resets): a batch of only a marker, then one starting
     # with a marker.
-    sliced = make_config(topic, name=f"{topic}_sliced", max_records_per_run=1)
+    sliced = make_config(topic, name=f"{topic}_sliced", max_offsets_per_run=1)
     reset_offsets(sliced, props(), ResetRequest("to-offset", offset=3, execute=True, reason="to the marker",
                                                 actor="test"))
     only_marker = run_batch(sliced, spark)
     assert only_marker.ranges == [OffsetRange(topic, 0, 3, 4)]
     reset_offsets(sliced, props(), ResetRequest("to-offset", offset=6, execute=True, reason="to the abort marker",
                                                 actor="test"))
-    marker_first = run_batch(make_config(topic, name=sliced.name, max_records_per_run=3), spark)
+    marker_first = run_batch(make_config(topic, name=sliced.name, max_offsets_per_run=3), spark)
     assert marker_first.ranges == [OffsetRange(topic, 0, 6, 9)]
     assert output(sliced) == [(0, 7, marker_first.batch_id), (0, 8, marker_first.batch_id)]
     assert ledger_rows(sliced.name) == [
@@ -462,7 +463,7 @@ def test_a_compacted_topic_leaves_offset_gaps_that_are_counted_not_assumed(kafka
     wait_for(lambda: f"the log cleaner to compact the topic (offsets seen last: {seen[-1]})", compacted, 90)
     assert offsets(topic) == {0: (0, 8)}
 
-    capped = make_config(topic, max_records_per_run=1)
+    capped = make_config(topic, max_offsets_per_run=1)
     hole = run_batch(capped, spark)                                       # [0, 1): compacted away entirely
     assert hole.ranges == [OffsetRange(topic, 0, 0, 1)]
     rest = run_batch(make_config(topic), spark)

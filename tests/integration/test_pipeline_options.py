@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from spark_jobs import ingest
 from tests import helpers
+from tidemark.batch.execute import execute_batch
+from tidemark.batch.prepare import prepare_batch
 from tidemark.config import parse_pipeline
 from tidemark.offsets import OffsetRange
-from tidemark.runs import prepare_batch
 
 pytestmark = pytest.mark.integration
 
@@ -31,14 +31,14 @@ def test_a_topic_pattern_reads_every_matching_topic_and_picks_up_new_ones(kafka_
 
     plan = prepare_batch(config, props())
     assert plan.ranges == [OffsetRange(first, 0, 0, 3), OffsetRange(first, 1, 0, 3)]
-    ingest.run(spark, plan, props(), "read_committed")
+    execute_batch(spark, plan, props(), "read_committed")
 
     second = helpers.create_topic(f"{prefix}.us", partitions=1)
     helpers.produce(second, 4)
     helpers.produce(first, 2)
     plan = prepare_batch(config, props())
     assert plan.ranges == [OffsetRange(first, 0, 3, 4), OffsetRange(first, 1, 3, 4), OffsetRange(second, 0, 0, 4)]
-    ingest.run(spark, plan, props(), "read_committed")
+    execute_batch(spark, plan, props(), "read_committed")
     rows = helpers.query(config.table_uri, "SELECT kafka_topic, COUNT(*) AS n, COUNT(DISTINCT kafka_offset) AS d "
                                            "FROM t GROUP BY kafka_topic ORDER BY kafka_topic")
     assert rows == [{"kafka_topic": first, "n": 8, "d": 4}, {"kafka_topic": second, "n": 4, "d": 4}]
@@ -55,7 +55,7 @@ def test_a_date_time_start_skips_older_records_of_new_partitions(kafka_bootstrap
                              "starting_offsets": since.isoformat()}, "test")
     plan = prepare_batch(config, props())
     assert plan.ranges == [OffsetRange(topic, 0, 2, 5), OffsetRange(topic, 1, 2, 5)]
-    ingest.run(spark, plan, props(), "read_committed")
+    execute_batch(spark, plan, props(), "read_committed")
     ids = helpers.query(config.table_uri, "SELECT kafka_offset FROM t ORDER BY kafka_partition, kafka_offset")
     assert [r["kafka_offset"] for r in ids] == [2, 3, 4, 2, 3, 4]
 
@@ -70,7 +70,7 @@ def test_partition_by_kafka_date_partitions_the_output(kafka_bootstrap, spark, l
     config = parse_pipeline({"name": topic, "topics": [topic], "table": topic, "value_format": "json",
                              "value_schema": {"order_id": "bigint", "amount": "double"},
                              "partition_by": ["kafka_date"]}, "test")
-    ingest.run(spark, prepare_batch(config, props()), props(), "read_committed")
+    execute_batch(spark, prepare_batch(config, props()), props(), "read_committed")
 
     from deltalake import DeltaTable
 

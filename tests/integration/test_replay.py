@@ -8,16 +8,15 @@ import time
 
 import pytest
 
-from spark_jobs import ingest
 from tests import helpers
 from tidemark import settings
+from tidemark.batch.execute import execute_batch
+from tidemark.batch.prepare import prepare_batch
+from tidemark.batch.reset import ResetRequest, reset_offsets
 from tidemark.config import parse_pipeline
-from tidemark.errors import PipelineBusyError
+from tidemark.errors import PipelineBusyError, ResetError
 from tidemark.ledger import Ledger
 from tidemark.offsets import TopicPartition as TP
-from tidemark.replay import ResetRequest, reset_offsets
-from tidemark.resets import ResetError
-from tidemark.runs import prepare_batch
 
 pytestmark = pytest.mark.integration
 
@@ -29,7 +28,7 @@ def props() -> dict[str, str]:
 def ingested(config, spark) -> None:
     plan = prepare_batch(config, props())
     if not plan.is_empty:
-        ingest.run(spark, plan, props(), "read_committed")
+        execute_batch(spark, plan, props(), "read_committed")
 
 
 @pytest.fixture
@@ -69,7 +68,7 @@ def test_replay_after_a_reset_back_in_time_adds_no_duplicates(loaded, spark):
     helpers.produce(topic, 6, start=20)
     plan = prepare_batch(config, props())
     assert plan.dedupe and [(r.start, r.end) for r in plan.ranges] == [(0, 13), (0, 13)]
-    ingest.run(spark, plan, props(), "read_committed")
+    execute_batch(spark, plan, props(), "read_committed")
     stats = helpers.query(config.table_uri, "SELECT COUNT(*) AS n, COUNT(DISTINCT (kafka_partition, kafka_offset)) "
                                             "AS uniq FROM t")
     assert stats == [{"n": 26, "uniq": 26}]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests import helpers
-from tidemark.submit import local_spark_env
+from tidemark_spark.submit import local_spark_env
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from tidemark.cli import build_parser
 from tidemark.errors import KafkaUnavailableError
 from tidemark.kafka_client import client_kwargs
 from tidemark.settings import resolve_table_uri
+from tidemark_cli.main import build_parser
 
 
 def test_cli_parses_the_contract_commands():
@@ -53,7 +53,7 @@ def test_table_locations_resolve_under_the_lake_root():
 
 
 def test_reset_flags_map_to_a_request(tmp_path):
-    from tidemark.cli import reset_request
+    from tidemark_cli.main import reset_request
 
     parser = build_parser()
     args = parser.parse_args(["offsets", "reset", "orders", "--shift-by", "-10", "--topic", "orders:0,1",

@@ -6,6 +6,7 @@ import pytest
 
 from tidemark.config import PipelineConfig, find_pipeline, load_all, load_pipeline
 from tidemark.errors import ConfigError
+from tidemark_airflow.naming import ingest_dag_id
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pipelines"
 
@@ -17,14 +18,14 @@ def test_three_keys_are_enough_and_defaults_apply(monkeypatch, tmp_path):
     assert config.table_uri == str(tmp_path / "orders")
     assert (config.kafka_conn_id, config.spark_conn_id) == ("kafka_default", "spark_default")
     assert (config.starting_offsets, config.on_data_loss) == ("earliest", "fail")
-    assert config.isolation_level == "read_committed" and config.max_records_per_run is None
-    assert config.dag_id == "tidemark_ingest__orders"
+    assert config.isolation_level == "read_committed" and config.max_offsets_per_run is None
+    assert ingest_dag_id(config.name) == "tidemark_ingest__orders"
 
 
 def test_every_option_parses_and_uris_pass_through():
     config = load_pipeline(FIXTURES / "good" / "payments.yaml")
     assert config.table_uri == "s3a://bucket/lake/payments"
-    assert config.max_records_per_run == 100000 and config.spark_conf == {"spark.sql.shuffle.partitions": "4"}
+    assert config.max_offsets_per_run == 100000 and config.spark_conf == {"spark.sql.shuffle.partitions": "4"}
 
 
 def test_documented_defaults_match_the_model():
@@ -49,7 +50,7 @@ BROKEN = {
     "bad_start": r"'starting_offsets': 'yesterday' is not 'earliest', 'latest' or an ISO-8601 date-time",
     "bad_policy": r"'on_data_loss': Input should be 'fail' or 'skip'",
     "bad_isolation": r"'isolation_level': Input should be 'read_committed' or 'read_uncommitted'",
-    "bad_cap": r"'max_records_per_run': Input should be greater than 0",
+    "bad_cap": r"'max_offsets_per_run': Input should be greater than 0",
     "bad_schedule": r"'schedule': '61 \* \* \* \*' is not a cron expression or preset",
     "bad_spark_conf": r"'spark_conf': Input should be a valid dictionary",
     "bad_timeout": r"'kafka_timeout_seconds': Input should be greater than 0",

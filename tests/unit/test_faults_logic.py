@@ -6,12 +6,19 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from tidemark.commit import BatchPlan, Tally, check_read
-from tidemark.errors import ReconciliationError, TidemarkError
+from tidemark.batch.finalize import Tally, check_read
+from tidemark.batch.plan import BatchPlan
+from tidemark.errors import (
+    DataLossError,
+    OffsetsWentBackwardsError,
+    ReconciliationError,
+    TidemarkError,
+    TopicRecreatedError,
+)
 from tidemark.ledger import COMMITTED, PLANNED, SCHEMA, Ledger, LedgerRow, derive_state, gap_rows, planned_rows
 from tidemark.offsets import OffsetRange
 from tidemark.offsets import TopicPartition as TP
-from tidemark.planner import DataLossError, OffsetsWentBackwardsError, TopicRecreatedError, check_topic_ids, plan_ranges
+from tidemark.planner import check_topic_ids, plan_ranges
 
 A0, A1, B0 = TP("a", 0), TP("a", 1), TP("b", 0)
 

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from tidemark.commit import BatchPlan
+from tidemark.batch.plan import BatchPlan
 from tidemark.errors import ConfigError
 from tidemark.kafka_client import _AuthenticationFailures, client_kwargs, java_client_properties, secret_values
 from tidemark.offsets import OffsetRange

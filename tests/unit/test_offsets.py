@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from tidemark.commit import BatchPlan, decide_recovery
+from tidemark.batch.plan import BatchPlan
+from tidemark.batch.recovery import decide_recovery
 from tidemark.offsets import OffsetRange, spark_kafka_options
 
 

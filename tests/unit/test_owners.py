@@ -5,46 +5,46 @@ import socket
 
 import pytest
 
-from tidemark import faults
-from tidemark.runs import cli_run_id, owner_is_alive
+from tidemark import crash
+from tidemark.batch.ownership import cli_owner_id, is_owner_alive
 
 
 def test_cli_owner_is_alive_while_its_process_is():
-    assert owner_is_alive(cli_run_id())
-    assert not owner_is_alive(f"cli:{socket.gethostname()}:{2**22 + 12345}:0")
+    assert is_owner_alive(cli_owner_id())
+    assert not is_owner_alive(f"cli:{socket.gethostname()}:{2**22 + 12345}:0")
 
 
 def test_cli_owner_on_another_host_is_assumed_alive():
-    assert owner_is_alive("cli:some-other-host:1:0")
+    assert is_owner_alive("cli:some-other-host:1:0")
 
 
 @pytest.mark.parametrize(("state", "alive"), [("running", True), ("queued", True), ("failed", False),
                                               ("success", False)])
 def test_airflow_owner_liveness_follows_the_dag_run_state(state, alive):
-    assert owner_is_alive("manual__x", lambda run_id: state) is alive
+    assert is_owner_alive("manual__x", lambda run_id: state) is alive
 
 
 def test_airflow_owner_is_assumed_alive_without_a_lookup_and_dead_when_unknown():
-    assert owner_is_alive("manual__x")
+    assert is_owner_alive("manual__x")
 
     def missing(run_id):
         raise LookupError("no such run")
 
-    assert not owner_is_alive("manual__x", missing)
+    assert not is_owner_alive("manual__x", missing)
 
 
 def test_crash_points_are_inert_unless_armed(monkeypatch, tmp_path):
     monkeypatch.delenv("TIDEMARK_CRASH_AT", raising=False)
-    faults.crash_point(faults.AFTER_OUTPUT_COMMIT)  # returns: nothing armed
-    monkeypatch.setenv("TIDEMARK_CRASH_AT", faults.AFTER_LEDGER_COMMIT)
-    faults.crash_point(faults.AFTER_OUTPUT_COMMIT)  # a different point: returns
+    crash.crash_point(crash.AFTER_OUTPUT_COMMIT)  # returns: nothing armed
+    monkeypatch.setenv("TIDEMARK_CRASH_AT", crash.AFTER_LEDGER_COMMIT)
+    crash.crash_point(crash.AFTER_OUTPUT_COMMIT)  # a different point: returns
     monkeypatch.setenv("TIDEMARK_CRASH_ONCE", str(tmp_path / "once"))
     (tmp_path / "once").write_text("")
-    faults.crash_point(faults.AFTER_LEDGER_COMMIT)  # already crashed once: returns
+    crash.crash_point(crash.AFTER_LEDGER_COMMIT)  # already crashed once: returns
     assert os.getpid()
 
 
 def test_unknown_crash_point_is_an_error(monkeypatch):
     monkeypatch.setenv("TIDEMARK_CRASH_AT", "after_lunch")
     with pytest.raises(ValueError, match="not a crash point"):
-        faults.crash_point(faults.AFTER_OUTPUT_COMMIT)
+        crash.crash_point(crash.AFTER_OUTPUT_COMMIT)

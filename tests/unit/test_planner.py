@@ -2,9 +2,10 @@ from __future__ import annotations
 
 import pytest
 
+from tidemark.errors import DataLossError, OffsetsWentBackwardsError
 from tidemark.offsets import OffsetRange
 from tidemark.offsets import TopicPartition as TP
-from tidemark.planner import DataLossError, OffsetsWentBackwardsError, plan_ranges, share_cap
+from tidemark.planner import plan_ranges, share_cap
 
 A0, A1, A2 = TP("a", 0), TP("a", 1), TP("a", 2)
 
@@ -37,7 +38,7 @@ def test_partition_added_later_is_picked_up_beside_committed_ones():
 
 
 def test_cap_is_shared_fairly_and_leftovers_go_to_busy_partitions():
-    plan = plan_ranges("p", {}, {A0: 0, A1: 0, A2: 0}, {A0: 100, A1: 2, A2: 100}, max_records=50)
+    plan = plan_ranges("p", {}, {A0: 0, A1: 0, A2: 0}, {A0: 100, A1: 2, A2: 100}, max_offsets=50)
     sizes = {r.tp: r.size for r in plan.ranges}
     assert sizes == {A0: 24, A1: 2, A2: 24}
     assert plan.total_offsets == 50

@@ -4,15 +4,9 @@ import datetime as dt
 
 import pytest
 
+from tidemark.errors import ResetError
 from tidemark.offsets import TopicPartition as TP
-from tidemark.resets import (
-    ResetError,
-    parse_datetime,
-    parse_duration,
-    parse_offsets_file,
-    parse_scope,
-    plan_reset,
-)
+from tidemark.resets import parse_datetime, parse_duration, parse_offsets_file, parse_scope, plan_reset
 
 A0, A1, B0 = TP("a", 0), TP("a", 1), TP("b", 0)
 ALL = [A0, A1, B0]

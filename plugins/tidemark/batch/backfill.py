@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tidemark import settings
-from tidemark.commit import BatchPlan
+from tidemark.batch.ownership import RunStateLookup, cli_owner_id
+from tidemark.batch.plan import BatchPlan
+from tidemark.batch.recovery import plan_for, recover
 from tidemark.config import PipelineConfig
 from tidemark.errors import ConfigError, PipelineBusyError
 from tidemark.kafka_client import KafkaOffsets
 from tidemark.ledger import Ledger, planned_rows
 from tidemark.offsets import OffsetRange, TopicPartition
-from tidemark.runs import batch_plan, cli_run_id, recover
 
 log = logging.getLogger(__name__)
 
@@ -74,19 +75,20 @@ def explicit_ranges(pipeline: str, offsets: Mapping[TopicPartition, tuple[int, i
 
 
 def prepare_backfill(config: PipelineConfig, kafka_properties: Mapping[str, str], request: BackfillRequest, *,
-                     run_id: str | None = None, ledger_uri: str | None = None, airflow_run_state=None) -> BatchPlan:
+                     run_id: str | None = None, ledger_uri: str | None = None,
+                     run_state: RunStateLookup | None = None) -> BatchPlan:
     """Freeze a backfill batch (or re-execute this run's own unfinished one). Refused while another
     run's batch is pending."""
-    run_id = run_id or cli_run_id()
+    run_id = run_id or cli_owner_id()
     ledger = Ledger(ledger_uri or settings.ledger_uri())
     state = ledger.state(config.name)
     if state.pending_batch_id is not None:
         if state.pending_owner != run_id:
-            raise PipelineBusyError(
-                f"batch {state.pending_batch_id} of run '{state.pending_owner}' is planned but not committed; a "
-                f"backfill waits until it is finished (run the pipeline once). Nothing was written.",
-                pipeline=config.name)
-        pending = recover(config, ledger, state, run_id, airflow_run_state)
+            raise PipelineBusyError.held_by(
+                config.name, f"run '{state.pending_owner}' froze batch {state.pending_batch_id}, which is planned but "
+                             f"not committed", "planning a backfill, which waits until that batch is finished: run "
+                                               "the pipeline once")
+        pending = recover(config, ledger, state, run_id, run_state)
         if pending is not None:
             pending.dedupe = True
             return pending
@@ -109,8 +111,8 @@ def prepare_backfill(config: PipelineConfig, kafka_properties: Mapping[str, str]
             raise ConfigError("a backfill needs a time window or explicit offsets", pipeline=config.name)
     if not ranges:
         log.info("pipeline '%s': the backfill window holds no records; nothing to do", config.name)
-        return batch_plan(config, ledger, 0, [], run_id=run_id)
-    plan = batch_plan(config, ledger, state.last_batch_id + 1, ranges, run_id=run_id, dedupe=True)
+        return plan_for(config, ledger, 0, [], run_id=run_id)
+    plan = plan_for(config, ledger, state.last_batch_id + 1, ranges, run_id=run_id, dedupe=True)
     what = (f"backfill {request.window[0].isoformat()} .. {request.window[1].isoformat()}" if request.window
             else "backfill of explicit offsets")
     ledger.append(planned_rows(config.name, plan.batch_id, ranges, run_id, kind="backfill", reason=what),

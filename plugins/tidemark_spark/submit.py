@@ -13,10 +13,11 @@ import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from tidemark.commit import BatchPlan
+from tidemark.batch.plan import BatchPlan
 from tidemark.settings import spark_jars
 
-INGEST_SCRIPT = str(Path(__file__).resolve().parents[2] / "spark_jobs" / "ingest.py")
+INGEST_SCRIPT = str(Path(__file__).resolve().parent / "ingest.py")
+"""The job script spark-submit runs: installed with the package, found beside this module."""
 DEFAULT_CONF = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false",
                 # Kafka credentials travel as reader options only (kafka.sasl.jaas.config): should a
                 # configuration or a plan description ever show one, Spark redacts it.
@@ -36,19 +37,23 @@ def local_spark_env() -> dict[str, str]:
 
 
 def core_archive() -> str:
-    """The ``tidemark`` package as a zip for ``--py-files``, so executors on other machines (a
-    standalone cluster, YARN, Kubernetes) import the same core as the driver. Named by the hash of
-    its content, built once per version of the code."""
-    package = Path(__file__).resolve().parent
-    sources = sorted(package.glob("*.py"))
-    digest = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in sources)).hexdigest()[:16]
+    """The ``tidemark`` core (with its subpackages) as a zip for ``--py-files``, so executors on
+    other machines (a standalone cluster, YARN, Kubernetes) import the same core as the driver.
+    Named by the hash of its content, built once per version of the code."""
+    import tidemark
+
+    package = Path(tidemark.__file__).resolve().parent
+    sources = sorted(package.rglob("*.py"))
+    names = [f"tidemark/{p.relative_to(package).as_posix()}" for p in sources]
+    digest = hashlib.sha256(b"".join(n.encode() + p.read_bytes() for n, p in zip(names, sources, strict=True))
+                            ).hexdigest()[:16]
     target = Path(tempfile.gettempdir()) / "tidemark-py-files" / f"tidemark-{digest}.zip"
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_suffix(f".{os.getpid()}.tmp")
         with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
-            for source in sources:
-                archive.write(source, f"tidemark/{source.name}")
+            for name, source in zip(names, sources, strict=True):
+                archive.write(source, name)
         partial.replace(target)  # atomic: concurrent builders write the same bytes
     return str(target)
 

@@ -8,6 +8,19 @@
                            [--topic T[:P,...]]... [--execute --reason TEXT]
     tidemark lag PIPELINE
     tidemark run PIPELINE
+
+Exit codes, the same for every command:
+    0  done
+    1  the ingest job of `tidemark run` failed (nothing is lost: the next run executes the same
+       frozen batch again)
+    2  refused: bad arguments, a broken pipeline file, an unknown pipeline, Kafka unreachable or
+       refusing the credentials, another run holding the pipeline... The message says which and
+       what to do; nothing was changed
+    3  `pipelines list` listed the valid pipelines, but some pipeline files are broken (named on
+       stderr)
+
+Connections come from ``AIRFLOW_CONN_<ID>`` variables when set (no Airflow needed), else from
+Airflow itself (its secrets backends and metadata DB) when it is installed.
 """
 
 from __future__ import annotations
@@ -19,6 +32,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from tidemark import connections
+from tidemark.connections import Connection, EnvironmentResolver
 from tidemark.errors import ConfigError, TidemarkError
 
 
@@ -68,12 +83,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _kafka_properties(config) -> dict[str, str]:
-    from tidemark_airflow.connections import kafka_properties
+EXIT_OK, EXIT_JOB_FAILED, EXIT_REFUSED, EXIT_PARTIAL = 0, 1, 2, 3
 
-    properties = kafka_properties(config.kafka_conn_id, config.name)
-    _logs_to_stderr()  # reading the connection set up Airflow's logging
-    return properties
+
+class CliConnectionResolver:
+    """``AIRFLOW_CONN_<ID>`` from the environment first (fast, no Airflow import); otherwise
+    Airflow's own lookup, when Airflow is installed."""
+
+    def __init__(self) -> None:
+        self.environment = EnvironmentResolver()
+
+    def get(self, conn_id: str, pipeline: str | None = None) -> Connection:
+        if f"AIRFLOW_CONN_{conn_id.upper()}" in os.environ:
+            return self.environment.get(conn_id, pipeline)
+        try:
+            from tidemark_airflow.connections import AirflowConnectionResolver
+        except ImportError:
+            return self.environment.get(conn_id, pipeline)  # no Airflow here: says how to define it
+        connection = AirflowConnectionResolver().get(conn_id, pipeline)
+        _logs_to_stderr()  # reading the connection set up Airflow's logging
+        return connection
+
+    def mask(self, secrets) -> None:
+        """The CLI prints no connection values."""
+
+
+RESOLVER = CliConnectionResolver()
+
+
+def _kafka_properties(config) -> dict[str, str]:
+    return connections.kafka_properties(RESOLVER, config.kafka_conn_id, config.name)
 
 
 def _logs_to_stderr() -> None:
@@ -98,24 +137,26 @@ def _table(rows: list[dict], columns: Sequence[str]) -> str:
 
 def cmd_pipelines_list(args: argparse.Namespace) -> int:
     from tidemark.config import load_all
+    from tidemark_airflow.naming import ingest_dag_id
 
     good, bad = load_all()
     if args.json:
         print(json.dumps({"pipelines": [{"name": c.name, "topics": c.topics, "topic_pattern": c.topic_pattern,
-                                         "table": c.table_uri, "dag_id": c.dag_id} for c in good.values()],
+                                         "table": c.table_uri, "dag_id": ingest_dag_id(c.name)}
+                                        for c in good.values()],
                           "errors": {path: str(e) for path, e in bad.items()}}, indent=2))
     else:
-        rows = [{"name": c.name, "topics": c.topics_label, "table": c.table_uri, "dag": c.dag_id}
+        rows = [{"name": c.name, "topics": c.topics_label, "table": c.table_uri, "dag": ingest_dag_id(c.name)}
                 for c in good.values()]
         print(_table(rows, ["name", "topics", "table", "dag"]) if rows else "no pipelines configured")
         for error in bad.values():
             print(f"broken: {error}", file=sys.stderr)
-    return 1 if bad else 0
+    return EXIT_PARTIAL if bad else EXIT_OK
 
 
 def cmd_offsets_show(args: argparse.Namespace) -> int:
+    from tidemark.batch import partition_status
     from tidemark.config import find_pipeline
-    from tidemark.runs import partition_status
 
     config = find_pipeline(args.pipeline)
     rows = partition_status(config, _kafka_properties(config))
@@ -127,8 +168,8 @@ def cmd_offsets_show(args: argparse.Namespace) -> int:
 
 
 def cmd_lag(args: argparse.Namespace) -> int:
+    from tidemark.batch import partition_status
     from tidemark.config import find_pipeline
-    from tidemark.runs import partition_status
 
     config = find_pipeline(args.pipeline)
     rows = partition_status(config, _kafka_properties(config))
@@ -138,10 +179,9 @@ def cmd_lag(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from tidemark.batch import mirror_to_consumer_group, partition_status, prepare_batch
     from tidemark.config import find_pipeline
-    from tidemark.runs import mirror_to_consumer_group, partition_status, prepare_batch
-    from tidemark.submit import run_ingest_job
-    from tidemark_airflow.connections import spark_master
+    from tidemark_spark.submit import run_ingest_job
 
     config = find_pipeline(args.pipeline)
     properties = _kafka_properties(config)
@@ -152,12 +192,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 0
     print(f"pipeline '{config.name}': batch {plan.batch_id} frozen, {plan.total_offsets} offsets over "
           f"{len(plan.ranges)} partition(s){' (recovered)' if plan.recovered else ''}; starting Spark", flush=True)
-    code = run_ingest_job(plan, properties, spark_master(config.spark_conn_id, config.name), config.isolation_level,
+    code = run_ingest_job(plan, properties, connections.spark_master(RESOLVER, config.spark_conn_id, config.name),
+                          config.isolation_level,
                           config.spark_conf)
     if code != 0:
         print(f"tidemark: error: pipeline '{config.name}': the ingest job for batch {plan.batch_id} exited with "
               f"{code}; nothing is lost: the next run executes the same frozen ranges again", file=sys.stderr)
-        return 1
+        return EXIT_JOB_FAILED
     mirror_to_consumer_group(config, properties)
     rows = partition_status(config, properties)
     print(_table(rows, ["topic", "partition", "committed_offset", "latest_offset", "lag", "last_batch_id"]))
@@ -165,7 +206,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def reset_request(args: argparse.Namespace, actor: str):
-    from tidemark.replay import ResetRequest
+    from tidemark.batch import ResetRequest
 
     scenario = args.scenario
     for flag, name in (("to_offset", "to-offset"), ("shift_by", "shift-by"), ("to_datetime", "to-datetime"),
@@ -188,8 +229,8 @@ def cmd_offsets_reset(args: argparse.Namespace) -> int:
     import getpass
     import socket
 
+    from tidemark.batch import reset_offsets
     from tidemark.config import find_pipeline
-    from tidemark.replay import reset_offsets
 
     config = find_pipeline(args.pipeline)
     request = reset_request(args, f"cli:{getpass.getuser()}@{socket.gethostname()}")
@@ -242,7 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handler(args)
     except TidemarkError as exc:
         print(f"tidemark: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_REFUSED
 
 
 if __name__ == "__main__":

@@ -1,105 +1,23 @@
-"""The commit protocol (see docs/DESIGN.md).
+"""Finalize: check what the tables hold for a batch against its frozen ranges, then commit the
+ledger (flip the batch's planned rows to committed, with their counts). Idempotent.
 
-* The commit point of batch N is the output table's own Delta commit carrying the idempotency
-  marker ``txnAppId = <pipeline>``, ``txnVersion = N`` and the batch's ranges in ``userMetadata``.
-* The ledger's planned rows of batch N are flipped to committed afterwards, idempotently.
-* Recovery (start of every run): a planned batch whose marker is in the output table is rolled
-  forward; one whose marker is not is executed again with the same frozen ranges.
+The output table's Delta commit (marker ``txnAppId = <pipeline>``, ``txnVersion = <batch id>``)
+is the commit point; this step only records it in the ledger, so it may run again after any
+crash, from the job that wrote the batch or from a later run's recovery (docs/DESIGN.md).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass
 
-from tidemark import faults
+from tidemark import crash
+from tidemark.batch.plan import BatchPlan
 from tidemark.errors import ReconciliationError
 from tidemark.ledger import Ledger
-from tidemark.offsets import OffsetRange, TopicPartition
-from tidemark.records import RecordFormat
+from tidemark.offsets import TopicPartition
 
 log = logging.getLogger(__name__)
-
-METADATA_KEY = "tidemark"
-
-
-@dataclass
-class BatchPlan:
-    """A frozen batch, as handed from the plan task to the ingest job (no secrets in it)."""
-
-    pipeline: str
-    batch_id: int
-    table_uri: str
-    ledger_uri: str
-    ranges: list[OffsetRange] = field(default_factory=list)
-    recovered: bool = False
-    run_id: str | None = None
-    """The run that owns (froze or took over) the batch; only it may execute the batch."""
-    dead_letter_uri: str | None = None
-    dedupe: bool = False
-    """Some ranges may already be in the output (after a reset back in time, or a backfill):
-    records whose Kafka coordinates are already in the output or dead letters are skipped."""
-    record_format: dict = field(default_factory=lambda: RecordFormat().to_dict())
-    """How values are parsed and what makes a record bad (``records.RecordFormat`` as a dict)."""
-    partition_by: list[str] = field(default_factory=list)
-    """The output table's partition columns."""
-    kafka_timeout_seconds: int = 30
-    """How long the Spark read waits for Kafka before the batch fails (nothing committed)."""
-
-    @property
-    def format(self) -> RecordFormat:
-        return RecordFormat.from_dict(self.record_format)
-
-    @property
-    def is_empty(self) -> bool:
-        return all(r.size == 0 for r in self.ranges)
-
-    @property
-    def total_offsets(self) -> int:
-        return sum(r.size for r in self.ranges)
-
-    def to_json(self) -> str:
-        data = dict(self.__dict__, ranges=[r.to_dict() for r in self.ranges])
-        return json.dumps(data, sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> BatchPlan:
-        data = json.loads(text)
-        data["ranges"] = [OffsetRange.from_dict(r) for r in data["ranges"]]
-        return cls(**data)
-
-    def commit_metadata(self) -> str:
-        """The ``userMetadata`` of the output commit: which batch and ranges it holds."""
-        return json.dumps({METADATA_KEY: {"pipeline": self.pipeline, "batch_id": self.batch_id,
-                                          "ranges": [r.to_dict() for r in self.ranges]}}, sort_keys=True)
-
-
-Recovery = Literal["none", "roll_forward", "re_execute"]
-
-
-def decide_recovery(pending_batch_id: int | None, output_txn_version: int | None) -> Recovery:
-    """What to do with an unfinished batch, from the ledger's pending batch and the output
-    table's idempotency marker for the pipeline."""
-    if pending_batch_id is None:
-        return "none"
-    if output_txn_version is not None and output_txn_version >= pending_batch_id:
-        return "roll_forward"
-    return "re_execute"
-
-
-def output_txn_version(table_uri: str, pipeline: str) -> int | None:
-    """The highest batch id the output table has committed for this pipeline (None if none)."""
-    from deltalake import DeltaTable
-
-    try:
-        table = DeltaTable(table_uri)
-    except Exception as exc:
-        if type(exc).__name__ == "TableNotFoundError":
-            return None
-        raise
-    return table.transaction_version(pipeline)
 
 
 @dataclass(frozen=True)
@@ -198,7 +116,7 @@ def finalize_batch(plan: BatchPlan, tallies: dict[TopicPartition, Tally] | None 
                     f"{plan.batch_id}; the ledger was not committed. Investigate before re-running.",
                     pipeline=plan.pipeline)
     counts = {r.tp: (written.get(r.tp, 0) + dead.get(r.tp, 0), dead.get(r.tp, 0)) for r in plan.ranges}
-    faults.crash_soon(faults.DURING_LEDGER_COMMIT)
+    crash.crash_soon(crash.DURING_LEDGER_COMMIT)
     changed = Ledger(plan.ledger_uri).mark_committed(plan.pipeline, plan.batch_id, counts)
     log.info("pipeline '%s': batch %d %s in the ledger (%d records, %d dead letters)", plan.pipeline, plan.batch_id,
              "committed" if changed else "was already committed", sum(c for c, _ in counts.values()),

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 from tidemark import settings
 from tidemark.config import PipelineConfig
-from tidemark.errors import PipelineBusyError
+from tidemark.errors import PipelineBusyError, ResetError
 from tidemark.kafka_client import KafkaOffsets
 from tidemark.ledger import COMMITTED, Ledger, LedgerRow, now
-from tidemark.resets import ResetError, ResetPlan, parse_datetime, parse_duration, parse_offsets_file, parse_scope
+from tidemark.resets import ResetPlan, parse_datetime, parse_duration, parse_offsets_file, parse_scope
 from tidemark.resets import plan_reset as decide
 
 log = logging.getLogger(__name__)
@@ -57,10 +57,10 @@ def reset_offsets(config: PipelineConfig, kafka_properties: Mapping[str, str], r
     ledger = Ledger(ledger_uri or settings.ledger_uri())
     state = ledger.state(config.name)
     if state.pending_batch_id is not None:
-        raise PipelineBusyError(
-            f"batch {state.pending_batch_id} (run '{state.pending_owner}') is planned but not committed: an ingest "
-            f"run is active or must finish it first. Nothing was changed; run the pipeline (or wait for it) and "
-            f"reset afterwards.", pipeline=config.name)
+        raise PipelineBusyError.held_by(
+            config.name, f"run '{state.pending_owner}' froze batch {state.pending_batch_id}, which is planned but not "
+                         f"committed", "resetting offsets: nothing was changed; run the pipeline (or wait for the "
+                                       "active run) and reset afterwards")
     file_offsets = parse_offsets_file(request.offsets_file, config.name) if request.scenario == "from-file" else None
     with KafkaOffsets(kafka_properties, isolation_level=config.isolation_level, pipeline=config.name,
                       timeout_ms=config.kafka_timeout_seconds * 1000) as kafka:

@@ -1,0 +1,33 @@
+"""The batch lifecycle: the one place where Tidemark's exactly-once protocol lives.
+
+Follow one batch through it (docs/DESIGN.md states each rule):
+
+1. ``prepare.prepare_batch`` — recover the pipeline's unfinished batch first
+   (``recovery.recover``: roll it forward if its output committed, else re-execute the same frozen
+   ranges, taking it over from a dead owner, ``ownership``); otherwise plan the next ranges from the
+   ledger's position and Kafka's offsets (``tidemark.planner``, pure) and **freeze** them as planned
+   ledger rows. ``backfill.prepare_backfill`` freezes a backfill batch instead.
+2. ``execute.execute_batch`` — with a SparkSession: check the plan is the ledger's frozen batch and
+   this run owns it, read exactly its ranges, write dead letters, then the output table with the
+   marker ``txnAppId = pipeline``, ``txnVersion = batch id`` (**the commit point**).
+3. ``finalize.finalize_batch`` — check the tables against the frozen ranges and flip the ledger
+   rows to committed. Idempotent; recovery calls it too.
+
+``reset.reset_offsets`` writes audited reset rows; ``status`` reports lag and mirrors positions to
+Kafka's consumer group. The ledger (``tidemark.ledger``) and Kafka (``tidemark.kafka_client``) are
+the only I/O besides Spark; the adapters (Airflow tasks, the CLI, the Spark job) parse their input,
+call these functions and report.
+"""
+
+from __future__ import annotations
+
+from tidemark.batch.backfill import BackfillRequest, prepare_backfill
+from tidemark.batch.finalize import finalize_batch
+from tidemark.batch.ownership import cli_owner_id
+from tidemark.batch.plan import BatchPlan
+from tidemark.batch.prepare import prepare_batch
+from tidemark.batch.reset import ResetOutcome, ResetRequest, reset_offsets
+from tidemark.batch.status import mirror_to_consumer_group, partition_status
+
+__all__ = ["BackfillRequest", "BatchPlan", "ResetOutcome", "ResetRequest", "cli_owner_id", "finalize_batch",
+           "mirror_to_consumer_group", "partition_status", "prepare_backfill", "prepare_batch", "reset_offsets"]

@@ -1,0 +1,110 @@
+"""Connections as plain values, and how the core gets them.
+
+Kafka, Spark and storage endpoints and credentials live in Airflow Connections (``kafka_default``,
+``spark_default``, ...). The core never imports Airflow: it asks a ``ConnectionResolver``. The
+Airflow adapter implements one on Airflow's own lookup (secrets backends, the metadata DB,
+``AIRFLOW_CONN_*``); ``EnvironmentResolver`` reads the same ``AIRFLOW_CONN_<ID>`` variables
+(Airflow's JSON or URI form) without Airflow, for the CLI and the Spark job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from tidemark.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Connection:
+    """The fields of an Airflow Connection that Tidemark reads."""
+
+    conn_id: str
+    conn_type: str | None = None
+    host: str | None = None
+    port: int | None = None
+    login: str | None = None
+    password: str | None = field(default=None, repr=False)
+    extra: Mapping[str, object] = field(default_factory=dict, repr=False)
+
+
+class ConnectionResolver(Protocol):
+    """Where connections come from. ``mask`` registers secret values with whatever hides them in
+    logs (Airflow's secrets masker); resolvers without one do nothing."""
+
+    def get(self, conn_id: str, pipeline: str | None = None) -> Connection: ...
+
+    def mask(self, secrets: Iterable[str]) -> None: ...
+
+
+def _not_defined(conn_id: str, pipeline: str | None) -> ConfigError:
+    return ConfigError(f"connection '{conn_id}' is not defined; create it (Airflow UI: Admin -> Connections) or "
+                       f"set AIRFLOW_CONN_{conn_id.upper()}", pipeline=pipeline)
+
+
+def parse_connection(conn_id: str, value: str, pipeline: str | None = None) -> Connection:
+    """An ``AIRFLOW_CONN_*`` value in Airflow's JSON form (``{"conn_type": ..., "extra": {...}}``)
+    or URI form (``kafka://user:pass@host:9092?bootstrap.servers=...``)."""
+    text = value.strip()
+    if text.startswith("{"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"AIRFLOW_CONN_{conn_id.upper()} is not valid JSON ({exc.msg} at character "
+                              f"{exc.pos})", pipeline=pipeline) from None
+        extra = data.get("extra") or {}
+        if isinstance(extra, str):
+            extra = json.loads(extra) if extra.strip() else {}
+        return Connection(conn_id, data.get("conn_type"), data.get("host"), data.get("port"), data.get("login"),
+                          data.get("password"), extra)
+    parts = urlsplit(text)
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    extra = json.loads(query.pop("__extra__")) if "__extra__" in query else query
+    return Connection(conn_id, parts.scheme.replace("-", "_") or None, unquote(parts.hostname or "") or None,
+                      parts.port, unquote(parts.username) if parts.username else None,
+                      unquote(parts.password) if parts.password else None, extra)
+
+
+class EnvironmentResolver:
+    """Connections from ``AIRFLOW_CONN_<ID>`` environment variables only (no Airflow needed)."""
+
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        self.environ = os.environ if environ is None else environ
+
+    def get(self, conn_id: str, pipeline: str | None = None) -> Connection:
+        value = self.environ.get(f"AIRFLOW_CONN_{conn_id.upper()}")
+        if value is None:
+            raise _not_defined(conn_id, pipeline)
+        return parse_connection(conn_id, value, pipeline)
+
+    def mask(self, secrets: Iterable[str]) -> None:
+        """Nothing to register with: the CLI and the Spark job never log connection values."""
+
+
+def kafka_properties(resolver: ConnectionResolver, conn_id: str, pipeline: str | None = None) -> dict[str, str]:
+    """Kafka client properties from the connection's extra, under Kafka's own dotted names
+    (``bootstrap.servers`` may also come from host:port). Their secrets are masked."""
+    from tidemark.kafka_client import secret_values
+
+    conn = resolver.get(conn_id, pipeline)
+    props = {k: str(v) for k, v in (conn.extra or {}).items()}
+    resolver.mask(secret_values(props))
+    if "bootstrap.servers" not in props and conn.host:
+        props["bootstrap.servers"] = f"{conn.host}:{conn.port or 9092}"
+    if "bootstrap.servers" not in props:
+        raise ConfigError(f"connection '{conn_id}' has no 'bootstrap.servers' in its extra (and no host)",
+                          pipeline=pipeline)
+    return props
+
+
+def spark_master(resolver: ConnectionResolver, conn_id: str, pipeline: str | None = None) -> str:
+    """The Spark master URL of a Spark connection, as the Spark provider reads it."""
+    conn = resolver.get(conn_id, pipeline)
+    host = conn.host or "local[*]"
+    if conn.port and (host.startswith("spark://") or "://" not in host and not host.startswith("local")):
+        return f"{host}:{conn.port}"
+    return host

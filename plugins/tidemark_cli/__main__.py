@@ -1,0 +1,5 @@
+import sys
+
+from tidemark_cli.main import main
+
+sys.exit(main())
