@@ -35,14 +35,14 @@ demo: setup ## set everything up and run the demo pipeline end to end through Ai
 test: setup ## set everything up, start the broker, run unit, integration and e2e tests
 	scripts/test.sh
 
-test-unit: venv ## fast unit tests only (no services)
-	$(PY) -m pytest -q tests/unit
+test-unit: venv ## fast tests that need no service: unit tests and the DAG-integrity tests
+	$(PY) -m pytest -q -m unit tests/unit tests/dags
 
 soak: setup ## kill -9 and concurrent-run trials with exactly-once checks (SOAK_TRIALS=20; not in make test)
 	scripts/soak.sh
 
-lint: venv ## ruff
-	$(VENV)/bin/ruff check plugins spark_jobs dags tests scripts bench
+lint: venv ## ruff, and the layer contract (the core imports no adapter and no Airflow: lint-imports)
+	scripts/lint.sh
 
 bench: setup ## Tidemark vs AvailableNow, plain Spark batch, consumer perf; fixed costs; ledger growth (BENCH_RECORDS=2000000; not in make test)
 	scripts/bench.sh

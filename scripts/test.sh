@@ -10,8 +10,7 @@ if [ "${1:-}" != "--inside" ]; then
   exec scripts/with_broker.sh "test-$port" "$port" scripts/test.sh --inside "$@"
 fi
 shift
-echo "tidemark: lint"
-.venv/bin/ruff check plugins spark_jobs dags tests scripts bench
+scripts/lint.sh
 echo "tidemark: tests (unit, integration, e2e) against the broker on 127.0.0.1:$KAFKA_PORT"
 if [ $# -eq 0 ]; then set -- tests; fi
 .venv/bin/python -m pytest "$@"

@@ -69,9 +69,9 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             spark.stop()
     except TidemarkError as exc:
-        log.error("pipeline '%s': batch %d failed, nothing past the last completed step was committed: %s%s",
-                  plan.pipeline, plan.batch_id, exc, " (a retry resumes from there)" if exc.transient
-                  else " (a retry cannot fix this; fix the cause first)")
+        log.error("pipeline '%s': batch %d failed, nothing past the last completed step was committed: %s: %s%s",
+                  plan.pipeline, plan.batch_id, type(exc).__name__, exc,
+                  " (a retry resumes from there)" if exc.transient else " (a retry cannot fix this: fix the cause)")
         if not exc.transient:
             return TERMINAL_EXIT_CODE
         raise

@@ -133,7 +133,7 @@ def test_raw_values_are_written_in_one_pass_that_counts_what_it_read(kafka_boots
     produced = helpers.produce(topic, 12)
     config = make_config(topic)
     plan = prepare_batch(config, props())
-    with caplog.at_level("INFO", logger="tidemark.ingest"):
+    with caplog.at_level("INFO", logger="tidemark"):
         execute_batch(spark, plan, props(), "read_committed")
     # no count before the write (that is the JSON path's "read N records (B bad)"); the write counted 12
     assert "records (0 bad)" not in caplog.text

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# `make lint` (also the first step of `make test`): ruff, then the layer contract in pyproject.toml
+# ([tool.importlinter]: the core imports no adapter and no Airflow) checked by import-linter.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+echo "tidemark: lint (ruff, import contract)"
+.venv/bin/ruff check plugins spark_jobs dags tests scripts bench
+PYTHONPATH="$root/plugins${PYTHONPATH:+:$PYTHONPATH}" .venv/bin/lint-imports --no-cache

@@ -1,0 +1,47 @@
+"""The layer contract ([tool.importlinter] in pyproject.toml, run by `make lint`): the core imports
+no adapter and no Airflow. Checked here on a copy of the source with and without a deliberate
+backwards import, so the contract is known to be able to fail."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+
+
+def lint_imports(tree: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=tree, env={"PYTHONPATH": str(tree / "plugins")},
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def source_copy(tmp_path) -> Path:
+    shutil.copytree(ROOT / "plugins", tmp_path / "plugins", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    return tmp_path
+
+
+def test_the_source_keeps_the_contract(source_copy):
+    result = lint_imports(source_copy)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout
+
+
+@pytest.mark.parametrize(("module", "backwards"), [
+    ("planner.py", "import tidemark_airflow.naming"),
+    ("batch/prepare.py", "from airflow.sdk import BaseHook"),
+    ("ledger.py", "from tidemark_cli.main import main"),
+    ("config.py", "import pyspark.sql"),
+])
+def test_a_backwards_import_breaks_the_contract(source_copy, module, backwards):
+    path = source_copy / "plugins" / "tidemark" / module
+    path.write_text(path.read_text() + f"\n{backwards}  # deliberate\n")
+    result = lint_imports(source_copy)
+    assert result.returncode != 0
+    assert "BROKEN" in result.stdout and f"tidemark.{module[:-3].replace('/', '.')}" in result.stdout, result.stdout
