@@ -94,7 +94,7 @@ def execute_batch(spark, plan: BatchPlan, properties: Mapping[str, str], isolati
         rows = spark_io.to_rows(raw, plan.format, plan.batch_id, dt.datetime.now(dt.UTC))
         if plan.dedupe:
             rows = spark_io.drop_already_written(spark, rows, plan)
-        if plan.format.can_reject:
+        if plan.format.can_reject or plan.dedupe:
             finalize_batch(plan, tallies=write_counted_first(rows, plan))
         else:
             finalize_batch(plan, records_read=write_in_one_pass(rows, plan))
@@ -102,9 +102,11 @@ def execute_batch(spark, plan: BatchPlan, properties: Mapping[str, str], isolati
 
 
 def write_counted_first(rows, plan: BatchPlan) -> dict[TopicPartition, Tally]:
-    """Values that can be bad: cache the batch, count good and bad records per partition and check
-    them against the frozen ranges before anything is written, then write the dead letters and
-    the output (the commit point). Returns the counts for the reconciliation."""
+    """Values that can be bad, and re-reads that are deduplicated (backfills, replays): cache the
+    batch, count good and bad records per partition and check them against the frozen ranges before
+    anything is written, then write the dead letters and the output (the commit point). A batch left
+    with no record (everything already in the output) makes no commit at all, as an empty
+    incremental run makes none. Returns the counts for the reconciliation."""
     with kafka_errors(plan):
         rows = rows.persist()
     try:
@@ -114,6 +116,10 @@ def write_counted_first(rows, plan: BatchPlan) -> dict[TopicPartition, Tally]:
         bad = sum(t.bad for t in tallies.values())
         log.info("pipeline '%s': batch %d read %d records (%d bad) from %d offsets", plan.pipeline, plan.batch_id,
                  sum(t.records for t in tallies.values()), bad, plan.total_offsets)
+        if not any(t.records for t in tallies.values()):
+            log.info("pipeline '%s': batch %d: every record of its ranges is already in the output or the dead "
+                     "letters; no table is written", plan.pipeline, plan.batch_id)
+            return tallies
         if bad and plan.format.on_bad_record == "fail":
             raise BadRecordsError(
                 f"batch {plan.batch_id} has {bad} bad record(s) and on_bad_record is 'fail'; nothing was "
