@@ -129,6 +129,6 @@ def build_replay_dag(config: PipelineConfig):
                     f"`kafka-consumer-groups --reset-offsets`. **Dry run by default.** An applied reset is an "
                     f"audited `reset` row in the ledger; re-read records are deduplicated on their Kafka "
                     f"coordinates.\n\n" + doc_md(config)) as dag:
-        PythonOperator(task_id="reset", python_callable=tasks.replay, op_kwargs={"pipeline": config.name},
+        PythonOperator(task_id="reset", python_callable=tasks.reset, op_kwargs={"pipeline": config.name},
                        retries=0)
     return dag

@@ -96,7 +96,7 @@ def report(pipeline: str, **context) -> list[dict]:
 
 
 @fail_fast_on_terminal_errors
-def replay(pipeline: str, **context) -> dict:
+def reset(pipeline: str, **context) -> dict:
     """The replay DAG's task: plan (dry run) or apply an offset reset from the form. Refused while
     a run of the pipeline's ingest DAG is active."""
     config = find_pipeline(pipeline)

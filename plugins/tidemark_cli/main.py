@@ -181,6 +181,7 @@ def cmd_lag(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from tidemark.batch import mirror_to_consumer_group, partition_status, prepare_batch
     from tidemark.config import find_pipeline
+    from tidemark_spark.ingest import TERMINAL_EXIT_CODE
     from tidemark_spark.submit import run_ingest_job
 
     config = find_pipeline(args.pipeline)
@@ -196,8 +197,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                           config.isolation_level,
                           config.spark_conf)
     if code != 0:
+        cause = (" on an error that a retry cannot fix (its log above says which and how to fix it)"
+                 if code == TERMINAL_EXIT_CODE else "")
         print(f"tidemark: error: pipeline '{config.name}': the ingest job for batch {plan.batch_id} exited with "
-              f"{code}; nothing is lost: the next run executes the same frozen ranges again", file=sys.stderr)
+              f"{code}{cause}; nothing is lost: the next run executes the same frozen ranges again", file=sys.stderr)
         return EXIT_JOB_FAILED
     mirror_to_consumer_group(config, properties)
     rows = partition_status(config, properties)

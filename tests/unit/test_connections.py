@@ -1,0 +1,60 @@
+"""Connections reach the core as plain values through a resolver; without Airflow, from the same
+AIRFLOW_CONN_* variables Airflow reads (JSON or URI form)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tidemark import connections
+from tidemark.connections import EnvironmentResolver, parse_connection
+from tidemark.errors import ConfigError
+
+
+def resolver(**conns: str) -> EnvironmentResolver:
+    return EnvironmentResolver({f"AIRFLOW_CONN_{k.upper()}": v for k, v in conns.items()})
+
+
+def test_json_form_with_extra_as_an_object_or_a_string():
+    extra = {"bootstrap.servers": "h:9092", "security.protocol": "SASL_PLAINTEXT"}
+    for value in (extra, json.dumps(extra)):
+        conn = parse_connection("k", json.dumps({"conn_type": "kafka", "extra": value}))
+        assert (conn.conn_type, dict(conn.extra)) == ("kafka", extra)
+
+
+def test_uri_form_with_credentials_and_query_extras():
+    conn = parse_connection("s", "aws://AKIA%2FX:se%40cret@/?region_name=eu-west-1&endpoint_url=http%3A%2F%2Fh%3A9000")
+    assert (conn.conn_type, conn.login, conn.password) == ("aws", "AKIA/X", "se@cret")
+    assert conn.extra == {"region_name": "eu-west-1", "endpoint_url": "http://h:9000"}
+    assert "se@cret" not in repr(conn)  # the password never shows in a repr (logs, tracebacks)
+
+
+def test_a_missing_connection_says_how_to_define_it():
+    with pytest.raises(ConfigError, match=r"connection 'kafka_prod' is not defined.*AIRFLOW_CONN_KAFKA_PROD"):
+        resolver().get("kafka_prod", "orders")
+
+
+def test_broken_json_names_the_variable():
+    with pytest.raises(ConfigError, match="AIRFLOW_CONN_KAFKA_DEFAULT is not valid JSON"):
+        resolver(kafka_default='{"conn_type": "kafka",').get("kafka_default")
+
+
+def test_kafka_properties_from_extra_or_from_host_and_port():
+    env = resolver(a=json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": "x:1", "acks": 1}}),
+                   b=json.dumps({"conn_type": "kafka", "host": "broker", "port": 9093}),
+                   c=json.dumps({"conn_type": "kafka"}))
+    assert connections.kafka_properties(env, "a") == {"bootstrap.servers": "x:1", "acks": "1"}
+    assert connections.kafka_properties(env, "b") == {"bootstrap.servers": "broker:9093"}
+    with pytest.raises(ConfigError, match="'c' has no 'bootstrap.servers'"):
+        connections.kafka_properties(env, "c", "orders")
+
+
+@pytest.mark.parametrize(("conn", "master"), [
+    ({"conn_type": "spark", "host": "local[2]"}, "local[2]"),
+    ({"conn_type": "spark", "host": "spark://m", "port": 7077}, "spark://m:7077"),
+    ({"conn_type": "spark", "host": "yarn"}, "yarn"),
+    ({"conn_type": "spark"}, "local[*]"),
+])
+def test_spark_master_as_the_spark_provider_reads_it(conn, master):
+    assert connections.spark_master(resolver(spark_default=json.dumps(conn)), "spark_default") == master
