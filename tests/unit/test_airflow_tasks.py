@@ -5,7 +5,6 @@ fails the ingest task the same way."""
 from __future__ import annotations
 
 import pytest
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from tidemark.errors import (
     BadRecordsError,
@@ -17,10 +16,12 @@ from tidemark.errors import (
     TopicRecreatedError,
     is_transient,
 )
-from tidemark_airflow.tasks import fail_fast_on_terminal_errors
 
 
 def raising(error: Exception):
+    # Airflow is imported inside the tests: the e2e tier gives it a private home before its first import.
+    from tidemark_airflow.tasks import fail_fast_on_terminal_errors
+
     @fail_fast_on_terminal_errors
     def task(**context):
         raise error
@@ -30,6 +31,8 @@ def raising(error: Exception):
 @pytest.mark.parametrize("error", [ConfigError("x"), TopicRecreatedError("x"), KafkaAuthenticationError("x"),
                                    PipelineBusyError.held_by("p", "run 'r'", "planning"), BadRecordsError("x")])
 def test_terminal_errors_fail_the_task_without_retries(error):
+    from airflow.sdk.exceptions import AirflowFailException
+
     with pytest.raises(AirflowFailException, match=type(error).__name__):
         raising(error)()
 
@@ -49,6 +52,7 @@ def test_the_busy_message_names_the_holder_and_what_to_do():
 
 def test_the_ingest_operator_fails_fast_on_the_jobs_terminal_exit_code(monkeypatch):
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
     from tidemark.batch.plan import BatchPlan
     from tidemark.offsets import OffsetRange
