@@ -5,6 +5,9 @@ One row per (pipeline, batch, topic, partition). A batch's rows are appended wit
 ``planned`` when its ranges are frozen, and flipped to ``committed`` (with record counts) once
 the output table holds the batch. The latest committed row per partition is the committed
 position. See docs/DESIGN.md for the protocol.
+
+The table records its schema version (ledger_migrations): reads take an older ledger as it is, the first
+write of a process migrates it, and a ledger from a newer release is refused.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from tidemark import ledger_migrations as migrations
 from tidemark.errors import LedgerConflictError, PipelineBusyError
 from tidemark.offsets import OffsetRange, TopicPartition
 
@@ -50,9 +54,11 @@ SCHEMA = pa.schema([
     pa.field("planned_at", pa.timestamp("us", tz="UTC")),
     pa.field("committed_at", pa.timestamp("us", tz="UTC")),
     # Kafka's id of the topic the range was read from (changes when a topic is deleted and
-    # recreated). Added later: older ledgers gain the column on their next append, older rows read null.
+    # recreated). Added after the first release: a schema version 1 ledger may lack it (its rows read
+    # null); migrating it to version 2 adds the column (ledger_migrations).
     pa.field("topic_id", pa.string()),
 ])
+# A new column, or any other change to the table's shape, is a new schema version: see ledger_migrations.
 
 
 @dataclass(frozen=True)
@@ -223,7 +229,7 @@ def _read_state(table, pipeline: str) -> LedgerState:
     names = {"pipeline": pipeline.replace("'", "''"), "committed": COMMITTED, "planned": PLANNED,
              "position": kinds(POSITION_KINDS), "writing": kinds(WRITING_KINDS),
              "no_topic_id": "" if "topic_id" in {f.name for f in table.schema().fields}
-             else ", CAST(NULL AS VARCHAR) AS topic_id"}  # a ledger from before the column
+             else ", CAST(NULL AS VARCHAR) AS topic_id"}  # a version 1 ledger read as it is (no migration)
     builder = QueryBuilder().register("ledger", table)
     rows = [LedgerRow(**rec) for rec in pa.table(builder.execute(_STATE_SQL.format(**names)).read_all()).to_pylist()]
     totals = pa.table(builder.execute(_TOTALS_SQL.format(**names)).read_all()).to_pylist()[0]
@@ -243,7 +249,7 @@ class Ledger:
     def __init__(self, uri: str) -> None:
         self.uri = uri
 
-    def _open(self):
+    def _load(self):
         from deltalake import DeltaTable
 
         try:
@@ -253,8 +259,23 @@ class Ledger:
                 return None
             raise
 
+    def _open(self):
+        """The table to read (None when missing): an older schema version reads as it is; a newer one
+        is refused (LedgerVersionError)."""
+        table = self._load()
+        if table is not None:
+            migrations.check_readable(table)
+        return table
+
+    def _open_for_write(self):
+        """The table to write (None when missing), migrated to the current schema version first; a newer
+        version is refused before anything is written."""
+        table = self._load()
+        return None if table is None else migrations.migrate(table)
+
     def version(self) -> int:
-        table = self._open()
+        """The Delta version of the table (-1 when missing), whatever its schema version."""
+        table = self._load()
         return -1 if table is None else table.version()
 
     def rows(self, pipeline: str) -> list[LedgerRow]:
@@ -268,10 +289,18 @@ class Ledger:
         return derive_state([]) if table is None else _read_state(table, pipeline)
 
     def _create(self, rows: list[LedgerRow]) -> None:
-        from deltalake import write_deltalake
+        """Create the ledger at the current schema version, then append ``rows``: Delta version 0 holds the
+        schema and the version property (write_deltalake cannot set a property delta-rs does not know,
+        DeltaTable.create can), version 1 the rows, committed only on top of version 0. Of two runs creating
+        the ledger at once, one fails to create and may then win the append; the other's append fails, and
+        either way the caller re-reads and re-checks the fingerprint."""
+        from deltalake import CommitProperties, DeltaTable, write_deltalake
 
-        write_deltalake(self.uri, _table(rows), mode="error", partition_by=["pipeline"], name="tidemark_offsets",
-                        description="Tidemark offset ledger: one row per pipeline, batch, topic, partition")
+        table = DeltaTable.create(
+            self.uri, SCHEMA, mode="error", partition_by=["pipeline"], name="tidemark_offsets",
+            description="Tidemark offset ledger: one row per pipeline, batch, topic, partition",
+            configuration=migrations.new_table_configuration(), raise_if_key_not_exists=False)
+        write_deltalake(table, _table(rows), mode="append", commit_properties=CommitProperties(max_commit_retries=0))
 
     def _compare_and_commit(self, pipeline: str, expected: str, commit, what: str) -> None:
         """Run ``commit(table)`` against the latest ledger version only if the pipeline's rows still
@@ -281,7 +310,7 @@ class Ledger:
         from deltalake.exceptions import CommitFailedError
 
         for _ in range(_CAS_ATTEMPTS):
-            table = self._open()
+            table = self._open_for_write()  # migrating leaves the rows, and so the fingerprint, as they were
             current = _read_state(table, pipeline).fingerprint if table is not None else fingerprint([])
             if current != expected:
                 raise PipelineBusyError(
@@ -308,8 +337,9 @@ class Ledger:
             if table is None:
                 self._create(rows)
             else:
-                # schema_mode="merge": a ledger created before a column was added (topic_id) gains it.
-                write_deltalake(table, _table(rows), mode="append", schema_mode="merge",
+                # No schema_mode="merge": columns change only through the migration chain (the table is at
+                # the current schema version here).
+                write_deltalake(table, _table(rows), mode="append",
                                 commit_properties=CommitProperties(max_commit_retries=0))
 
         self._compare_and_commit(rows[0].pipeline, expected, commit, what)
@@ -331,7 +361,7 @@ class Ledger:
         Idempotent: returns False when nothing was left to flip."""
         from deltalake import DeltaTable
 
-        table = DeltaTable(self.uri)
+        table = migrations.migrate(DeltaTable(self.uri))  # a missing ledger raises TableNotFoundError
         source = pa.table({
             "pipeline": [pipeline] * len(counts),
             "batch_id": [batch_id] * len(counts),
