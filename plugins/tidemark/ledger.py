@@ -313,10 +313,8 @@ class Ledger:
             table = self._open_for_write()  # migrating leaves the rows, and so the fingerprint, as they were
             current = _read_state(table, pipeline).fingerprint if table is not None else fingerprint([])
             if current != expected:
-                raise PipelineBusyError(
-                    f"another run holds the pipeline: its ledger rows changed while this run was {what}; "
-                    "this run wrote nothing. Only one run of a pipeline may run at a time "
-                    "(max_active_runs=1); retry once the other run has finished.", pipeline=pipeline)
+                raise PipelineBusyError.held_by(pipeline, "its ledger rows changed while this run was reading them",
+                                                what)
             try:
                 commit(table)
                 return

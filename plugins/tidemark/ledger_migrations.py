@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import pyarrow as pa
 
-from tidemark.errors import ConfigError, LedgerConflictError
+from tidemark.errors import LedgerConflictError, LedgerVersionError
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -52,11 +52,6 @@ V2_COLUMNS = ("pipeline", "batch_id", "kind", "status", "topic", "partition", "s
 """The columns of a version 2 ledger, in order (frozen: a new column is a new version)."""
 V1_OPTIONAL = (pa.field("dead_letter_count", pa.int64()), pa.field("topic_id", pa.string()))
 """Nullable columns that releases before version 2 added over time: a version 1 ledger may lack them."""
-
-
-class LedgerVersionError(ConfigError):
-    """The ledger's schema version is one this release cannot use (written by a newer Tidemark, or not
-    a version at all). Terminal: nothing was read or written; upgrade Tidemark."""
 
 
 class Migration(NamedTuple):

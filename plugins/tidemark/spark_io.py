@@ -32,10 +32,13 @@ def kafka_source_options(plan: BatchPlan, properties: Mapping[str, str],
     options["includeHeaders"] = "true"
     options["failOnDataLoss"] = "true"
     # Bounded waits: an unreachable or silent Kafka fails the batch within about the pipeline's
-    # kafka_timeout_seconds (the connection's own settings win), instead of Spark's 3 x 60 s.
-    timeout_ms = str(plan.kafka_timeout_seconds * 1000)
+    # kafka_timeout_seconds (the connection's own settings win), instead of Spark's 3 x 60 s. When a
+    # poll comes back empty, Spark's Kafka consumer first waits out pollTimeoutMs, then asks the
+    # broker for the partition's offset range (bounded by default.api.timeout.ms) before it fails:
+    # the two waits add up, so each gets half of the budget.
+    half_ms = str(max(plan.kafka_timeout_seconds * 1000 // 2, 1000))
     for key in ("kafka.default.api.timeout.ms", "kafka.request.timeout.ms", "kafkaConsumer.pollTimeoutMs"):
-        options.setdefault(key, timeout_ms)
+        options.setdefault(key, half_ms)
     options.setdefault("fetchOffset.numRetries", "1")
     options.update(spark_kafka_options(plan.ranges))
     return options
