@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export KAFKA_PORT ?= 9092
 
 .DEFAULT_GOAL := help
-.PHONY: help setup venv jars kafka-up kafka-down demo test test-unit lint soak bench lock clean
+.PHONY: help setup venv jars kafka-up kafka-down storage-up storage-down demo test test-unit lint soak bench lock clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -28,6 +28,12 @@ kafka-up: jars ## start a single-node KRaft broker on 127.0.0.1:$KAFKA_PORT (ide
 
 kafka-down: ## stop the local broker
 	scripts/kafka.sh down
+
+storage-up: venv ## start a local S3-compatible server (moto, with DynamoDB) on 127.0.0.1:$S3_PORT with the bucket `lake` (idempotent)
+	scripts/storage.sh up
+
+storage-down: ## stop the local S3-compatible server (its data is in memory and goes with it)
+	scripts/storage.sh down
 
 demo: setup ## set everything up and run the demo pipeline end to end through Airflow
 	scripts/demo.sh

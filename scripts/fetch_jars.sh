@@ -1,39 +1,77 @@
 #!/usr/bin/env bash
-# Resolve the JVM artifacts Tidemark needs from Maven Central, once, into .cache/jars/.
-#   .cache/jars/spark : Spark's Kafka source + Delta Lake (minus what the pyspark wheel ships)
+# Resolve the JVM artifacts Tidemark needs from Maven Central into .cache/jars/.
+#   .cache/jars/spark : Spark's Kafka source, Delta Lake, the S3A connector (minus what the pyspark
+#                       wheel ships)
 #   .cache/jars/kafka : the Apache Kafka broker and its tools, with a log4j2 binding
-# Idempotent: a folder with a .complete marker is left alone. Needs: mvn, and the venv (for
-# the list of jars pyspark already ships).
+# Idempotent and keyed on the poms: each set lives in a folder named after a hash of its pom
+# (.cache/jars/spark-<hash>), and .cache/jars/spark is a symbolic link to the current one. A set is
+# re-resolved only when its pom (or jvm/settings.xml) changed. A new set is resolved and trimmed in
+# a scratch folder, renamed to its final name, and only then does the link move, with one atomic
+# rename: a job that lists .cache/jars/spark sees the old complete set or the new one, never a
+# half-written folder. The previous set is kept (JVMs started from it may still open its jars);
+# older ones are removed. Needs: mvn, and the venv (for the list of jars pyspark already ships).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv=${VENV:-$root/.venv}
 cache=${TIDEMARK_JAR_CACHE:-$root/.cache/jars}
 
+pom_hash() {  # the key of a set: its pom and the Maven settings it resolves with
+  cat "$1/pom.xml" "$root/jvm/settings.xml" | sha256sum | cut -c1-12
+}
+
+# Drop jars the pyspark wheel already has (same artifact, any version): two copies of one
+# library on Spark's classpath is a classic source of NoSuchMethodError.
+drop_pyspark_jars() {  # drop_pyspark_jars DIR
+  local pyspark_jars j
+  pyspark_jars=$("$venv/bin/python" -c 'import pyspark, os; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')
+  artifact() { basename "$1" .jar | sed -E 's/-[0-9][0-9A-Za-z.+_-]*$//'; }
+  declare -A shipped=()
+  for j in "$pyspark_jars"/*.jar; do shipped[$(artifact "$j")]=1; done
+  for j in "$1"/*.jar; do
+    if [ -n "${shipped[$(artifact "$j")]:-}" ]; then rm -f "$j"; fi
+  done
+}
+
 fetch() {  # fetch NAME POM_DIR
-  local name=$1 pom=$2 dest=$cache/$1
-  if [ -f "$dest/.complete" ]; then return 0; fi
-  echo "tidemark: resolving $name jars from Maven Central into $dest"
-  rm -rf "$dest.tmp" && mkdir -p "$dest.tmp"
-  mvn -q -B -s "$root/jvm/settings.xml" -f "$pom/pom.xml" dependency:copy-dependencies \
-      -DincludeScope=runtime -DoutputDirectory="$dest.tmp" >"$cache/$name-mvn.log" 2>&1 || {
-    echo "tidemark: Maven could not resolve the $name jars; see $cache/$name-mvn.log" >&2
-    tail -20 "$cache/$name-mvn.log" >&2
-    exit 1
-  }
-  rm -rf "$dest" && mv "$dest.tmp" "$dest" && touch "$dest/.complete"
+  local name=$1 pom=$2 hash link=$cache/$1 dest
+  hash=$(pom_hash "$pom")
+  dest=$cache/$name-$hash
+  if [ -L "$link" ] && [ "$(readlink "$link")" = "$name-$hash" ] && [ -f "$dest/.complete" ]; then
+    return 0
+  fi
+  if [ ! -f "$dest/.complete" ]; then
+    echo "tidemark: resolving $name jars from Maven Central into $dest (pom hash $hash)"
+    rm -rf "$dest.tmp" && mkdir -p "$dest.tmp"
+    mvn -q -B -s "$root/jvm/settings.xml" -f "$pom/pom.xml" dependency:copy-dependencies \
+        -DincludeScope=runtime -DoutputDirectory="$dest.tmp" >"$cache/$name-mvn.log" 2>&1 || {
+      echo "tidemark: Maven could not resolve the $name jars; see $cache/$name-mvn.log" >&2
+      tail -20 "$cache/$name-mvn.log" >&2
+      rm -rf "$dest.tmp"
+      exit 1
+    }
+    if [ "$name" = spark ]; then drop_pyspark_jars "$dest.tmp"; fi
+    echo "$hash" >"$dest.tmp/.complete"
+    rm -rf "$dest" && mv "$dest.tmp" "$dest"
+  fi
+  # Swap the link. A real folder left by an older version of this script is moved aside first
+  # (once; the only moment the path is briefly absent).
+  local previous=""
+  if [ -L "$link" ]; then
+    previous=$(readlink "$link")
+  elif [ -e "$link" ]; then
+    previous=$name-legacy
+    rm -rf "${cache:?}/$previous" && mv "$link" "$cache/$previous"
+  fi
+  ln -sfn "$name-$hash" "$cache/.$name.link" && mv -T "$cache/.$name.link" "$link"
+  # Keep the current and the previous set; remove older ones.
+  local d base
+  for d in "$cache/$name"-*/; do
+    base=$(basename "$d")
+    case "$base" in "$name-$hash" | "$previous" | *.tmp) ;; *) rm -rf "${cache:?}/$base" ;; esac
+  done
 }
 
 mkdir -p "$cache"
 fetch kafka "$root/jvm/kafka"
 fetch spark "$root/jvm/spark"
-
-# Drop jars the pyspark wheel already has (same artifact, any version): two copies of one
-# library on Spark's classpath is a classic source of NoSuchMethodError.
-pyspark_jars=$("$venv/bin/python" -c 'import pyspark, os; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')
-artifact() { basename "$1" .jar | sed -E 's/-[0-9][0-9A-Za-z.+_-]*$//'; }
-declare -A shipped=()
-for j in "$pyspark_jars"/*.jar; do shipped[$(artifact "$j")]=1; done
-for j in "$cache"/spark/*.jar; do
-  if [ -n "${shipped[$(artifact "$j")]:-}" ]; then rm -f "$j"; fi
-done
 echo "tidemark: jars ready: $(ls "$cache"/spark/*.jar | wc -l) for Spark, $(ls "$cache"/kafka/*.jar | wc -l) for the Kafka broker"
