@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# `make test`: lint, then the unit, integration and end-to-end tests against a fresh broker of
-# their own (port TEST_KAFKA_PORT, default 19092), stopped afterwards. Extra arguments go to pytest
-# instead of the default `tests` (for example: scripts/test.sh -q tests/integration -k replay).
+# `make test`: lint, then the unit, integration and end-to-end tests against services of their own,
+# started fresh and stopped afterwards: a Kafka broker (port TEST_KAFKA_PORT, default 19092) and the
+# local S3-compatible server (port TEST_S3_PORT, default 19000). Extra arguments go to pytest instead
+# of the default `tests` (for example: scripts/test.sh -q tests/integration -k replay).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -11,6 +12,10 @@ if [ "${1:-}" != "--inside" ]; then
 fi
 shift
 scripts/lint.sh
-echo "tidemark: tests (unit, integration, e2e) against the broker on 127.0.0.1:$KAFKA_PORT"
+export S3_PORT=${TEST_S3_PORT:-19000}
+scripts/storage.sh down >/dev/null 2>&1 || true
+scripts/storage.sh up
+trap 'scripts/storage.sh down >/dev/null 2>&1 || true' EXIT
+echo "tidemark: tests (unit, integration, e2e) against the broker on 127.0.0.1:$KAFKA_PORT and S3 on 127.0.0.1:$S3_PORT"
 if [ $# -eq 0 ]; then set -- tests; fi
 .venv/bin/python -m pytest "$@"
