@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from tidemark import ledger_migrations as migrations
+from tidemark import storage
 from tidemark.errors import LedgerConflictError, PipelineBusyError
 from tidemark.offsets import OffsetRange, TopicPartition
 
@@ -250,14 +251,7 @@ class Ledger:
         self.uri = uri
 
     def _load(self):
-        from deltalake import DeltaTable
-
-        try:
-            return DeltaTable(self.uri)
-        except Exception as exc:  # delta-rs raises TableNotFoundError for a missing table
-            if _is_missing_table(exc):
-                return None
-            raise
+        return storage.open_table(self.uri)
 
     def _open(self):
         """The table to read (None when missing): an older schema version reads as it is; a newer one
@@ -297,7 +291,8 @@ class Ledger:
         from deltalake import CommitProperties, DeltaTable, write_deltalake
 
         table = DeltaTable.create(
-            self.uri, SCHEMA, mode="error", partition_by=["pipeline"], name="tidemark_offsets",
+            storage.delta_rs_uri(self.uri), SCHEMA, storage_options=storage.delta_options(self.uri), mode="error",
+            partition_by=["pipeline"], name="tidemark_offsets",
             description="Tidemark offset ledger: one row per pipeline, batch, topic, partition",
             configuration=migrations.new_table_configuration(), raise_if_key_not_exists=False)
         write_deltalake(table, _table(rows), mode="append", commit_properties=CommitProperties(max_commit_retries=0))
@@ -359,7 +354,8 @@ class Ledger:
         Idempotent: returns False when nothing was left to flip."""
         from deltalake import DeltaTable
 
-        table = migrations.migrate(DeltaTable(self.uri))  # a missing ledger raises TableNotFoundError
+        table = migrations.migrate(DeltaTable(storage.delta_rs_uri(self.uri),  # missing: TableNotFoundError
+                                               storage_options=storage.delta_options(self.uri)))
         source = pa.table({
             "pipeline": [pipeline] * len(counts),
             "batch_id": [batch_id] * len(counts),
@@ -389,9 +385,7 @@ class Ledger:
         """Rewrite the pipeline's small files (about one per batch) into one once there are
         COMPACT_AFTER_FILES of them, so that reads and commits do not slow down as batches accumulate.
         Rows do not change. Best effort: a failure (a concurrent commit) only postpones it."""
-        from deltalake import DeltaTable
-
-        table = DeltaTable(self.uri)
+        table = storage.open_table(self.uri)
         selected = [("pipeline", "=", pipeline)]
         if len(table.file_uris(file_pruning_predicate=selected)) < COMPACT_AFTER_FILES:
             return

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from tidemark import crash
+from tidemark import crash, storage
 from tidemark.batch.plan import BatchPlan
 from tidemark.errors import ReconciliationError
 from tidemark.ledger import Ledger
@@ -35,14 +35,11 @@ def batch_tallies(table_uri: str | None, batch_id: int) -> dict[TopicPartition, 
     batch; empty if the table does not exist. delta-rs, no JVM."""
     if not table_uri:
         return {}
-    from deltalake import DeltaTable, QueryBuilder
+    from deltalake import QueryBuilder
 
-    try:
-        table = DeltaTable(table_uri)
-    except Exception as exc:
-        if type(exc).__name__ == "TableNotFoundError":
-            return {}
-        raise
+    table = storage.open_table(table_uri)
+    if table is None:
+        return {}
     reader = QueryBuilder().register("output", table).execute(
         "SELECT kafka_topic, kafka_partition, COUNT(*) AS n, MIN(kafka_offset) AS lo, MAX(kafka_offset) AS hi "
         f"FROM output WHERE ingest_batch_id = {int(batch_id)} GROUP BY kafka_topic, kafka_partition")

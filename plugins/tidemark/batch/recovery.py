@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Literal
 
+from tidemark import storage
 from tidemark.batch.finalize import finalize_batch
 from tidemark.batch.ownership import RunStateLookup, is_owner_alive
 from tidemark.batch.plan import BatchPlan
@@ -36,15 +37,8 @@ def decide_recovery(pending_batch_id: int | None, output_txn_version: int | None
 
 def output_txn_version(table_uri: str, pipeline: str) -> int | None:
     """The highest batch id the output table has committed for this pipeline (None if none)."""
-    from deltalake import DeltaTable
-
-    try:
-        table = DeltaTable(table_uri)
-    except Exception as exc:
-        if type(exc).__name__ == "TableNotFoundError":
-            return None
-        raise
-    return table.transaction_version(pipeline)
+    table = storage.open_table(table_uri)
+    return None if table is None else table.transaction_version(pipeline)
 
 
 def plan_for(config: PipelineConfig, ledger: Ledger, batch_id: int, ranges, **extra) -> BatchPlan:

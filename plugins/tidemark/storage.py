@@ -1,0 +1,153 @@
+"""Where tables live: the local disk, or object storage (``s3://`` and ``s3a://``, AWS S3 or an
+S3-compatible store such as MinIO).
+
+Credentials and the endpoint of object storage come from an Airflow connection of type ``aws``
+(``storage_conn_id``, default ``aws_default``), following the Amazon provider: the access key in
+``login``, the secret in ``password``, ``endpoint_url``, ``region_name`` and ``aws_session_token``
+in ``extra``. A connection without keys leaves credentials to the default AWS chain (an instance
+role, say). The adapters read the connection and call ``configure``; every Delta table the core
+opens with delta-rs then gets the options (``open_table``, ``delta_options``). Nothing here puts a
+secret on a command line: the Spark job receives the same settings in an environment variable.
+
+Safe commits: delta-rs commits with a conditional PUT (``If-None-Match: *``) on S3, which AWS S3
+and MinIO honour, so two writers can never both take one table version. Settings that turn that
+off are refused (``check_safe_commits``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from tidemark.connections import Connection
+from tidemark.errors import ConfigError
+
+OBJECT_STORE_SCHEMES = ("s3://", "s3a://")
+ENV_VAR = "TIDEMARK_STORAGE_OPTIONS"
+"""How the Spark job receives the object-store settings (JSON), like TIDEMARK_KAFKA_PROPERTIES."""
+
+# delta-rs options that would let two writers take the same table version on S3.
+_UNSAFE = {"conditional_put": "disabled", "aws_conditional_put": "disabled"}
+
+
+def is_object_store(uri: str | None) -> bool:
+    """Whether a table location is on object storage."""
+    return bool(uri) and uri.lower().startswith(OBJECT_STORE_SCHEMES)
+
+
+def delta_rs_uri(uri: str) -> str:
+    """The spelling delta-rs uses: ``s3a://`` (Hadoop's name) becomes ``s3://``; the same objects."""
+    return "s3://" + uri[len("s3a://"):] if uri.lower().startswith("s3a://") else uri
+
+
+def spark_uri(uri: str) -> str:
+    """The spelling Spark's S3A filesystem uses: ``s3://`` becomes ``s3a://``."""
+    return "s3a://" + uri[len("s3://"):] if uri.lower().startswith("s3://") else uri
+
+
+@dataclass(frozen=True)
+class ObjectStore:
+    """The settings of one object store, from an ``aws`` connection."""
+
+    access_key_id: str | None = None
+    secret_access_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
+    region: str = "us-east-1"
+    endpoint_url: str | None = None
+    """None for AWS S3 itself; ``http://host:port`` for MinIO or another S3-compatible store."""
+
+    @classmethod
+    def from_connection(cls, conn: Connection) -> ObjectStore:
+        extra = dict(conn.extra or {})
+        known = {"endpoint_url", "region_name", "aws_session_token"}
+        if conn.conn_type not in (None, "aws"):
+            raise ConfigError(f"connection '{conn.conn_id}' is of type '{conn.conn_type}'; object storage needs a "
+                              f"connection of type 'aws' (access key in login, secret in password, endpoint_url "
+                              f"and region_name in extra)")
+        if bool(conn.login) != bool(conn.password):
+            half = "an access key but no secret" if conn.login else "a secret but no access key"
+            raise ConfigError(f"connection '{conn.conn_id}' has {half}: set both (login, password), or neither to "
+                              f"use the default AWS credential chain")
+        unknown = sorted(set(extra) - known)
+        if unknown:
+            raise ConfigError(f"connection '{conn.conn_id}': unknown extra field(s) {', '.join(unknown)} "
+                              f"(accepted: {', '.join(sorted(known))})")
+        return cls(conn.login or None, conn.password or None, extra.get("aws_session_token") or None,
+                   str(extra.get("region_name") or "us-east-1"), extra.get("endpoint_url") or None)
+
+    def delta_rs_options(self) -> dict[str, str]:
+        """Storage options for delta-rs (``DeltaTable(..., storage_options=...)``)."""
+        options = {"AWS_REGION": self.region}
+        if self.endpoint_url:
+            options["AWS_ENDPOINT_URL"] = self.endpoint_url
+            if self.endpoint_url.startswith("http://"):
+                options["AWS_ALLOW_HTTP"] = "true"
+        if self.access_key_id:
+            options["AWS_ACCESS_KEY_ID"] = self.access_key_id
+            options["AWS_SECRET_ACCESS_KEY"] = self.secret_access_key or ""
+        if self.session_token:
+            options["AWS_SESSION_TOKEN"] = self.session_token
+        options["conditional_put"] = "etag"  # put-if-absent commits (delta-rs' default, stated)
+        return options
+
+    def secrets(self) -> list[str]:
+        return [s for s in (self.secret_access_key, self.session_token) if s]
+
+    def to_json(self) -> str:
+        return json.dumps({"access_key_id": self.access_key_id, "secret_access_key": self.secret_access_key,
+                           "session_token": self.session_token, "region": self.region,
+                           "endpoint_url": self.endpoint_url})
+
+    @classmethod
+    def from_json(cls, text: str) -> ObjectStore:
+        return cls(**json.loads(text))
+
+
+def check_safe_commits(options: Mapping[str, str], where: str) -> None:
+    """Refuse delta-rs settings under which two writers could both commit one table version."""
+    for key, bad in _UNSAFE.items():
+        if str(options.get(key, "")).lower() == bad:
+            raise ConfigError(f"{where}: '{key}: {bad}' turns off put-if-absent commits on object storage, and "
+                              f"exactly-once rests on them; remove it (delta-rs then commits with a conditional PUT)")
+    if str(options.get("AWS_S3_ALLOW_UNSAFE_RENAME", "")).lower() == "true":
+        raise ConfigError(f"{where}: AWS_S3_ALLOW_UNSAFE_RENAME lets two writers overwrite each other's commits; "
+                          f"remove it")
+
+
+_configured: ObjectStore | None = None
+
+
+def configure(store: ObjectStore | None) -> None:
+    """Set the object store every object-store table of this process is opened with (adapters call
+    this once per task, CLI command or Spark job)."""
+    global _configured
+    _configured = store
+
+
+def configure_from_env() -> None:
+    """The Spark job's side of ``configure``: the settings from TIDEMARK_STORAGE_OPTIONS, if any."""
+    raw = os.environ.get(ENV_VAR)
+    configure(ObjectStore.from_json(raw) if raw else None)
+
+
+def delta_options(uri: str) -> dict[str, str] | None:
+    """delta-rs storage options for a table location: None on the local disk."""
+    if not is_object_store(uri):
+        return None
+    options = (_configured or ObjectStore()).delta_rs_options()
+    check_safe_commits(options, f"table {uri}")
+    return options
+
+
+def open_table(uri: str):
+    """The Delta table at ``uri`` (delta-rs), or None when there is none."""
+    from deltalake import DeltaTable
+
+    try:
+        return DeltaTable(delta_rs_uri(uri), storage_options=delta_options(uri))
+    except Exception as exc:
+        if type(exc).__name__ == "TableNotFoundError" or "no log files" in str(exc).lower():
+            return None
+        raise
