@@ -1,22 +1,53 @@
 #!/usr/bin/env bash
 # Resolve the JVM artifacts Tidemark needs from Maven Central into .cache/jars/.
 #   .cache/jars/spark : Spark's Kafka source, Delta Lake, the S3A connector (minus what the pyspark
-#                       wheel ships)
+#                       wheel ships), and Tidemark's own Delta LogStore for S3A
+#                       (tidemark-delta-logstore.jar, built from jvm/logstore with `mvn package`)
 #   .cache/jars/kafka : the Apache Kafka broker and its tools, with a log4j2 binding
 # Idempotent and keyed on the poms: each set lives in a folder named after a hash of its pom
 # (.cache/jars/spark-<hash>), and .cache/jars/spark is a symbolic link to the current one. A set is
-# re-resolved only when its pom (or jvm/settings.xml) changed. A new set is resolved and trimmed in
-# a scratch folder, renamed to its final name, and only then does the link move, with one atomic
-# rename: a job that lists .cache/jars/spark sees the old complete set or the new one, never a
-# half-written folder. The previous set is kept (JVMs started from it may still open its jars);
+# re-resolved only when its pom (or jvm/settings.xml) changed; the Spark set's key also covers
+# jvm/logstore (its pom and every source file), so editing the LogStore rebuilds the set. A new set
+# is resolved, trimmed and completed in a scratch folder, renamed to its final name, and only then
+# does the link move, with one atomic rename: a job that lists .cache/jars/spark sees the old
+# complete set or the new one, never a half-written folder. The previous set is kept (JVMs started from it may still open its jars);
 # older ones are removed. Needs: mvn, and the venv (for the list of jars pyspark already ships).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv=${VENV:-$root/.venv}
 cache=${TIDEMARK_JAR_CACHE:-$root/.cache/jars}
 
-pom_hash() {  # the key of a set: its pom and the Maven settings it resolves with
-  cat "$1/pom.xml" "$root/jvm/settings.xml" | sha256sum | cut -c1-12
+set_hash() {  # set_hash POM_DIR [FILE...]: the key of a set: its pom, the Maven settings it resolves
+  # with, and the files (relative name and content) of anything built into it. With no FILE the
+  # key is the same as before the LogStore existed, so the Kafka set is not re-resolved.
+  local pom=$1 f
+  shift
+  { cat "$pom/pom.xml" "$root/jvm/settings.xml"
+    for f in "$@"; do printf '\n%s\n' "${f#"$root"/}"; cat "$f"; done
+  } | sha256sum | cut -c1-12
+}
+
+logstore=$root/jvm/logstore
+logstore_files() {  # every file the LogStore jar is built from, in a stable order
+  find "$logstore/pom.xml" "$logstore/src" -type f | LC_ALL=C sort
+}
+
+# Build Tidemark's Delta LogStore (jvm/logstore; Maven Central only, through jvm/settings.xml) and put
+# its jar into a set being assembled. The build directory is a hidden scratch folder under the cache,
+# one per set, so neither the source tree nor a set already in use is touched.
+build_logstore() {  # build_logstore SET_DIR HASH
+  local build=$cache/.logstore-build-$2
+  echo "tidemark: building the Delta LogStore (jvm/logstore) into $1"
+  rm -rf "$build"
+  mvn -q -B -s "$root/jvm/settings.xml" -f "$logstore/pom.xml" -Dtidemark.buildDir="$build" package \
+      >"$cache/logstore-mvn.log" 2>&1 && [ -f "$build/tidemark-delta-logstore.jar" ] || {
+    echo "tidemark: building jvm/logstore failed; see $cache/logstore-mvn.log" >&2
+    tail -30 "$cache/logstore-mvn.log" >&2
+    rm -rf "$build" "$1"
+    exit 1
+  }
+  cp "$build/tidemark-delta-logstore.jar" "$1/"
+  rm -rf "$build"
 }
 
 # Drop jars the pyspark wheel already has (same artifact, any version): two copies of one
@@ -32,9 +63,10 @@ drop_pyspark_jars() {  # drop_pyspark_jars DIR
   done
 }
 
-fetch() {  # fetch NAME POM_DIR
+fetch() {  # fetch NAME POM_DIR [FILE...] (files built into the set, part of its key)
   local name=$1 pom=$2 hash link=$cache/$1 dest
-  hash=$(pom_hash "$pom")
+  shift 2
+  hash=$(set_hash "$pom" "$@")
   dest=$cache/$name-$hash
   if [ -L "$link" ] && [ "$(readlink "$link")" = "$name-$hash" ] && [ -f "$dest/.complete" ]; then
     return 0
@@ -49,7 +81,10 @@ fetch() {  # fetch NAME POM_DIR
       rm -rf "$dest.tmp"
       exit 1
     }
-    if [ "$name" = spark ]; then drop_pyspark_jars "$dest.tmp"; fi
+    if [ "$name" = spark ]; then
+      drop_pyspark_jars "$dest.tmp"
+      build_logstore "$dest.tmp" "$hash"
+    fi
     echo "$hash" >"$dest.tmp/.complete"
     rm -rf "$dest" && mv "$dest.tmp" "$dest"
   fi
@@ -73,5 +108,6 @@ fetch() {  # fetch NAME POM_DIR
 
 mkdir -p "$cache"
 fetch kafka "$root/jvm/kafka"
-fetch spark "$root/jvm/spark"
+mapfile -t logstore_sources < <(logstore_files)
+fetch spark "$root/jvm/spark" "${logstore_sources[@]}"
 echo "tidemark: jars ready: $(ls "$cache"/spark/*.jar | wc -l) for Spark, $(ls "$cache"/kafka/*.jar | wc -l) for the Kafka broker"
