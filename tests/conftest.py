@@ -12,6 +12,26 @@ import pytest
 from tests import helpers
 
 ROOT = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+# The tier of each test folder: ``pytest -m unit`` runs the tests that need no service.
+TIERS = {"unit": "unit", "dags": "unit", "integration": "integration", "e2e": "e2e"}
+# Tests over 30 s whose module does not mark them ``slow`` itself (the module is being reworked elsewhere).
+SLOW = {"integration/test_standalone_cluster.py::test_tidemark_run_on_a_standalone_cluster"}
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Mark every test with the tier of its folder (tests/unit and tests/dags are ``unit``), and the
+    known slow tests listed in SLOW with ``slow``."""
+    for item in items:
+        try:
+            relative = Path(str(item.path)).resolve().relative_to(TESTS)
+        except ValueError:
+            continue
+        tier = TIERS.get(relative.parts[0])
+        if tier is not None and item.get_closest_marker(tier) is None:
+            item.add_marker(getattr(pytest.mark, tier))
+        if f"{relative.as_posix()}::{item.name}" in SLOW and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

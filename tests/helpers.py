@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
+import time
 import uuid
 from collections import Counter
 
@@ -38,8 +40,21 @@ def create_topic(name: str, partitions: int = 3, configs: dict | None = None) ->
     return name
 
 
-def produce(topic: str, count: int, start: int = 0) -> Counter:
-    """Send ``count`` JSON order events round-robin over the partitions; returns records per partition."""
+def past_ms(seconds: float) -> int:
+    """An epoch-millisecond record timestamp ``seconds`` ago, on a whole second. Records sent with
+    explicit timestamps (``produce(..., timestamp_ms=...)``) are apart in Kafka time without any
+    sleep; stay within the topic's retention (7 days by default)."""
+    return (int(time.time()) - int(seconds)) * 1000
+
+
+def at_ms(timestamp_ms: int) -> dt.datetime:
+    """An epoch-millisecond timestamp as an aware UTC date-time."""
+    return dt.datetime.fromtimestamp(timestamp_ms / 1000, dt.UTC)
+
+
+def produce(topic: str, count: int, start: int = 0, timestamp_ms: int | None = None) -> Counter:
+    """Send ``count`` JSON order events round-robin over the partitions; returns records per partition.
+    ``timestamp_ms`` sets every record's Kafka timestamp (default: the producer's clock)."""
     from kafka import KafkaProducer
 
     producer = KafkaProducer(bootstrap_servers=bootstrap())
@@ -48,20 +63,21 @@ def produce(topic: str, count: int, start: int = 0) -> Counter:
     for i in range(start, start + count):
         p = partitions[i % len(partitions)]
         value = json.dumps({"order_id": i, "amount": round(i * 1.5, 2)}).encode()
-        producer.send(topic, key=f"k{i}".encode(), value=value, partition=p, headers=[("source", b"test")])
+        producer.send(topic, key=f"k{i}".encode(), value=value, partition=p, headers=[("source", b"test")],
+                      timestamp_ms=timestamp_ms)
         per_partition[p] += 1
     producer.flush()
     producer.close()
     return per_partition
 
 
-def produce_values(topic: str, values: list[bytes], partition: int = 0) -> None:
-    """Send exact value bytes (poison records, say) to one partition."""
+def produce_values(topic: str, values: list[bytes], partition: int = 0, timestamp_ms: int | None = None) -> None:
+    """Send exact value bytes (poison records, say) to one partition, at ``timestamp_ms`` if given."""
     from kafka import KafkaProducer
 
     producer = KafkaProducer(bootstrap_servers=bootstrap(), max_request_size=4 * 1024 * 1024)
     for i, value in enumerate(values):
-        producer.send(topic, key=f"v{i}".encode(), value=value, partition=partition)
+        producer.send(topic, key=f"v{i}".encode(), value=value, partition=partition, timestamp_ms=timestamp_ms)
     producer.flush()
     producer.close()
 
@@ -114,6 +130,18 @@ def table_version(table_uri: str) -> int:
     from deltalake import DeltaTable
 
     return DeltaTable(table_uri).version()
+
+
+def txn_version(table_uri: str, app_id: str) -> int | None:
+    """The idempotent-write marker (``txnAppId`` -> ``txnVersion``) a Delta table holds for ``app_id``;
+    None without one or without a table (delta-rs; no JVM)."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return DeltaTable(table_uri).transaction_version(app_id)
+    except TableNotFoundError:
+        return None
 
 
 def describe_group(group: str) -> dict[int, tuple[int, int]]:

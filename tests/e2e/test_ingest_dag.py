@@ -21,9 +21,10 @@ def test_incremental_runs_through_airflow_ingest_exactly_what_was_produced(stack
     dag_id = stack.add_pipeline(topic, [topic])
     table = str(stack.lake / topic)
 
-    # 1. first run: everything produced so far
+    # 1. first run: everything produced so far, with the real user command (the tier's one
+    # `airflow dags test` subprocess; the other runs use dag.test() in the pytest process)
     helpers.produce(topic, 60)
-    run = stack.run_dag(dag_id)
+    run = stack.run_dag_with_cli(dag_id)
     assert run.state == "success"
     assert run.task_states == {"plan": "success", "has_new_records": "success", "ingest": "success",
                                "report": "success"}
@@ -39,6 +40,7 @@ def test_incremental_runs_through_airflow_ingest_exactly_what_was_produced(stack
     helpers.produce(topic, 25, start=60)
     run = stack.run_dag(dag_id)
     assert run.task_states["ingest"] == "success"
+    assert "Spark-Submit cmd" in run.log  # so its absence below means no launch, not an uncaptured log
     assert output_stats(table) == {"n": 85, "uniq": 85}
     assert helpers.query(table, "SELECT COUNT(*) AS n FROM t WHERE ingest_batch_id = 2")[0]["n"] == 25
     offsets = json.loads(stack.tidemark("offsets", "show", topic, "--json").stdout)

@@ -4,11 +4,11 @@ adds nothing), a capped run, and a bad form value that fails before anything is 
 from __future__ import annotations
 
 import datetime as dt
-import time
 
 import pytest
 
 from tests import helpers
+from tests.e2e import timestamps
 from tidemark.ledger import Ledger
 
 pytestmark = pytest.mark.e2e
@@ -19,13 +19,12 @@ def test_window_backfill_twice_then_capped_and_incremental_runs(stack):
     dag_id = stack.add_pipeline(topic, [topic])
     table = str(stack.lake / topic)
     ledger = Ledger(str(stack.lake / "_tidemark" / "offsets"))
-    helpers.produce(topic, 10)
-    time.sleep(1.1)
-    start = dt.datetime.now(dt.UTC)
-    helpers.produce(topic, 8, start=10)
-    time.sleep(1.1)
-    end = dt.datetime.now(dt.UTC)
-    helpers.produce(topic, 6, start=18)
+    # Explicit record timestamps: 10 before the window, 8 on its (inclusive) start, 6 on its exclusive end
+    end = dt.datetime.now(dt.UTC).replace(microsecond=0) - dt.timedelta(minutes=1)
+    start = end - dt.timedelta(minutes=1)
+    timestamps.produce_at(topic, 10, start - dt.timedelta(seconds=30))
+    timestamps.produce_at(topic, 8, start, start=10)
+    timestamps.produce_at(topic, 6, end, start=18)
     window = {"mode": "backfill_window", "window_start": start.isoformat(), "window_end": end.isoformat()}
 
     run = stack.run_dag(dag_id, window)
@@ -52,13 +51,20 @@ def test_window_backfill_twice_then_capped_and_incremental_runs(stack):
 
 
 def test_a_bad_form_value_fails_the_plan_and_writes_nothing(stack):
+    from airflow.sdk.exceptions import ParamValidationError
+
     topic = helpers.create_topic(helpers.unique("badform"), partitions=1)
     dag_id = stack.add_pipeline(topic, [topic], retries=0)
     helpers.produce(topic, 3)
-    result = stack.airflow("dags", "test", dag_id, "-c", '{"mode": "backfill_window", "window_start": "noon", '
-                                                          '"window_end": "2026-01-01T00:00:00Z"}')
-    log = result.stdout + result.stderr
-    assert "state=failed" in log
-    assert "form field 'window_start': 'noon' is not an ISO-8601 date-time" in log
+    # Not a date-time at all: the form's JSON schema (format: date-time, checked since rfc3339-validator
+    # is installed) refuses the run before it exists (tidemark's own parse error is unit-tested)
+    with pytest.raises(ParamValidationError, match="window_start: 'noon' is not a 'date-time'"):
+        stack.run_dag(dag_id, {"mode": "backfill_window", "window_start": "noon",
+                               "window_end": "2026-01-01T00:00:00Z"})
+    # Valid date-times the schema cannot judge: the plan task refuses the window
+    run = stack.run_dag(dag_id, {"mode": "backfill_window", "window_start": "2026-01-02T00:00:00Z",
+                                 "window_end": "2026-01-01T00:00:00Z"})
+    assert run.state == "failed" and run.task_states["plan"] == "failed"
+    assert "form field 'window_end' must be after 'window_start'" in run.log
     assert helpers.query_or_none(str(stack.lake / topic)) is None
     assert Ledger(str(stack.lake / "_tidemark" / "offsets")).rows(topic) == []

@@ -1,13 +1,16 @@
 """Airflow 3's native backfill (`airflow backfill create`) against a running Airflow: api-server,
-scheduler (LocalExecutor) and dag-processor, started once for this module. Each backfill run maps
-its data interval to a time window of Kafka records; the committed position does not move."""
+scheduler (LocalExecutor) and dag-processor, started once for this module on a copy of the session's
+migrated metadata DB. Each backfill run maps its data interval to a time window of Kafka records;
+the committed position does not move."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import time
 import uuid
@@ -17,7 +20,7 @@ import pytest
 import yaml
 
 from tests import helpers
-from tests.e2e.conftest import AIRFLOW, ROOT
+from tests.e2e.conftest import AIRFLOW, MIGRATED_DB, ROOT
 
 pytestmark = pytest.mark.e2e
 
@@ -40,10 +43,16 @@ class Airflow:
         assert result.returncode == 0, f"airflow {' '.join(args)} failed:\n{output}"
         return result.stdout
 
-    def json(self, *args: str):
-        out = self.cli(*args, "-o", "json")  # the JSON is the last line starting with '[' (warnings go first)
-        lines = [line for line in out.splitlines() if line.startswith(("[{", "[]"))]
-        return json.loads(lines[-1]) if lines else []
+    def query(self, sql: str, *args) -> list[dict]:
+        """Rows of the services' metadata DB (read directly: polling it with the CLI would start an
+        Airflow process every few seconds)."""
+        with contextlib.closing(sqlite3.connect(self.home / "airflow.db", timeout=30)) as db:
+            db.row_factory = sqlite3.Row
+            return [dict(row) for row in db.execute(sql, args)]
+
+    def is_parsed(self, dag_id: str) -> bool:
+        return bool(self.query("SELECT 1 FROM dag JOIN serialized_dag USING (dag_id) WHERE dag_id = ? "
+                               "AND NOT is_stale", dag_id))
 
     def start(self, port: int) -> None:
         for name, args in (("api-server", ["api-server", "--port", str(port)]), ("scheduler", ["scheduler"]),
@@ -70,12 +79,12 @@ class Airflow:
             result = check()
             if result:
                 return result
-            time.sleep(3)
+            time.sleep(0.5)
         logs = "\n".join((self.home / f"{n}.out").read_text()[-2000:] for n in ("scheduler", "dag-processor"))
         pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}\n{logs}")
 
     def runs(self, dag_id: str) -> list[dict]:
-        return self.json("dags", "list-runs", dag_id)
+        return self.query("SELECT run_id, run_type, state FROM dag_run WHERE dag_id = ? ORDER BY id", dag_id)
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +93,7 @@ def pipeline_name() -> str:
 
 
 @pytest.fixture(scope="module")
-def running_airflow(tmp_path_factory, kafka_bootstrap, pipeline_name):
+def running_airflow(airflow_home, tmp_path_factory, kafka_bootstrap, pipeline_name):
     base = tmp_path_factory.mktemp("native_backfill")
     home, pipelines, lake = base / "home", base / "pipelines", base / "lake"
     home.mkdir()
@@ -92,14 +101,17 @@ def running_airflow(tmp_path_factory, kafka_bootstrap, pipeline_name):
     (pipelines / f"{pipeline_name}.yaml").write_text(yaml.safe_dump(
         {"name": pipeline_name, "topics": [pipeline_name], "table": pipeline_name, "schedule": "@daily"}))
     port = helpers.free_port()
+    # Not migrated again: a copy of the session's freshly migrated metadata DB (sqlite3's backup API)
+    with sqlite3.connect(MIGRATED_DB) as source, sqlite3.connect(home / "airflow.db") as copy:
+        source.backup(copy)
     env = helpers.service_env(pipelines, lake, AIRFLOW_HOME=str(home), AIRFLOW__CORE__DAGS_FOLDER=str(ROOT / "dags"),
+                              AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home / 'airflow.db'}",
                               AIRFLOW__CORE__LOAD_EXAMPLES="False", AIRFLOW__CORE__EXECUTOR="LocalExecutor",
                               AIRFLOW__CORE__PARALLELISM="2",
                               AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://127.0.0.1:{port}/execution/",
                               AIRFLOW__API_AUTH__JWT_SECRET=uuid.uuid4().hex, AIRFLOW__API__SECRET_KEY=uuid.uuid4().hex,
                               AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="True")
     airflow = Airflow(home, env)
-    airflow.cli("db", "migrate")
     airflow.start(port)
     try:
         yield airflow, lake
@@ -112,8 +124,7 @@ def test_native_backfill_over_two_past_days_ingests_exactly_those_windows(runnin
     dag_id = f"tidemark_ingest__{pipeline_name}"
     # Backfills need the records to still be there: no time-based retention on this topic.
     topic = helpers.create_topic(pipeline_name, partitions=2, configs={"retention.ms": "-1"})
-    airflow.wait_for("the dag-processor to parse the DAG",
-                     lambda: any(d["dag_id"] == dag_id for d in airflow.json("dags", "list")))
+    airflow.wait_for("the dag-processor to parse the DAG", lambda: airflow.is_parsed(dag_id))
     airflow.cli("dags", "unpause", dag_id)
     # The schedule's latest interval runs first: nothing in the topic yet, so no Spark.
     airflow.wait_for("the scheduled run", lambda: [r for r in airflow.runs(dag_id) if r["state"] == "success"])
@@ -136,7 +147,7 @@ def test_native_backfill_over_two_past_days_ingests_exactly_those_windows(runnin
         return runs if len(runs) == 2 and all(r["state"] in ("success", "failed") for r in runs) else None
 
     runs = airflow.wait_for("the two backfill runs", backfills_done, timeout=600)
-    assert {r["state"] for r in runs} == {"success"}, runs
+    assert {(r["run_type"], r["state"]) for r in runs} == {("backfill", "success")}, runs
 
     # Exactly the records of [2025-06-01, 2025-06-03): offsets 1..5 of each partition, once each.
     table = str(lake / pipeline_name)

@@ -24,8 +24,8 @@ def test_replay_dag_dry_run_then_execute_then_ingest_without_duplicates(stack):
     assert dry.state == "success" and "DRY RUN, nothing changed" in dry.log
     assert ledger.state(topic).positions == {TP(topic, 0): 6, TP(topic, 1): 6}
 
-    failed = stack.airflow("dags", "test", replay_dag, "-c", '{"scenario": "to-earliest", "dry_run": false}')
-    assert "needs a reason" in failed.stdout + failed.stderr
+    failed = stack.run_dag(replay_dag, {"scenario": "to-earliest", "dry_run": False})
+    assert failed.state == "failed" and "needs a reason" in failed.log
     assert ledger.state(topic).positions == {TP(topic, 0): 6, TP(topic, 1): 6}
 
     applied = stack.run_dag(replay_dag, {"scenario": "shift-by", "shift": -4, "scope": [f"{topic}:0"],

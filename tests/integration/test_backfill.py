@@ -4,7 +4,6 @@ Kafka coordinates, never moving the committed position."""
 from __future__ import annotations
 
 import datetime as dt
-import time
 
 import pytest
 
@@ -31,13 +30,12 @@ def count(table: str) -> dict:
 
 def test_time_window_backfill_twice_adds_nothing_the_second_time(kafka_bootstrap, spark, lake):
     topic = helpers.create_topic(helpers.unique("window"), partitions=2)
-    helpers.produce(topic, 10)  # before the window
-    time.sleep(1.1)
-    start = dt.datetime.now(dt.UTC)
-    helpers.produce(topic, 6, start=10)  # inside the window
-    time.sleep(1.1)
-    end = dt.datetime.now(dt.UTC)
-    helpers.produce(topic, 4, start=16)  # after the window
+    before = helpers.past_ms(60)
+    helpers.produce(topic, 10, timestamp_ms=before)  # before the window
+    start = helpers.at_ms(before + 1000)
+    helpers.produce(topic, 6, start=10, timestamp_ms=before + 1500)  # inside the window
+    end = helpers.at_ms(before + 2000)
+    helpers.produce(topic, 4, start=16, timestamp_ms=before + 2500)  # after the window
     config = parse_pipeline({"name": topic, "topics": [topic], "table": topic}, "test")
     request = BackfillRequest(window=(start, end))
 

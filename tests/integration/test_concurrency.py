@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TIDEMARK = str(ROOT / ".venv" / "bin" / "tidemark")
 
 
+@pytest.mark.slow
 def test_second_run_while_the_first_holds_the_pipeline_fails_and_writes_nothing(kafka_bootstrap, tmp_path):
     pipelines, lake = tmp_path / "pipelines", tmp_path / "lake"
     pipelines.mkdir()

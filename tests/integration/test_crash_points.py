@@ -1,10 +1,14 @@
 """Kill the pipeline with SIGKILL at each step of the protocol, run it again, check the invariants.
 
-Each run is `tidemark run` in its own process (plan, then spark-submit of the ingest job), so the
-kill takes the real process down: the planner's, or the Spark driver's."""
+The killed run is `tidemark run` in its own process (plan, then spark-submit of the ingest job), so
+the kill takes the real process down: the planner's, or the Spark driver's. The runs that recover
+after it need no process of their own: they plan and execute in this process, on the session's
+SparkSession, as a different owner than the dead one (run_in_process)."""
 
 from __future__ import annotations
 
+import json
+import socket
 import subprocess
 from pathlib import Path
 
@@ -17,12 +21,43 @@ from tidemark.ledger import Ledger
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-KILLED = -9  # subprocess return code of a process killed by SIGKILL
+# The kill lands before the output commit: recovery takes the batch over and re-executes its frozen ranges.
+BEFORE_OUTPUT = (crash.AFTER_PLAN_FROZEN, crash.DURING_READ, crash.AFTER_DEAD_LETTERS)
 
 
-def tidemark_run(env: dict, pipeline: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(ROOT / ".venv" / "bin" / "tidemark"), "run", pipeline], env=env,
-                          capture_output=True, text=True, timeout=600)
+def tidemark_run(env: dict, pipeline: str) -> tuple[subprocess.CompletedProcess, int]:
+    """`tidemark run` as a real process; returns its outcome and its pid (part of the owner id it froze
+    its batch under)."""
+    with subprocess.Popen([str(ROOT / ".venv" / "bin" / "tidemark"), "run", pipeline], env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=600)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr), process.pid
+
+
+def run_in_process(spark, pipeline_name: str, env: dict):
+    """One run of the pipeline as `tidemark run` does it, in this process: recover and plan (with this
+    process's own owner id, `cli:<host>:<pid of pytest>:...`), then execute the batch with the ingest
+    job's core function on ``spark``. Returns the plan (empty when there was nothing new). The only
+    place here that names the core's run functions."""
+    from tidemark.batch.execute import execute_batch
+    from tidemark.batch.prepare import prepare_batch
+    from tidemark.config import find_pipeline
+
+    properties = json.loads(env["AIRFLOW_CONN_KAFKA_DEFAULT"])["extra"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TIDEMARK_PIPELINES_DIR", env["TIDEMARK_PIPELINES_DIR"])
+        patch.setenv("TIDEMARK_LAKE_ROOT", env["TIDEMARK_LAKE_ROOT"])
+        for name in ("TIDEMARK_LEDGER_URI", "TIDEMARK_CRASH_AT", "TIDEMARK_CRASH_ONCE"):
+            patch.delenv(name, raising=False)
+        config = find_pipeline(pipeline_name)
+        plan = prepare_batch(config, properties)
+        if not plan.is_empty:
+            execute_batch(spark, plan, properties, config.isolation_level)
+    return plan
 
 
 def check_invariants(lake: Path, pipeline: str, topic: str, poison: dict[int, int]) -> None:
@@ -50,6 +85,28 @@ def check_invariants(lake: Path, pipeline: str, topic: str, poison: dict[int, in
         assert sum(r.dead_letter_count for r in rows if r.partition == partition) == bad.get(partition, 0)
 
 
+def check_recovery(point: str, killed, marker: int | None, recovery, pid: int) -> None:
+    """What the kill left (the ledger state ``killed`` and the output's batch ``marker``), and the path
+    the first run after it took, are those the protocol prescribes for that point: re-execute the dead
+    owner's batch with the same frozen ranges (taken over by this process's owner id), or roll a batch
+    already in the output forward (nothing left to execute), or find nothing pending."""
+    if point in BEFORE_OUTPUT:
+        assert killed.pending_batch_id == 1 and marker is None, (killed, marker)
+        assert killed.pending_owner.startswith(f"cli:{socket.gethostname()}:{pid}:"), killed.pending_owner
+        assert recovery.recovered and recovery.batch_id == 1, recovery
+        assert sorted(recovery.ranges) == killed.pending_ranges, "the retry must read the same frozen ranges"
+        assert recovery.run_id != killed.pending_owner, "the dead owner's batch is taken over by this run"
+    elif point == crash.AFTER_OUTPUT_COMMIT:
+        assert killed.pending_batch_id == 1 and marker == 1, (killed, marker)
+        assert recovery.is_empty, "the batch in the output is rolled forward, not read again"
+    elif point == crash.DURING_LEDGER_COMMIT:  # the kill lands before or after the ledger flip
+        assert killed.pending_batch_id in (None, 1) and marker == 1, (killed, marker)
+        assert recovery.is_empty
+    else:
+        assert killed.pending_batch_id is None and marker == 1, (killed, marker)
+        assert recovery.is_empty
+
+
 @pytest.fixture
 def crash_env(kafka_bootstrap, tmp_path):
     pipelines = tmp_path / "pipelines"
@@ -64,8 +121,9 @@ CASES = [*((point, "json") for point in crash.POINTS),
          (crash.DURING_READ, "raw"), (crash.AFTER_OUTPUT_COMMIT, "raw")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("point", "value_format"), CASES)
-def test_kill_at_each_step_then_rerun_gives_exactly_once(crash_env, point, value_format, tmp_path):
+def test_kill_at_each_step_then_rerun_gives_exactly_once(crash_env, spark, point, value_format, tmp_path):
     env, pipelines, lake = crash_env
     topic = helpers.create_topic(helpers.unique("crash"), partitions=3)
     pipeline = f"name: {topic}\ntopics: [{topic}]\ntable: {topic}\n"
@@ -77,19 +135,22 @@ def test_kill_at_each_step_then_rerun_gives_exactly_once(crash_env, point, value
     if poison:
         helpers.produce_values(topic, [b"{poison", b"[]", b'{"amount": 1}'], partition=1)
 
-    crashed = tidemark_run({**env, "TIDEMARK_CRASH_AT": point, "TIDEMARK_CRASH_ONCE": str(tmp_path / "crashed")},
-                           topic)
+    crashed, pid = tidemark_run({**env, "TIDEMARK_CRASH_AT": point, "TIDEMARK_CRASH_ONCE": str(tmp_path / "crashed")},
+                                topic)
     assert (tmp_path / "crashed").exists(), f"the crash point {point} was never reached:\n{crashed.stderr[-3000:]}"
     assert crashed.returncode != 0, "a killed run must not report success"
     assert f"TIDEMARK_CRASH_AT={point}" in crashed.stdout + crashed.stderr
+    killed = Ledger(str(lake / "_tidemark" / "offsets")).state(topic)
+    marker = helpers.txn_version(str(lake / topic), topic)
 
-    if point in (crash.AFTER_PLAN_FROZEN, crash.DURING_READ, crash.AFTER_DEAD_LETTERS):
+    if point in BEFORE_OUTPUT:
         helpers.produce(topic, 120, start=300)  # arrives before the recovery run re-executes the frozen batch
+    runs = []
     for _ in range(3):  # recovery, then runs until nothing is left
-        rerun = tidemark_run(env, topic)
-        assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-5000:]
-        if "nothing new" in rerun.stdout:
+        runs.append(run_in_process(spark, topic, env))
+        if runs[-1].is_empty:
             break
     else:
         pytest.fail("the pipeline did not converge to 'nothing new' in three runs after the crash")
+    check_recovery(point, killed, marker, runs[0], pid)
     check_invariants(lake, topic, topic, poison=poison)

@@ -7,9 +7,7 @@ offsets and says what to do."""
 from __future__ import annotations
 
 import json
-import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
@@ -26,8 +24,6 @@ from tidemark.ledger import Ledger
 from tidemark.offsets import OffsetRange
 
 pytestmark = pytest.mark.integration
-
-TIDEMARK = str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "tidemark")
 
 
 def props() -> dict[str, str]:
@@ -121,20 +117,25 @@ def refused_plan(config, error: type[Exception]) -> str:
     return str(err.value)
 
 
-def cli(tmp_path, config, *args) -> subprocess.CompletedProcess:
-    """The tidemark command line against the test's lake, with a pipeline file for ``config``."""
+def history(tmp_path, monkeypatch, capsys, config) -> list[dict]:
+    """`tidemark offsets history PIPELINE --json` against the test's lake, with a pipeline file for
+    ``config``; in-process (the command runs as a real process in test_replay)."""
+    from tidemark import cli
+
     pipelines = tmp_path / "pipelines"
     pipelines.mkdir(exist_ok=True)
     (pipelines / f"{config.name}.yaml").write_text(json.dumps(
         {"name": config.name, "topics": config.topics, "table": config.name, "on_data_loss": config.on_data_loss}))
-    env = helpers.service_env(pipelines, settings.lake_root())
-    return subprocess.run([TIDEMARK, *args], env=env, capture_output=True, text=True, timeout=120)
+    monkeypatch.setenv("TIDEMARK_PIPELINES_DIR", str(pipelines))
+    capsys.readouterr()
+    assert cli.main(["offsets", "history", config.name, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
 
 
 # --- 1. retention deletes offsets before they were read -------------------------------------------
 
 def test_retention_gap_fails_the_plan_by_default_and_skip_records_it_and_continues(kafka_bootstrap, spark, lake,
-                                                                                   tmp_path):
+                                                                                   tmp_path, monkeypatch, capsys):
     topic = helpers.create_topic(helpers.unique("retention"), partitions=2, configs={"retention.ms": "-1"})
     helpers.produce(topic, 10)                       # offsets 0..4 on each partition
     config = make_config(topic)
@@ -175,17 +176,14 @@ def test_retention_gap_fails_the_plan_by_default_and_skip_records_it_and_continu
         (2, "gap", "committed", 0, 5, 10, 0), (2, "gap", "committed", 1, 5, 10, 0),
         (3, "batch", "committed", 0, 10, 12, 2), (3, "batch", "committed", 1, 10, 12, 2)]
 
-    history = cli(tmp_path, skipping, "offsets", "history", topic, "--json")
-    assert history.returncode == 0, history.stderr
     assert [(h["batch_id"], h["kind"], h["partition"], h["start_offset"], h["end_offset"], h["record_count"],
-             h["reason"]) for h in json.loads(history.stdout)] == [
+             h["reason"]) for h in history(tmp_path, monkeypatch, capsys, skipping)] == [
         (3, "batch", 0, 10, 12, 2, None), (3, "batch", 1, 10, 12, 2, None),
         (2, "gap", 0, 5, 10, 0, "offsets [5, 10) deleted by retention before they were ingested (on_data_loss: skip)"),
         (2, "gap", 1, 5, 10, 0, "offsets [5, 10) deleted by retention before they were ingested (on_data_loss: skip)"),
         (1, "batch", 0, 0, 5, 5, None), (1, "batch", 1, 0, 5, 5, None)]
-    shown = cli(tmp_path, skipping, "offsets", "show", topic, "--json")
-    assert shown.returncode == 0, shown.stderr
-    assert json.loads(shown.stdout) == [
+    # what `tidemark offsets show PIPELINE --json` prints (the command runs as a real process in test_replay)
+    assert json.loads(json.dumps(partition_status(skipping, props()))) == [
         {"topic": topic, "partition": p, "committed_offset": 12, "latest_offset": 12, "lag": 0, "last_batch_id": 3}
         for p in (0, 1)]
     assert prepare_batch(skipping, props()).is_empty  # the gap is recorded once
@@ -438,11 +436,12 @@ def test_a_compacted_topic_leaves_offset_gaps_that_are_counted_not_assumed(kafka
         "cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01"})
     producer = KafkaProducer(bootstrap_servers=helpers.bootstrap())
     keys = ["k1", "a", "k1", "b", "k2", "c", "k2"]                       # offsets 0..6
+    first = helpers.past_ms(60)
     for i, key in enumerate(keys):
-        producer.send(topic, key=key.encode(), value=f"{key}-{i}".encode(), partition=0)
+        producer.send(topic, key=key.encode(), value=f"{key}-{i}".encode(), partition=0, timestamp_ms=first)
     producer.flush()
-    time.sleep(0.3)
-    producer.send(topic, key=b"z", value=b"z-7", partition=0)           # 7: rolls the segment so it can be cleaned
+    # 7: a timestamp past segment.ms after the segment's first record rolls the segment so it can be cleaned
+    producer.send(topic, key=b"z", value=b"z-7", partition=0, timestamp_ms=first + 1000)
     producer.flush()
     producer.close()
 

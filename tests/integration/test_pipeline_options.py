@@ -3,9 +3,6 @@ a date-time start position, and output partition columns."""
 
 from __future__ import annotations
 
-import datetime as dt
-import time
-
 import pytest
 
 from tests import helpers
@@ -46,11 +43,10 @@ def test_a_topic_pattern_reads_every_matching_topic_and_picks_up_new_ones(kafka_
 
 def test_a_date_time_start_skips_older_records_of_new_partitions(kafka_bootstrap, spark, lake):
     topic = helpers.create_topic(helpers.unique("since"), partitions=2)
-    helpers.produce(topic, 4)  # 2 per partition, before the start time
-    time.sleep(1.1)
-    since = dt.datetime.now(dt.UTC).replace(microsecond=0)
-    time.sleep(1.1)
-    helpers.produce(topic, 6, start=100)  # 3 per partition, after it
+    before = helpers.past_ms(60)
+    helpers.produce(topic, 4, timestamp_ms=before)  # 2 per partition, a second before the start time
+    since = helpers.at_ms(before + 1000)
+    helpers.produce(topic, 6, start=100, timestamp_ms=before + 2000)  # 3 per partition, a second after it
     config = parse_pipeline({"name": topic, "topics": [topic], "table": topic,
                              "starting_offsets": since.isoformat()}, "test")
     plan = prepare_batch(config, props())

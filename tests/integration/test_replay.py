@@ -4,7 +4,6 @@ audited rows, and re-reading after a reset back in time adds no duplicates."""
 from __future__ import annotations
 
 import datetime as dt
-import time
 
 import pytest
 
@@ -97,11 +96,10 @@ def test_every_scenario_plans_against_kafka(loaded, tmp_path):
 
 def test_timestamps_in_the_middle_map_to_the_first_record_at_or_after(kafka_bootstrap, lake):
     topic = helpers.create_topic(helpers.unique("times"), partitions=1)
-    helpers.produce(topic, 5)
-    time.sleep(1.2)
-    middle = dt.datetime.now(dt.UTC)
-    time.sleep(0.2)
-    helpers.produce(topic, 5, start=5)
+    before = helpers.past_ms(60)
+    helpers.produce(topic, 5, timestamp_ms=before)
+    middle = helpers.at_ms(before + 1200)
+    helpers.produce(topic, 5, start=5, timestamp_ms=before + 1400)
     config = parse_pipeline({"name": topic, "topics": [topic], "table": topic}, "test")
     plan = reset_offsets(config, props(), ResetRequest("to-datetime", datetime=middle.isoformat())).plan
     assert [r.new for r in plan.rows] == [5]
