@@ -5,5 +5,9 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 echo "tidemark: lint (ruff, import contract)"
-.venv/bin/ruff check plugins spark_jobs dags tests scripts bench
-PYTHONPATH="$root/plugins${PYTHONPATH:+:$PYTHONPATH}" .venv/bin/lint-imports --no-cache
+.venv/bin/ruff check plugins spark_jobs dags tests scripts bench devkit
+if ! report=$(PYTHONPATH="$root/plugins${PYTHONPATH:+:$PYTHONPATH}" .venv/bin/lint-imports --no-cache 2>&1); then
+  echo "$report"
+  exit 1
+fi
+echo "$report" | grep -E "^(Contracts|The |Only )" || true

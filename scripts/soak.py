@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests import helpers  # noqa: E402
+from devkit import localstack as helpers  # noqa: E402
 from tidemark.ledger import Ledger  # noqa: E402
 
 WORK = ROOT / ".cache" / "soak"

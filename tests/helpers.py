@@ -1,162 +1,20 @@
-"""Helpers for tests against the real broker and real Delta tables."""
+"""Helpers for tests against the real broker and real Delta tables: the local stack's tools in
+`devkit.localstack`, shared with the soak."""
 
-from __future__ import annotations
-
-import datetime as dt
-import json
-import os
-import time
-import uuid
-from collections import Counter
-
-import pyarrow as pa
-
-
-def bootstrap() -> str:
-    return f"127.0.0.1:{os.environ.get('KAFKA_PORT', '9092')}"
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:10]}"
-
-
-def create_topic(name: str, partitions: int = 3, configs: dict | None = None) -> str:
-    from kafka.admin import KafkaAdminClient, NewTopic
-
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap())
-    try:
-        admin.create_topics([NewTopic(name, partitions, 1, topic_configs=configs or {})])
-    finally:
-        admin.close()
-    return name
-
-
-def past_ms(seconds: float) -> int:
-    """An epoch-millisecond record timestamp ``seconds`` ago, on a whole second. Records sent with
-    explicit timestamps (``produce(..., timestamp_ms=...)``) are apart in Kafka time without any
-    sleep; stay within the topic's retention (7 days by default)."""
-    return (int(time.time()) - int(seconds)) * 1000
-
-
-def at_ms(timestamp_ms: int) -> dt.datetime:
-    """An epoch-millisecond timestamp as an aware UTC date-time."""
-    return dt.datetime.fromtimestamp(timestamp_ms / 1000, dt.UTC)
-
-
-def produce(topic: str, count: int, start: int = 0, timestamp_ms: int | None = None) -> Counter:
-    """Send ``count`` JSON order events round-robin over the partitions; returns records per partition.
-    ``timestamp_ms`` sets every record's Kafka timestamp (default: the producer's clock)."""
-    from kafka import KafkaProducer
-
-    producer = KafkaProducer(bootstrap_servers=bootstrap())
-    partitions = sorted(producer.partitions_for(topic))
-    per_partition: Counter = Counter()
-    for i in range(start, start + count):
-        p = partitions[i % len(partitions)]
-        value = json.dumps({"order_id": i, "amount": round(i * 1.5, 2)}).encode()
-        producer.send(topic, key=f"k{i}".encode(), value=value, partition=p, headers=[("source", b"test")],
-                      timestamp_ms=timestamp_ms)
-        per_partition[p] += 1
-    producer.flush()
-    producer.close()
-    return per_partition
-
-
-def produce_values(topic: str, values: list[bytes], partition: int = 0, timestamp_ms: int | None = None) -> None:
-    """Send exact value bytes (poison records, say) to one partition, at ``timestamp_ms`` if given."""
-    from kafka import KafkaProducer
-
-    producer = KafkaProducer(bootstrap_servers=bootstrap(), max_request_size=4 * 1024 * 1024)
-    for i, value in enumerate(values):
-        producer.send(topic, key=f"v{i}".encode(), value=value, partition=partition, timestamp_ms=timestamp_ms)
-    producer.flush()
-    producer.close()
-
-
-def end_offsets(topic: str) -> dict[int, int]:
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap(), isolation_level="read_committed")
-    try:
-        tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
-        return {tp.partition: off for tp, off in consumer.end_offsets(tps).items()}
-    finally:
-        consumer.close()
-
-
-def service_env(pipelines, lake, **extra: str) -> dict[str, str]:
-    """The environment of a Tidemark process (CLI, Airflow, spark-submit) pointed at the test
-    broker, a local Spark master and a private lake and pipelines folder."""
-    env = {
-        **os.environ,
-        "TIDEMARK_PIPELINES_DIR": str(pipelines),
-        "TIDEMARK_LAKE_ROOT": str(lake),
-        "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap()}}),
-        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-        **extra,
-    }
-    env.pop("TIDEMARK_LEDGER_URI", None)
-    return env
-
-
-def query(table_uri: str, sql: str) -> list[dict]:
-    """SQL over a Delta table registered as ``t`` (delta-rs; no JVM)."""
-    from deltalake import DeltaTable, QueryBuilder
-
-    reader = QueryBuilder().register("t", DeltaTable(table_uri)).execute(sql)
-    return pa.table(reader.read_all()).to_pylist()
-
-
-def query_or_none(table_uri: str, sql: str = "SELECT COUNT(*) AS n FROM t") -> list[dict] | None:
-    """Like query, but None when there is no table at all."""
-    from deltalake.exceptions import TableNotFoundError
-
-    try:
-        return query(table_uri, sql)
-    except TableNotFoundError:
-        return None
-
-
-def table_version(table_uri: str) -> int:
-    from deltalake import DeltaTable
-
-    return DeltaTable(table_uri).version()
-
-
-def txn_version(table_uri: str, app_id: str) -> int | None:
-    """The idempotent-write marker (``txnAppId`` -> ``txnVersion``) a Delta table holds for ``app_id``;
-    None without one or without a table (delta-rs; no JVM)."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
-    try:
-        return DeltaTable(table_uri).transaction_version(app_id)
-    except TableNotFoundError:
-        return None
-
-
-def describe_group(group: str) -> dict[int, tuple[int, int]]:
-    """Kafka's own consumer-groups tool (from the broker jars): partition -> (current offset, lag)."""
-    import subprocess
-    from pathlib import Path
-
-    script = Path(__file__).resolve().parents[1] / "scripts" / "kafka.sh"
-    result = subprocess.run([str(script), "run-class", "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
-                             "--bootstrap-server", bootstrap(), "--describe", "--group", group],
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stdout + result.stderr
-    rows = {}
-    for line in result.stdout.splitlines():
-        cols = line.split()
-        if len(cols) >= 6 and cols[0] == group and cols[2].isdigit():
-            rows[int(cols[2])] = (int(cols[3]), int(cols[5]))
-    return rows
+from devkit.localstack import (  # noqa: F401
+    at_ms,
+    bootstrap,
+    create_topic,
+    describe_group,
+    end_offsets,
+    free_port,
+    past_ms,
+    produce,
+    produce_values,
+    query,
+    query_or_none,
+    service_env,
+    table_version,
+    txn_version,
+    unique,
+)
