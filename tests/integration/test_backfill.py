@@ -47,9 +47,14 @@ def test_time_window_backfill_twice_adds_nothing_the_second_time(kafka_bootstrap
     assert {(r.kind, r.status, r.record_count) for r in rows} == {("backfill", "committed", 3)}
     assert Ledger(settings.ledger_uri()).state(topic).positions == {}  # the position did not move
 
+    version = helpers.table_version(config.table_uri)
     again = prepare_backfill(config, props(), request, run_id="backfill-2")
     execute_batch(spark, again, props(), "read_committed")
     assert count(config.table_uri) == {"n": 6, "u": 6}
+    # nothing new: no output commit at all, and the backfill's ledger rows are committed with 0 records
+    assert helpers.table_version(config.table_uri) == version
+    second = [r for r in Ledger(settings.ledger_uri()).rows(topic) if r.batch_id == again.batch_id]
+    assert {(r.kind, r.status, r.record_count) for r in second} == {("backfill", "committed", 0)}
 
     # The scheduled run then reads everything once: the backfilled records are not duplicated.
     execute_batch(spark, prepare_batch(config, props()), props(), "read_committed")
