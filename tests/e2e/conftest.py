@@ -93,7 +93,8 @@ def captured_output(log: list[str]) -> Iterator[None]:
     import logging
 
     copy = io.StringIO()
-    handlers = [h for h in logging.getLogger().handlers if isinstance(h, logging.StreamHandler)]
+    handlers = [h for h in logging.getLogger().handlers  # Airflow's, not pytest's own (unmasked) capture
+                if isinstance(h, logging.StreamHandler) and not type(h).__module__.startswith("_pytest")]
     streams = [h.setStream(_Tee(h.stream, copy)) for h in handlers]
     out, err = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = _Tee(out, copy), _Tee(err, copy)
@@ -188,8 +189,9 @@ class Stack:
         return DagRun(match.group(1), state, log, task_states)
 
     def tidemark(self, *args: str) -> subprocess.CompletedProcess:
+        # `tidemark run` starts Spark: 120 s was too short on a busy 2-core machine
         return subprocess.run([str(ROOT / ".venv" / "bin" / "tidemark"), *args], env=self.env,
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture

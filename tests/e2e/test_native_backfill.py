@@ -35,7 +35,7 @@ class Airflow:
     """A running Airflow (api-server, scheduler, dag-processor) on a private home and SQLite DB."""
 
     def __init__(self, home: Path, env: dict[str, str]):
-        self.home, self.env, self.procs = home, env, []
+        self.home, self.env, self.procs = home, env, {}
 
     def cli(self, *args: str) -> str:
         result = subprocess.run([AIRFLOW, *args], env=self.env, capture_output=True, text=True, timeout=300)
@@ -58,14 +58,14 @@ class Airflow:
         for name, args in (("api-server", ["api-server", "--port", str(port)]), ("scheduler", ["scheduler"]),
                            ("dag-processor", ["dag-processor"])):
             log = open(self.home / f"{name}.out", "w")  # noqa: SIM115 - closed with the process
-            self.procs.append(subprocess.Popen([AIRFLOW, *args], env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                               start_new_session=True))
+            self.procs[name] = subprocess.Popen([AIRFLOW, *args], env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                                start_new_session=True)
 
     def stop(self) -> None:
-        for proc in self.procs:
+        for proc in self.procs.values():
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs:
+        for proc in self.procs.values():
             try:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
@@ -74,8 +74,10 @@ class Airflow:
     def wait_for(self, what: str, check, timeout: float = 300):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for proc in self.procs:
-                assert proc.poll() is None, f"an Airflow service exited while waiting for {what}; see {self.home}"
+            for name, proc in self.procs.items():
+                if proc.poll() is not None:
+                    pytest.fail(f"the Airflow {name} exited (code {proc.returncode}) while waiting for {what}:\n"
+                                f"{(self.home / f'{name}.out').read_text()[-3000:]}")
             result = check()
             if result:
                 return result
