@@ -6,8 +6,10 @@ offsets and says what to do."""
 
 from __future__ import annotations
 
+import base64
 import json
 import time
+import uuid
 
 import pytest
 
@@ -106,6 +108,12 @@ def topic_id(topic: str) -> str:
         client.close()
 
 
+def printed(topic_id: str) -> str:
+    """A topic id as Kafka's own tools print it (`kafka-topics --describe`): URL-safe base64 of its 16
+    bytes, no padding."""
+    return base64.urlsafe_b64encode(uuid.UUID(topic_id).bytes).rstrip(b"=").decode()
+
+
 def refused_plan(config, error: type[Exception]) -> str:
     """Plan a batch that must be refused with ``error``; check the ledger and the output are untouched
     and return the error's message."""
@@ -119,16 +127,18 @@ def refused_plan(config, error: type[Exception]) -> str:
 
 def history(tmp_path, monkeypatch, capsys, config) -> list[dict]:
     """`tidemark offsets history PIPELINE --json` against the test's lake, with a pipeline file for
-    ``config``; in-process (the command runs as a real process in test_replay)."""
-    from tidemark import cli
+    ``config``: in this process, through the function the installed `tidemark` console script calls
+    (the command runs as a real process in test_replay)."""
+    from importlib.metadata import entry_points
 
+    (command,) = entry_points(group="console_scripts", name="tidemark")
     pipelines = tmp_path / "pipelines"
     pipelines.mkdir(exist_ok=True)
     (pipelines / f"{config.name}.yaml").write_text(json.dumps(
         {"name": config.name, "topics": config.topics, "table": config.name, "on_data_loss": config.on_data_loss}))
     monkeypatch.setenv("TIDEMARK_PIPELINES_DIR", str(pipelines))
     capsys.readouterr()
-    assert cli.main(["offsets", "history", config.name, "--json"]) == 0
+    assert command.load()(["offsets", "history", config.name, "--json"]) == 0
     return json.loads(capsys.readouterr().out)
 
 
@@ -304,8 +314,9 @@ def test_a_recreated_topic_is_refused_even_with_more_records_until_a_reset_moves
     assert new_id != old_id and offsets(topic) == {0: (0, 8)}
 
     assert refused_plan(config, TopicRecreatedError) == (
-        f"pipeline '{topic}': topic '{topic}' was deleted and recreated: Kafka's topic id is now {new_id}, but the "
-        f"ledger's offsets (committed: {topic}:0@5) belong to topic id {old_id}; Kafka's latest offsets now: "
+        f"pipeline '{topic}': topic '{topic}' was deleted and recreated: Kafka's topic id is now {printed(new_id)} "
+        f"(as `kafka-topics --describe` prints it), but the ledger's offsets (committed: {topic}:0@5) belong to topic "
+        f"id {printed(old_id)}; Kafka's latest offsets now: "
         f"{topic}:0@8. Offsets of the new topic number other records, so nothing was read or written. After "
         f"checking what happened to the topic, move the pipeline onto the new topic with 'tidemark offsets reset "
         f"{topic} --topic {topic} --to-earliest --execute --reason \"topic recreated\"' (or --to-latest to skip what "
