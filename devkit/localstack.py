@@ -13,6 +13,38 @@ from collections import Counter
 
 import pyarrow as pa
 
+S3_BUCKET = "lake"
+S3_ACCESS_KEY, S3_SECRET_KEY = "tidemark", "tidemark-local"  # scripts/storage.sh's local values
+
+
+def s3_endpoint() -> str:
+    """The local S3 server (scripts/storage.sh) of this run: 127.0.0.1:$S3_PORT."""
+    return f"http://127.0.0.1:{os.environ.get('S3_PORT', '9000')}"
+
+
+def aws_connection(secret: str = S3_SECRET_KEY) -> str:
+    """An ``aws`` Airflow connection (JSON) to the local S3 server. The server accepts any secret, so
+    a test can plant a canary one and look for it where it must not appear."""
+    return json.dumps({"conn_type": "aws", "login": S3_ACCESS_KEY, "password": secret,
+                       "extra": {"endpoint_url": s3_endpoint(), "region_name": "us-east-1"}})
+
+
+def s3_lake(name: str) -> str:
+    """A fresh lake root on the local S3 server, under the bucket ``lake``."""
+    return f"s3a://{S3_BUCKET}/tests/{name}-{uuid.uuid4().hex[:8]}"
+
+
+def _table(table_uri: str):
+    """A Delta table by any location: local, or on the local S3 server (either scheme spelling)."""
+    from deltalake import DeltaTable
+
+    from tidemark.storage import ObjectStore, delta_rs_uri, is_object_store
+
+    if not is_object_store(table_uri):
+        return DeltaTable(table_uri)
+    store = ObjectStore(S3_ACCESS_KEY, S3_SECRET_KEY, endpoint_url=s3_endpoint())
+    return DeltaTable(delta_rs_uri(table_uri), storage_options=store.delta_rs_options())
+
 
 def bootstrap() -> str:
     return f"127.0.0.1:{os.environ.get('KAFKA_PORT', '9092')}"
@@ -112,9 +144,9 @@ def service_env(pipelines, lake, **extra: str) -> dict[str, str]:
 
 def query(table_uri: str, sql: str) -> list[dict]:
     """SQL over a Delta table registered as ``t`` (delta-rs; no JVM)."""
-    from deltalake import DeltaTable, QueryBuilder
+    from deltalake import QueryBuilder
 
-    reader = QueryBuilder().register("t", DeltaTable(table_uri)).execute(sql)
+    reader = QueryBuilder().register("t", _table(table_uri)).execute(sql)
     return pa.table(reader.read_all()).to_pylist()
 
 
@@ -129,19 +161,16 @@ def query_or_none(table_uri: str, sql: str = "SELECT COUNT(*) AS n FROM t") -> l
 
 
 def table_version(table_uri: str) -> int:
-    from deltalake import DeltaTable
-
-    return DeltaTable(table_uri).version()
+    return _table(table_uri).version()
 
 
 def txn_version(table_uri: str, app_id: str) -> int | None:
     """The idempotent-write marker (``txnAppId`` -> ``txnVersion``) a Delta table holds for ``app_id``;
     None without one or without a table (delta-rs; no JVM)."""
-    from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
     try:
-        return DeltaTable(table_uri).transaction_version(app_id)
+        return _table(table_uri).transaction_version(app_id)
     except TableNotFoundError:
         return None
 

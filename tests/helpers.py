@@ -2,7 +2,10 @@
 `devkit.localstack`, shared with the soak."""
 
 from devkit.localstack import (  # noqa: F401
+    S3_ACCESS_KEY,
+    S3_SECRET_KEY,
     at_ms,
+    aws_connection,
     bootstrap,
     create_topic,
     describe_group,
@@ -13,6 +16,8 @@ from devkit.localstack import (  # noqa: F401
     produce_values,
     query,
     query_or_none,
+    s3_endpoint,
+    s3_lake,
     service_env,
     table_version,
     txn_version,

@@ -55,6 +55,12 @@ class PipelineConfig(BaseModel):
     spark_conn_id: str = "spark_default"
     """Airflow Connection of the Spark master (``local[2]``, ``spark://host:7077``, ...)."""
 
+    storage_conn_id: str = "aws_default"
+    """Airflow Connection of type ``aws`` for object storage (access key in ``login``, secret in
+    ``password``, ``endpoint_url`` and ``region_name`` in ``extra``), read only when the table, the
+    dead letters or the ledger are on ``s3://`` / ``s3a://``. Without ``aws_default``, credentials
+    come from the default AWS chain (an instance role, say)."""
+
     starting_offsets: str = "earliest"
     """Where a partition with no committed offset starts: ``earliest``, ``latest``, or an ISO-8601
     date-time (the first offset at or after it; the latest offset when no record is that new)."""
@@ -211,6 +217,11 @@ class PipelineConfig(BaseModel):
     @property
     def dead_letter_uri(self) -> str:
         return settings.resolve_table_uri(self.dead_letter_table or f"{self.table.rstrip('/')}_dead_letters")
+
+    @property
+    def locations(self) -> list[str]:
+        """Every Delta table the pipeline touches: output, dead letters, ledger."""
+        return [self.table_uri, self.dead_letter_uri, settings.ledger_uri()]
 
     @property
     def table_uri(self) -> str:

@@ -3,6 +3,11 @@ SIGKILL (no cleanup, no friendly exception) when it reaches that point of the pr
 
 ``TIDEMARK_CRASH_ONCE=<path>`` makes the crash happen once: the first process to reach the point
 creates the file and dies; later attempts (Airflow's retry, the recovery run) find it and go on.
+``TIDEMARK_PAUSE_AT=<point>`` freezes instead of killing: the process stops its whole process group
+with SIGSTOP (the Spark driver's JVM as well as its Python side, when spark-submit was started in a
+session of its own), until someone sends SIGCONT. That is how the tests reproduce a stale driver: one
+that goes on after its orchestrator gave up on it and another run took its batch over.
+
 Never set these in production.
 """
 
@@ -55,9 +60,15 @@ def _kill(point: str) -> None:
 
 
 def crash_point(point: str) -> None:
-    """Die here if ``TIDEMARK_CRASH_AT`` names this point."""
+    """Die here if ``TIDEMARK_CRASH_AT`` names this point; freeze if ``TIDEMARK_PAUSE_AT`` does."""
     if _armed(point):
         _kill(point)
+    if os.environ.get("TIDEMARK_PAUSE_AT") == point:
+        log.warning("TIDEMARK_PAUSE_AT=%s: stopping process group %d with SIGSTOP", point, os.getpgrp())
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os.killpg(os.getpgrp(), signal.SIGSTOP)
+        log.warning("TIDEMARK_PAUSE_AT=%s: continued", point)
 
 
 def crash_soon(point: str, max_delay_s: float = 0.3) -> None:

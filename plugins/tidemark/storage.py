@@ -17,19 +17,33 @@ off are refused (``check_safe_commits``).
 from __future__ import annotations
 
 import json
+import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from tidemark.connections import Connection
+from tidemark.connections import Connection, ConnectionResolver
 from tidemark.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 OBJECT_STORE_SCHEMES = ("s3://", "s3a://")
 ENV_VAR = "TIDEMARK_STORAGE_OPTIONS"
 """How the Spark job receives the object-store settings (JSON), like TIDEMARK_KAFKA_PROPERTIES."""
 
+DEFAULT_CONN_ID = "aws_default"
+
 # delta-rs options that would let two writers take the same table version on S3.
 _UNSAFE = {"conditional_put": "disabled", "aws_conditional_put": "disabled"}
+
+LOG_STORE = "io.tidemark.delta.S3ConditionalPutLogStore"
+"""Tidemark's Delta log store for Spark on S3 (jvm/logstore, built by ``make jars``): every commit
+file is created with S3's conditional PUT (``If-None-Match: *``), so two writers can never both
+take one table version."""
+SAFE_LOG_STORES = {LOG_STORE, "io.delta.storage.S3DynamoDBLogStore"}
+"""Delta log stores for Spark that give mutual exclusion on S3. Delta's default for ``s3a://``
+(``S3SingleDriverLogStore``) is safe only with a single writer, which a retried or stale driver
+next to a new run is not."""
 
 
 def is_object_store(uri: str | None) -> bool:
@@ -105,6 +119,47 @@ class ObjectStore:
         return cls(**json.loads(text))
 
 
+def spark_conf(store: ObjectStore | None, *, secrets: bool) -> dict[str, str]:
+    """Spark configuration for tables on object storage: the S3A filesystem for both spellings,
+    Tidemark's put-if-absent log store, the endpoint and region and, with ``secrets``, the keys.
+    The secrets are set only inside the job's own session builder (never on a command line); Spark
+    redacts them in its UI and event log (``spark.redaction.regex``)."""
+    store = store or ObjectStore()
+    conf = {"spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+            "spark.delta.logStore.s3a.impl": LOG_STORE, "spark.delta.logStore.s3.impl": LOG_STORE,
+            "spark.hadoop.fs.s3a.endpoint.region": store.region}
+    if store.endpoint_url:
+        conf["spark.hadoop.fs.s3a.endpoint"] = store.endpoint_url
+        conf["spark.hadoop.fs.s3a.path.style.access"] = "true"  # MinIO and most S3-compatible stores
+        conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(store.endpoint_url.startswith("https://")).lower()
+    if secrets and store.access_key_id:
+        conf["spark.hadoop.fs.s3a.access.key"] = store.access_key_id
+        conf["spark.hadoop.fs.s3a.secret.key"] = store.secret_access_key or ""
+        if store.session_token:
+            conf["spark.hadoop.fs.s3a.session.token"] = store.session_token
+            conf["spark.hadoop.fs.s3a.aws.credentials.provider"] = (
+                "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider")
+    return conf
+
+
+def check_spark_commits(conf: Mapping[str, str | None], uris: Iterable[str | None], where: str) -> None:
+    """Refuse a Spark configuration that would commit to a Delta table on object storage with a log
+    store that is not put-if-absent (Delta's default single-driver store, say): two drivers of one
+    batch could then both commit it."""
+    for uri in uris:
+        if not is_object_store(uri):
+            continue
+        for scheme in ("s3a", "s3"):
+            store = conf.get(f"spark.delta.logStore.{scheme}.impl")
+            if store not in SAFE_LOG_STORES:
+                raise ConfigError(
+                    f"{where}: table {uri} is on object storage, but Spark's Delta log store for {scheme}:// is "
+                    f"{store or 'Delta default (S3SingleDriverLogStore, safe for one writer only)'}; a retried or "
+                    f"stale driver could then commit the same batch twice. Remove "
+                    f"spark.delta.logStore.{scheme}.impl from spark_conf (Tidemark sets {LOG_STORE}) or set it "
+                    f"to io.delta.storage.S3DynamoDBLogStore")
+
+
 def check_safe_commits(options: Mapping[str, str], where: str) -> None:
     """Refuse delta-rs settings under which two writers could both commit one table version."""
     for key, bad in _UNSAFE.items():
@@ -124,6 +179,42 @@ def configure(store: ObjectStore | None) -> None:
     this once per task, CLI command or Spark job)."""
     global _configured
     _configured = store
+
+
+def object_store(resolver: ConnectionResolver, conn_id: str = DEFAULT_CONN_ID,
+                 pipeline: str | None = None) -> ObjectStore:
+    """The object store of an ``aws`` connection, its secrets registered with the resolver's masker.
+    Without the default connection (``aws_default``), credentials come from the default AWS chain
+    (environment, instance role), as the Amazon provider does; a named connection must exist."""
+    try:
+        conn = resolver.get(conn_id, pipeline)
+    except ConfigError:
+        if conn_id != DEFAULT_CONN_ID:
+            raise
+        log.warning("no connection '%s': object storage credentials come from the default AWS chain (AWS_* "
+                    "variables, an instance role); the endpoint is AWS S3", conn_id)
+        return ObjectStore(region=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+                           or "us-east-1")
+    try:
+        store = ObjectStore.from_connection(conn)
+    except ConfigError as exc:
+        raise ConfigError(str(exc), pipeline=pipeline) from None
+    resolver.mask(store.secrets())
+    return store
+
+
+def configure_for(locations: Iterable[str | None], resolver: ConnectionResolver, conn_id: str = DEFAULT_CONN_ID,
+                  pipeline: str | None = None) -> ObjectStore | None:
+    """An adapter's one call before it works on a pipeline: when any of its tables (output, dead
+    letters, ledger) is on object storage, read the storage connection and ``configure`` this
+    process with it; else configure nothing. Returns the store (for the Spark job's environment)."""
+    store = object_store(resolver, conn_id, pipeline) if any(is_object_store(u) for u in locations) else None
+    configure(store)
+    return store
+
+
+def configured() -> ObjectStore | None:
+    return _configured
 
 
 def configure_from_env() -> None:

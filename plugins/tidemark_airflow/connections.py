@@ -46,3 +46,17 @@ def kafka_properties(conn_id: str, pipeline: str | None = None) -> dict[str, str
 
 def spark_master(conn_id: str, pipeline: str | None = None) -> str:
     return connections.spark_master(RESOLVER, conn_id, pipeline)
+
+
+def configure_storage(config) -> None:
+    """Object-store settings for this task's process, from the pipeline's ``storage_conn_id``, when
+    one of its tables is on S3 (the core's delta-rs calls then use them)."""
+    from tidemark import storage
+
+    storage.configure_for(config.locations, RESOLVER, config.storage_conn_id, config.name)
+
+
+def object_store(conn_id: str, pipeline: str | None = None):
+    from tidemark import storage
+
+    return storage.object_store(RESOLVER, conn_id, pipeline)

@@ -82,6 +82,7 @@ def build_ingest_dag(config: PipelineConfig):
                                     op_args=[plan.output], ignore_downstream_trigger_rules=False)
         ingest = TidemarkIngestOperator(
             task_id="ingest", conn_id=config.spark_conn_id, kafka_conn_id=config.kafka_conn_id,
+            storage_conn_id=config.storage_conn_id,
             isolation_level=config.isolation_level,
             conf={**DEFAULT_CONF, **config.spark_conf},
             driver_memory="1g", name=f"tidemark-{config.name}")

@@ -10,24 +10,34 @@ import sys
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from tidemark import storage
 from tidemark.batch.plan import BatchPlan
 from tidemark.errors import ConfigError
 from tidemark.settings import require_spark_jars
-from tidemark_airflow.connections import kafka_properties, spark_master
+from tidemark_airflow.connections import kafka_properties, object_store, spark_master
 from tidemark_spark.ingest import TERMINAL_EXIT_CODE
 from tidemark_spark.submit import INGEST_SCRIPT, core_archive, local_spark_env
 
 
-def refuse_credentials_on_the_command_line(master: str, properties: dict[str, str], pipeline: str) -> None:
+def refuse_credentials_on_the_command_line(master: str, properties: dict[str, str], pipeline: str,
+                                          store: storage.ObjectStore | None = None) -> None:
     """On YARN and Kubernetes masters the Spark provider turns ``env_vars`` into ``--conf
     spark.yarn.appMasterEnv.*`` / ``spark.kubernetes.driverEnv.*`` arguments of spark-submit, where
-    ``ps`` and the Spark event log show them: refuse rather than expose Kafka credentials."""
+    ``ps`` and the Spark event log show them: refuse rather than expose Kafka or storage credentials
+    (on those masters, give the nodes an instance role or IRSA and leave the connection's keys empty)."""
     from tidemark.kafka_client import secret_values
 
-    if ("yarn" in master or "k8s" in master) and secret_values(properties):
+    if "yarn" not in master and "k8s" not in master:
+        return
+    if secret_values(properties):
         raise ConfigError(f"the Kafka connection holds credentials and the Spark master '{master}' would receive "
                           f"them on the spark-submit command line; run the ingest job on a local or standalone "
                           f"master (client mode)", pipeline=pipeline)
+    if store is not None and store.secrets():
+        raise ConfigError(f"the storage connection holds a secret key and the Spark master '{master}' would "
+                          f"receive it on the spark-submit command line; leave the connection's keys empty and "
+                          f"give the cluster's nodes an IAM role, or run on a local or standalone master",
+                          pipeline=pipeline)
 
 
 class TidemarkIngestOperator(SparkSubmitOperator):
@@ -39,9 +49,10 @@ class TidemarkIngestOperator(SparkSubmitOperator):
     ui_color = "#e8f4fd"
 
     def __init__(self, *, kafka_conn_id: str, isolation_level: str, plan_task_id: str = "plan",
-                 **kwargs) -> None:
+                 storage_conn_id: str = storage.DEFAULT_CONN_ID, **kwargs) -> None:
         super().__init__(application=INGEST_SCRIPT, **kwargs)
         self.kafka_conn_id = kafka_conn_id
+        self.storage_conn_id = storage_conn_id
         self.isolation_level = isolation_level
         self.plan_task_id = plan_task_id
 
@@ -59,9 +70,14 @@ class TidemarkIngestOperator(SparkSubmitOperator):
             master = spark_master(self._conn_id, plan.pipeline)
         except ConfigError:
             master = "yarn"  # what the Spark provider falls back to without a connection
-        refuse_credentials_on_the_command_line(master, properties, plan.pipeline)
+        tables = (plan.table_uri, plan.dead_letter_uri, plan.ledger_uri)
+        store = (object_store(self.storage_conn_id, plan.pipeline)
+                 if any(storage.is_object_store(uri) for uri in tables) else None)
+        refuse_credentials_on_the_command_line(master, properties, plan.pipeline, store)
         self.env_vars = {**local_spark_env(), **(self.env_vars or {}),
                          "TIDEMARK_KAFKA_PROPERTIES": json.dumps(properties)}
+        if store is not None:
+            self.env_vars[storage.ENV_VAR] = store.to_json()
         try:
             return super().execute(context)
         except AirflowException as exc:

@@ -17,9 +17,9 @@ from tidemark.batch import (
     prepare_batch,
     reset_offsets,
 )
-from tidemark.config import find_pipeline
+from tidemark.config import PipelineConfig, find_pipeline
 from tidemark.errors import PipelineBusyError, TidemarkError
-from tidemark_airflow.connections import kafka_properties
+from tidemark_airflow.connections import configure_storage, kafka_properties
 from tidemark_airflow.naming import ingest_dag_id
 from tidemark_airflow.run_modes import decide_run
 
@@ -44,11 +44,18 @@ def fail_fast_on_terminal_errors(task):
     return wrapper
 
 
+def pipeline_config(pipeline: str) -> PipelineConfig:
+    """The pipeline's configuration, with this process set up for its object store (if any)."""
+    config = find_pipeline(pipeline)
+    configure_storage(config)
+    return config
+
+
 @fail_fast_on_terminal_errors
 def plan(pipeline: str, **context) -> str:
     """Recover an unfinished batch or freeze the next one (incremental, capped or backfill, from the
     trigger form or the native backfill's data interval); returns the plan as JSON (no secrets)."""
-    config = find_pipeline(pipeline)
+    config = pipeline_config(pipeline)
     ti, dag_id = context["ti"], context["dag"].dag_id
     dag_run = context["dag_run"]
     run_type = str(getattr(dag_run.run_type, "value", dag_run.run_type))
@@ -82,7 +89,7 @@ def has_new_records(plan_json: str) -> bool:
 @fail_fast_on_terminal_errors
 def report(pipeline: str, **context) -> list[dict]:
     """Log committed offsets and lag per partition after the run; returns the same rows."""
-    config = find_pipeline(pipeline)
+    config = pipeline_config(pipeline)
     properties = kafka_properties(config.kafka_conn_id, config.name)
     mirror_to_consumer_group(config, properties)
     rows = partition_status(config, properties)
@@ -99,7 +106,7 @@ def report(pipeline: str, **context) -> list[dict]:
 def reset(pipeline: str, **context) -> dict:
     """The replay DAG's task: plan (dry run) or apply an offset reset from the form. Refused while
     a run of the pipeline's ingest DAG is active."""
-    config = find_pipeline(pipeline)
+    config = pipeline_config(pipeline)
     params = dict(context.get("params") or {})
     ingest = ingest_dag_id(config.name)
     active = context["ti"].get_dr_count(dag_id=ingest, states=["queued", "running"])

@@ -115,6 +115,16 @@ def _kafka_properties(config) -> dict[str, str]:
     return connections.kafka_properties(RESOLVER, config.kafka_conn_id, config.name)
 
 
+def _pipeline(name: str):
+    """A pipeline's configuration, with this process set up for its object store (if any)."""
+    from tidemark import storage
+    from tidemark.config import find_pipeline
+
+    config = find_pipeline(name)
+    storage.configure_for(config.locations, RESOLVER, config.storage_conn_id, config.name)
+    return config
+
+
 def _logs_to_stderr() -> None:
     """Airflow's logging set-up writes log records to stdout, but the CLI's stdout is its output
     (scripts parse ``--json``): warnings, such as kafka-python's notes on SASL, go to stderr."""
@@ -156,9 +166,8 @@ def cmd_pipelines_list(args: argparse.Namespace) -> int:
 
 def cmd_offsets_show(args: argparse.Namespace) -> int:
     from tidemark.batch import partition_status
-    from tidemark.config import find_pipeline
 
-    config = find_pipeline(args.pipeline)
+    config = _pipeline(args.pipeline)
     rows = partition_status(config, _kafka_properties(config))
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -169,9 +178,8 @@ def cmd_offsets_show(args: argparse.Namespace) -> int:
 
 def cmd_lag(args: argparse.Namespace) -> int:
     from tidemark.batch import partition_status
-    from tidemark.config import find_pipeline
 
-    config = find_pipeline(args.pipeline)
+    config = _pipeline(args.pipeline)
     rows = partition_status(config, _kafka_properties(config))
     print(_table(rows, ["topic", "partition", "lag"]))
     print(f"total lag of '{config.name}': {sum(r['lag'] or 0 for r in rows)}")
@@ -180,11 +188,10 @@ def cmd_lag(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from tidemark.batch import mirror_to_consumer_group, partition_status, prepare_batch
-    from tidemark.config import find_pipeline
     from tidemark_spark.ingest import TERMINAL_EXIT_CODE
     from tidemark_spark.submit import run_ingest_job
 
-    config = find_pipeline(args.pipeline)
+    config = _pipeline(args.pipeline)
     properties = _kafka_properties(config)
     plan = prepare_batch(config, properties)
     if plan.is_empty:
@@ -193,9 +200,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 0
     print(f"pipeline '{config.name}': batch {plan.batch_id} frozen, {plan.total_offsets} offsets over "
           f"{len(plan.ranges)} partition(s){' (recovered)' if plan.recovered else ''}; starting Spark", flush=True)
+    from tidemark import storage
+
+    store = storage.configured()
     code = run_ingest_job(plan, properties, connections.spark_master(RESOLVER, config.spark_conn_id, config.name),
-                          config.isolation_level,
-                          config.spark_conf)
+                          config.isolation_level, config.spark_conf,
+                          extra_env={storage.ENV_VAR: store.to_json()} if store is not None else None)
     if code != 0:
         cause = (" on an error that a retry cannot fix (its log above says which and how to fix it)"
                  if code == TERMINAL_EXIT_CODE else "")
@@ -233,9 +243,8 @@ def cmd_offsets_reset(args: argparse.Namespace) -> int:
     import socket
 
     from tidemark.batch import reset_offsets
-    from tidemark.config import find_pipeline
 
-    config = find_pipeline(args.pipeline)
+    config = _pipeline(args.pipeline)
     request = reset_request(args, f"cli:{getpass.getuser()}@{socket.gethostname()}")
     outcome = reset_offsets(config, _kafka_properties(config), request)
     print(_table(outcome.plan.as_table(), ["topic", "partition", "current", "new", "change"]))
@@ -249,11 +258,10 @@ def cmd_offsets_reset(args: argparse.Namespace) -> int:
 
 
 def cmd_offsets_history(args: argparse.Namespace) -> int:
-    from tidemark.config import find_pipeline
     from tidemark.ledger import Ledger
     from tidemark.settings import ledger_uri
 
-    config = find_pipeline(args.pipeline)
+    config = _pipeline(args.pipeline)
     rows = sorted(Ledger(ledger_uri()).rows(config.name), key=lambda r: (-r.batch_id, r.topic, r.partition))
     listing = [{"batch_id": r.batch_id, "kind": r.kind, "status": r.status, "topic": r.topic, "partition": r.partition,
                 "start_offset": r.start_offset, "end_offset": r.end_offset, "record_count": r.record_count,

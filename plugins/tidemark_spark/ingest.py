@@ -4,7 +4,9 @@
         --plan '<frozen plan JSON>'
 
 Kafka client properties (which may hold credentials) come from the environment variable
-TIDEMARK_KAFKA_PROPERTIES (JSON), never from the command line. The batch protocol itself is
+TIDEMARK_KAFKA_PROPERTIES (JSON), never from the command line; so do the object-store settings
+(TIDEMARK_STORAGE_OPTIONS), which this job turns into S3A and Delta log store configuration of its
+own session. The batch protocol itself is
 ``tidemark.batch.execute.execute_batch``.
 """
 
@@ -16,6 +18,7 @@ import logging
 import os
 import sys
 
+from tidemark import storage
 from tidemark.batch.execute import execute_batch
 from tidemark.batch.plan import BatchPlan
 from tidemark.errors import TidemarkError
@@ -44,10 +47,18 @@ def kafka_properties_from_env() -> dict[str, str]:
     return json.loads(raw)
 
 
-def build_session(pipeline: str = "ingest"):
+def build_session(pipeline: str = "ingest", defaults: dict[str, str] | None = None):
+    """The job's session. ``defaults`` (the object-store settings) apply where spark-submit's
+    configuration (the pipeline's ``spark_conf``) sets nothing else."""
+    from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
-    return (SparkSession.builder.appName(f"tidemark-{pipeline}")
+    given = SparkConf()  # what spark-submit passed (--conf, spark-defaults.conf)
+    builder = SparkSession.builder
+    for key, value in (defaults or {}).items():
+        if not given.contains(key):
+            builder = builder.config(key, value)
+    return (builder.appName(f"tidemark-{pipeline}")
             .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
             .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
             .config("spark.sql.session.timeZone", "UTC")
@@ -62,9 +73,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     plan = BatchPlan.from_json(args.plan)
     properties = kafka_properties_from_env()
+    tables = [plan.table_uri, plan.dead_letter_uri, plan.ledger_uri]
     try:
-        spark = build_session(plan.pipeline)
+        storage.configure_from_env()
+        on_object_store = any(storage.is_object_store(uri) for uri in tables)
+        spark = build_session(plan.pipeline, storage.spark_conf(storage.configured(), secrets=True)
+                              if on_object_store else None)
         try:
+            storage.check_spark_commits(
+                {key: spark.conf.get(key, None) for scheme in ("s3a", "s3")
+                 for key in (f"spark.delta.logStore.{scheme}.impl",)},
+                [plan.table_uri, plan.dead_letter_uri], f"pipeline '{plan.pipeline}'")
             execute_batch(spark, plan, properties, args.isolation_level)
         finally:
             spark.stop()

@@ -48,3 +48,69 @@ def test_spellings_and_local_tables():
     assert storage.delta_rs_uri("s3a://lake/t") == "s3://lake/t" and storage.spark_uri("s3://lake/t") == "s3a://lake/t"
     assert storage.is_object_store("S3A://lake/t") and not storage.is_object_store("/data/lake/t")
     assert storage.delta_options("/data/lake/t") is None
+
+
+class Resolver:
+    """A ConnectionResolver over a dict, recording what it was asked to mask."""
+
+    def __init__(self, **conns: Connection):
+        self.conns, self.masked = conns, []
+
+    def get(self, conn_id, pipeline=None):
+        if conn_id not in self.conns:
+            raise ConfigError(f"connection '{conn_id}' is not defined", pipeline=pipeline)
+        return self.conns[conn_id]
+
+    def mask(self, secrets):
+        self.masked += list(secrets)
+
+
+MINIO = Connection("aws_default", "aws", login="AKIA1", password="s3cret",
+                   extra={"endpoint_url": "http://127.0.0.1:9000"})
+
+
+def test_the_connection_is_read_only_when_a_table_is_on_object_storage():
+    resolver = Resolver(aws_default=MINIO)
+    assert storage.configure_for(["/lake/t", "/lake/t_dl", "/lake/_tidemark/offsets"], resolver) is None
+    assert storage.configured() is None and resolver.masked == []
+    store = storage.configure_for(["/lake/t", "s3a://lake/_tidemark/offsets"], resolver, pipeline="p")
+    assert storage.configured() == store and store.access_key_id == "AKIA1"
+    assert resolver.masked == ["s3cret"]  # the secret is registered with the log masker
+    storage.configure(None)
+
+
+def test_a_missing_default_connection_means_the_aws_chain_but_a_named_one_must_exist(monkeypatch):
+    monkeypatch.setenv("AWS_REGION", "eu-central-1")
+    assert storage.object_store(Resolver(), "aws_default", "p") == ObjectStore(region="eu-central-1")
+    with pytest.raises(ConfigError, match="connection 'lake_store' is not defined"):
+        storage.object_store(Resolver(), "lake_store", "p")
+
+
+def test_spark_conf_sets_s3a_and_the_put_if_absent_log_store_and_keys_only_on_request():
+    store = ObjectStore.from_connection(MINIO)
+    public = storage.spark_conf(store, secrets=False)
+    assert public["spark.delta.logStore.s3a.impl"] == public["spark.delta.logStore.s3.impl"] == storage.LOG_STORE
+    assert public["spark.hadoop.fs.s3.impl"] == "org.apache.hadoop.fs.s3a.S3AFileSystem"
+    assert public["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:9000"
+    assert public["spark.hadoop.fs.s3a.path.style.access"] == "true"
+    assert public["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"
+    assert "s3cret" not in public.values()
+    private = storage.spark_conf(store, secrets=True)
+    assert private["spark.hadoop.fs.s3a.access.key"] == "AKIA1"
+    assert private["spark.hadoop.fs.s3a.secret.key"] == "s3cret"
+    aws = storage.spark_conf(ObjectStore(region="eu-west-1"), secrets=True)
+    assert "spark.hadoop.fs.s3a.endpoint" not in aws and "spark.hadoop.fs.s3a.access.key" not in aws
+
+
+def test_a_spark_log_store_that_is_not_put_if_absent_is_refused_on_object_storage():
+    safe = storage.spark_conf(None, secrets=False)
+    storage.check_spark_commits(safe, ["s3a://lake/t"], "pipeline 'p'")
+    storage.check_spark_commits({}, ["/lake/t", None], "pipeline 'p'")  # local tables: nothing to check
+    dynamo = {**safe, "spark.delta.logStore.s3a.impl": "io.delta.storage.S3DynamoDBLogStore"}
+    storage.check_spark_commits(dynamo, ["s3://lake/t"], "pipeline 'p'")
+    single = {**safe, "spark.delta.logStore.s3a.impl": "io.delta.storage.S3SingleDriverLogStore"}
+    with pytest.raises(ConfigError, match=r"pipeline 'p': table s3a://lake/t is on object storage.*"
+                                          r"S3SingleDriverLogStore.*Remove spark.delta.logStore.s3a.impl"):
+        storage.check_spark_commits(single, ["s3a://lake/t"], "pipeline 'p'")
+    with pytest.raises(ConfigError, match="Delta default"):
+        storage.check_spark_commits({}, ["s3://lake/t"], "pipeline 'p'")

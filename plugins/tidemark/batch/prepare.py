@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from tidemark import crash, settings
+from tidemark import crash, settings, storage
 from tidemark.batch.ownership import RunStateLookup, cli_owner_id
 from tidemark.batch.plan import BatchPlan
 from tidemark.batch.recovery import describe_ranges, plan_for, recover
@@ -37,6 +37,9 @@ def prepare_batch(config: PipelineConfig, kafka_properties: Mapping[str, str], *
     """Recover, then plan and freeze the next batch. An empty plan (batch_id 0 and no ranges)
     means there is nothing new and no Spark job is needed."""
     run_id = run_id or cli_owner_id()
+    # Refused before anything is frozen: a Spark log store that is not put-if-absent on S3.
+    storage.check_spark_commits({**storage.spark_conf(None, secrets=False), **config.spark_conf},
+                                [config.table_uri, config.dead_letter_uri], f"pipeline '{config.name}'")
     ledger = Ledger(ledger_uri or settings.ledger_uri())
     state = ledger.state(config.name)
     pending = recover(config, ledger, state, run_id, run_state)
