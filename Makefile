@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export KAFKA_PORT ?= 9092
 
 .DEFAULT_GOAL := help
-.PHONY: help setup venv jars kafka-up kafka-down storage-up storage-down demo test test-unit lint soak bench lock clean
+.PHONY: help setup venv jars kafka-up kafka-down storage-up storage-down demo test test-unit lint soak bench bench-s3 lock clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -44,7 +44,7 @@ test: setup ## set everything up, start the broker, run unit, integration and e2
 test-unit: venv ## fast tests that need no service: unit tests and the DAG-integrity tests
 	$(PY) -m pytest -q -m unit tests/unit tests/dags
 
-soak: setup ## kill -9 and concurrent-run trials with exactly-once checks (SOAK_TRIALS=20; not in make test)
+soak: setup ## kill -9 and concurrent-run trials with exactly-once checks (SOAK_TRIALS=20, SOAK_LAKE=s3 for the lake on the local S3 server; not in make test)
 	scripts/soak.sh
 
 lint: venv ## ruff, and the layer contract (the core imports no adapter and no Airflow: lint-imports)
@@ -52,6 +52,9 @@ lint: venv ## ruff, and the layer contract (the core imports no adapter and no A
 
 bench: setup ## Tidemark vs AvailableNow, plain Spark batch, consumer perf; fixed costs; ledger growth (BENCH_RECORDS=2000000; not in make test)
 	scripts/bench.sh
+
+bench-s3: setup ## one batch (BENCH_RECORDS=2000000) to the local disk vs to the local S3 server; bench/results/object_storage.json
+	scripts/bench_s3.sh
 
 lock: ## re-resolve requirements.txt into requirements.lock in a scratch venv
 	rm -rf .cache/lockvenv && python3 -m venv .cache/lockvenv

@@ -191,3 +191,74 @@ def describe_group(group: str) -> dict[int, tuple[int, int]]:
         if len(cols) >= 6 and cols[0] == group and cols[2].isdigit():
             rows[int(cols[2])] = (int(cols[3]), int(cols[5]))
     return rows
+
+
+def _master_state(ui_port: int) -> dict:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=5) as response:
+        return json.load(response)
+
+
+class StandaloneCluster:
+    """A Spark standalone master and ``workers`` workers on 127.0.0.1, from the installed pyspark,
+    each worker with a working directory of its own (no node shares a folder with another)."""
+
+    def __init__(self, work, workers: int = 2, cores: int = 1, memory: str = "1g") -> None:
+        self.work, self.workers, self.cores, self.memory = work, workers, cores, memory
+        self.port, self.ui_port = free_port(), free_port()
+        self.procs: list = []
+
+    @property
+    def master(self) -> str:
+        return f"spark://127.0.0.1:{self.port}"
+
+    def worker_dir(self, i: int):
+        return self.work / f"worker-{i}"
+
+    def state(self) -> dict:
+        return _master_state(self.ui_port)
+
+    def __enter__(self) -> StandaloneCluster:
+        import subprocess
+        from pathlib import Path
+
+        from tidemark_spark.submit import local_spark_env
+
+        spark_class = str(Path(local_spark_env()["SPARK_HOME"]) / "bin" / "spark-class")
+        base = {**os.environ, **local_spark_env(), "SPARK_DAEMON_MEMORY": "256m", "SPARK_LOG_DIR": str(self.work)}
+        roles = [("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
+                             str(self.port), "--webui-port", str(self.ui_port)], {})]
+        for i in range(self.workers):
+            self.worker_dir(i).mkdir(parents=True, exist_ok=True)
+            roles.append((f"worker-{i}", ["org.apache.spark.deploy.worker.Worker", self.master, "--host", "127.0.0.1",
+                                          "--cores", str(self.cores), "--memory", self.memory, "--work-dir",
+                                          str(self.worker_dir(i)), "--webui-port", str(free_port())],
+                          {"SPARK_WORKER_DIR": str(self.worker_dir(i))}))
+        for name, args, env in roles:
+            log = open(self.work / f"{name}.log", "w")  # noqa: SIM115 - lives as long as the process
+            self.procs.append(subprocess.Popen([spark_class, *args], env={**base, **env}, stdout=log,
+                                               stderr=subprocess.STDOUT, start_new_session=True))
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if self.state().get("aliveworkers", 0) >= self.workers:
+                    return self
+            except OSError:
+                pass
+            if time.monotonic() > deadline or any(p.poll() is not None for p in self.procs):
+                logs = "\n".join(f.read_text()[-2000:] for f in sorted(self.work.glob("*.log")))
+                self.__exit__()
+                raise RuntimeError(f"the Spark standalone master and {self.workers} workers did not come up:\n{logs}")
+            time.sleep(1)
+
+    def __exit__(self, *exc) -> None:
+        import subprocess
+
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()

@@ -8,7 +8,9 @@ after every trial. Not part of `make test` (it takes tens of minutes).
 
 After each trial: duplicates = output rows - distinct (topic, partition, offset); lost = offsets of
 committed ranges missing from the output. Prints `N trials, D duplicates, L lost` per kind and writes
-bench/results/soak.json. Environment: SOAK_TRIALS (20), KAFKA_PORT (set by scripts/soak.sh).
+bench/results/soak.json (soak-s3.json on object storage). Environment: SOAK_TRIALS (20), KAFKA_PORT
+(set by scripts/soak.sh), SOAK_LAKE=s3 to keep every table on the local S3 server (S3_PORT, started by
+scripts/soak.sh) with credentials from the aws_default connection.
 """
 
 from __future__ import annotations
@@ -26,18 +28,20 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from devkit import localstack as helpers  # noqa: E402
+from tidemark import storage  # noqa: E402
 from tidemark.ledger import Ledger  # noqa: E402
 
 WORK = ROOT / ".cache" / "soak"
 TRIALS = int(os.environ.get("SOAK_TRIALS", "20"))
 BIN = ROOT / ".venv" / "bin"
+ON_S3 = os.environ.get("SOAK_LAKE", "local") == "s3"
 
 
 def log(message: str) -> None:
     print(f"[soak {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def audit(lake: Path, pipeline: str, result: dict, produced: int) -> str:
+def audit(lake: str, pipeline: str, result: dict, produced: int) -> str:
     """Add the trial's duplicates and losses to ``result``; returns a summary for the log. Lost
     counts offsets of committed ranges missing from the output, plus records Kafka has that the
     output does not (after the trial's last run, nothing may be left behind)."""
@@ -48,15 +52,15 @@ def audit(lake: Path, pipeline: str, result: dict, produced: int) -> str:
     return f"records={records}/{produced}, duplicates={duplicates}, lost={lost}"
 
 
-def _count(lake: Path, pipeline: str) -> tuple[int, int, int]:
+def _count(lake: str, pipeline: str) -> tuple[int, int, int]:
     """(records, duplicates, lost) of the output against the ledger's committed ranges."""
-    table = str(lake / pipeline)
+    table = f"{lake}/{pipeline}"
     stats = helpers.query(table, "SELECT COUNT(*) AS n, COUNT(DISTINCT (kafka_topic, kafka_partition, kafka_offset)) "
                                  "AS uniq FROM t")[0]
     present = {(r["p"]): r["n"] for r in helpers.query(
         table, "SELECT kafka_partition AS p, COUNT(DISTINCT kafka_offset) AS n FROM t GROUP BY kafka_partition")}
     committed = {}
-    for row in Ledger(str(lake / "_tidemark" / "offsets")).rows(pipeline):
+    for row in Ledger(f"{lake}/_tidemark/offsets").rows(pipeline):
         if row.status == "committed":
             committed[row.partition] = committed.get(row.partition, 0) + (row.end_offset - row.start_offset)
     lost = sum(max(n - present.get(p, 0), 0) for p, n in committed.items())
@@ -69,7 +73,7 @@ def spark_driver_pids(app_name: str) -> list[int]:
     return [int(p) for p in out.split()]
 
 
-def kill_trials(env: dict, pipelines: Path, lake: Path) -> dict:
+def kill_trials(env: dict, pipelines: Path, lake: str) -> dict:
     topic = helpers.create_topic(helpers.unique("soak_kill"), partitions=4)
     (pipelines / f"{topic}.yaml").write_text(f"name: {topic}\ntopics: [{topic}]\ntable: {topic}\nretries: 0\n")
     dag_id = f"tidemark_ingest__{topic}"
@@ -102,7 +106,7 @@ def kill_trials(env: dict, pipelines: Path, lake: Path) -> dict:
     return result
 
 
-def concurrent_trials(env: dict, pipelines: Path, lake: Path) -> dict:
+def concurrent_trials(env: dict, pipelines: Path, lake: str) -> dict:
     topic = helpers.create_topic(helpers.unique("soak_twice"), partitions=4)
     (pipelines / f"{topic}.yaml").write_text(f"name: {topic}\ntopics: [{topic}]\ntable: {topic}\n")
     produced = 0
@@ -129,10 +133,17 @@ def concurrent_trials(env: dict, pipelines: Path, lake: Path) -> dict:
 
 
 def main() -> None:
-    pipelines, lake, airflow_home = WORK / "pipelines", WORK / "lake", WORK / "airflow"
+    pipelines, airflow_home = WORK / "pipelines", WORK / "airflow"
+    lake = helpers.s3_lake("soak") if ON_S3 else str(WORK / "lake")
     subprocess.run(["rm", "-rf", str(WORK)], check=True)
     pipelines.mkdir(parents=True)
-    env = helpers.service_env(pipelines, lake, AIRFLOW_HOME=str(airflow_home),
+    extra = {}
+    if ON_S3:
+        extra["AIRFLOW_CONN_AWS_DEFAULT"] = helpers.aws_connection()
+        storage.configure(storage.ObjectStore(helpers.S3_ACCESS_KEY, helpers.S3_SECRET_KEY,
+                                              endpoint_url=helpers.s3_endpoint()))
+    log(f"lake: {lake}")
+    env = helpers.service_env(pipelines, lake, AIRFLOW_HOME=str(airflow_home), **extra,
                               AIRFLOW__CORE__DAGS_FOLDER=str(ROOT / "dags"), AIRFLOW__CORE__LOAD_EXAMPLES="False")
     subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True)
     started = time.monotonic()
@@ -145,9 +156,10 @@ def main() -> None:
           f"{concurrent['lost']} lost ({concurrent['busy_refusals']} refused as busy, "
           f"{concurrent['both_succeeded_with_data']} trials where both committed data)")
     print(f"wall time: {elapsed / 60:.1f} min")
-    out = ROOT / "bench" / "results" / "soak.json"
+    out = ROOT / "bench" / "results" / ("soak-s3.json" if ON_S3 else "soak.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"kill_trials": kills, "concurrent_trials": concurrent, "wall_seconds": round(elapsed),
+    out.write_text(json.dumps({"lake": "s3" if ON_S3 else "local", "kill_trials": kills,
+                               "concurrent_trials": concurrent, "wall_seconds": round(elapsed),
                                "date": time.strftime("%Y-%m-%d")}, indent=2) + "\n")
     if kills["duplicates"] or kills["lost"] or concurrent["duplicates"] or concurrent["lost"]:
         sys.exit("soak: exactly-once was violated")

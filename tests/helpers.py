@@ -4,6 +4,7 @@
 from devkit.localstack import (  # noqa: F401
     S3_ACCESS_KEY,
     S3_SECRET_KEY,
+    StandaloneCluster,
     at_ms,
     aws_connection,
     bootstrap,

@@ -52,8 +52,9 @@ def s3_pipeline(kafka_bootstrap, tmp_path, monkeypatch):
 
 
 def run(env: dict, pipeline: str, *args: str, **extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([TIDEMARK, *(args or ("run",)), pipeline], env={**env, **extra}, capture_output=True,
-                          text=True, timeout=600)
+    """`tidemark run PIPELINE`, or `tidemark <args...> PIPELINE [--json]`."""
+    command = [TIDEMARK, "run", pipeline] if not args else [TIDEMARK, *args[:2], pipeline, *args[2:]]
+    return subprocess.run(command, env={**env, **extra}, capture_output=True, text=True, timeout=600)
 
 
 def counts(table: str) -> dict[int, tuple[int, int]]:
@@ -90,10 +91,21 @@ def test_tidemark_run_writes_every_table_on_s3_exactly_once_and_never_prints_the
     assert {p["partition"]: p["committed_offset"] for p in json.loads(shown.stdout)} == end
     ledger = Ledger(f"{lake}/_tidemark/offsets")
     assert {(r.batch_id, r.status) for r in ledger.rows(topic)} == {(1, "committed"), (2, "committed")}
+    # An audited reset on S3, then the history shows it (the ledger's other commands).
+    reset = subprocess.run([TIDEMARK, "offsets", "reset", topic, "--shift-by", "-5", "--execute", "--reason",
+                            "replay on s3"], env=env, capture_output=True, text=True, timeout=300)
+    assert reset.returncode == 0, reset.stdout + reset.stderr
+    history = run(env, topic, "offsets", "history", "--json")
+    assert history.returncode == 0, history.stderr
+    assert {r["kind"] for r in json.loads(history.stdout)} >= {"reset"}
+    assert {p["partition"]: p["committed_offset"] for p in json.loads(run(env, topic, "offsets", "show",
+                                                                          "--json").stdout)} == {
+        p: end - 5 for p, end in end.items()}
+
     # The secret key reached delta-rs and S3A without ever being printed.
-    for result in (first, second, shown):
+    for result in (first, second, shown, reset, history):
         assert CANARY not in result.stdout + result.stderr
-    assert CANARY not in json.dumps([r.__dict__ for r in ledger.rows(topic)], default=str)
+    assert CANARY not in history.stdout
 
 
 def test_kill_9_of_the_driver_during_the_s3_write_then_recovery(s3_pipeline):

@@ -16,16 +16,18 @@ AIRFLOW = ["airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "a
 
 
 def test_every_component_is_a_service():
-    assert set(SERVICES) == {"postgres", "kafka", "spark-master", "spark-worker", "airflow-init", *AIRFLOW}
+    assert set(SERVICES) == {"postgres", "kafka", "minio", "minio-init", "spark-master", "spark-worker",
+                             "airflow-init", *AIRFLOW}
 
 
 @pytest.mark.parametrize("name", sorted(SERVICES))
 def test_images_are_pinned(name):
     image = SERVICES[name]["image"]
-    assert re.fullmatch(r"[\w./-]+:\d[\w.-]*", image), f"{name}: image '{image}' is not pinned to a version"
+    assert re.fullmatch(r"[\w./-]+:(\d|RELEASE\.\d)[\w.-]*", image), \
+        f"{name}: image '{image}' is not pinned to a version"
 
 
-@pytest.mark.parametrize("name", sorted(set(SERVICES) - {"airflow-init"}))
+@pytest.mark.parametrize("name", sorted(set(SERVICES) - {"airflow-init", "minio-init"}))
 def test_long_running_services_have_health_checks(name):
     assert SERVICES[name]["healthcheck"]["test"]
 
@@ -55,3 +57,16 @@ def test_kafka_is_a_single_kraft_node():
     env = SERVICES["kafka"]["environment"]
     assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
     assert env["KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR"] == 1
+
+
+def test_the_lake_is_on_minio_through_the_aws_default_connection():
+    for name in AIRFLOW:
+        env = SERVICES[name]["environment"]
+        assert env["TIDEMARK_LAKE_ROOT"].startswith("s3a://lake/")
+        aws = json.loads(env["AIRFLOW_CONN_AWS_DEFAULT"])
+        assert aws["conn_type"] == "aws" and aws["extra"]["endpoint_url"] == "http://minio:9000"
+        assert (aws["login"], aws["password"]) == (SERVICES["minio"]["environment"]["MINIO_ROOT_USER"],
+                                                   SERVICES["minio"]["environment"]["MINIO_ROOT_PASSWORD"])
+        assert SERVICES[name]["depends_on"]["minio-init"]["condition"] == "service_completed_successfully"
+    assert "mb --ignore-existing local/lake" in SERVICES["minio-init"]["command"][0]
+    assert not [m for m in SERVICES["spark-worker"]["volumes"] if "lake" in m], "workers share no lake folder"

@@ -89,3 +89,16 @@ def test_the_ingest_task_refuses_masters_that_would_put_credentials_on_the_comma
     refuse_credentials_on_the_command_line("local[2]", secured, "p")
     refuse_credentials_on_the_command_line("spark://master:7077", secured, "p")
     refuse_credentials_on_the_command_line("yarn", {"bootstrap.servers": "h:9092"}, "p")
+
+
+def test_the_ingest_task_refuses_storage_keys_where_they_would_reach_the_command_line():
+    from tidemark.storage import ObjectStore
+    from tidemark_airflow.operators import refuse_credentials_on_the_command_line
+
+    plain = {"bootstrap.servers": "h:9092"}
+    keys = ObjectStore("AKIA1", "s3cret", endpoint_url="http://minio:9000")
+    for master in ("yarn", "k8s://https://kube:6443"):
+        with pytest.raises(ConfigError, match="storage connection holds a secret key.*IAM role"):
+            refuse_credentials_on_the_command_line(master, plain, "p", keys)
+        refuse_credentials_on_the_command_line(master, plain, "p", ObjectStore(region="eu-west-1"))  # a role
+    refuse_credentials_on_the_command_line("spark://master:7077", plain, "p", keys)
