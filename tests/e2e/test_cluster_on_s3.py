@@ -39,7 +39,8 @@ def test_the_ingest_dag_on_a_two_worker_cluster_with_the_lake_on_s3(cluster, sta
                      AIRFLOW_CONN_SPARK_DEFAULT=json.dumps({"conn_type": "spark", "host": host, "port": int(port)}))
     dag_id = stack.add_pipeline(topic, [topic], spark_conf={
         "spark.executor.memory": "512m", "spark.executor.cores": "1", "spark.cores.max": "2",
-        "spark.eventLog.enabled": "true", "spark.eventLog.dir": f"file://{events}"})
+        "spark.eventLog.enabled": "true", "spark.eventLog.compress": "false",
+        "spark.eventLog.dir": f"file://{events}"})
     produced = helpers.produce(topic, 200)
     sampler = CommandLines()
     sampler.start()
