@@ -50,9 +50,10 @@ def kafka_properties_from_env() -> dict[str, str]:
 def build_session(pipeline: str = "ingest", defaults: dict[str, str] | None = None):
     """The job's session. ``defaults`` (the object-store settings) apply where spark-submit's
     configuration (the pipeline's ``spark_conf``) sets nothing else."""
-    from pyspark import SparkConf
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
+    SparkContext._ensure_initialized()  # connect to spark-submit's JVM, so SparkConf() holds its settings
     given = SparkConf()  # what spark-submit passed (--conf, spark-defaults.conf)
     builder = SparkSession.builder
     for key, value in (defaults or {}).items():
