@@ -10,7 +10,8 @@ After each trial: duplicates = output rows - distinct (topic, partition, offset)
 committed ranges missing from the output. Prints `N trials, D duplicates, L lost` per kind and writes
 bench/results/soak.json (soak-s3.json on object storage). Environment: SOAK_TRIALS (20), KAFKA_PORT
 (set by scripts/soak.sh), SOAK_LAKE=s3 to keep every table on the local S3 server (S3_PORT, started by
-scripts/soak.sh) with credentials from the aws_default connection.
+scripts/soak.sh) with credentials from the aws_default connection, SOAK_KINDS=kill or concurrent for
+one kind of trial only.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ WORK = ROOT / ".cache" / "soak"
 TRIALS = int(os.environ.get("SOAK_TRIALS", "20"))
 BIN = ROOT / ".venv" / "bin"
 ON_S3 = os.environ.get("SOAK_LAKE", "local") == "s3"
+KINDS = {k.strip() for k in os.environ.get("SOAK_KINDS", "kill,concurrent").split(",")}
 
 
 def log(message: str) -> None:
@@ -147,8 +149,10 @@ def main() -> None:
                               AIRFLOW__CORE__DAGS_FOLDER=str(ROOT / "dags"), AIRFLOW__CORE__LOAD_EXAMPLES="False")
     subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True)
     started = time.monotonic()
-    kills = kill_trials(env, pipelines, lake)
-    concurrent = concurrent_trials(env, pipelines, lake)
+    none = {"trials": 0, "duplicates": 0, "lost": 0}
+    kills = kill_trials(env, pipelines, lake) if "kill" in KINDS else {**none, "kills_landed_mid_run": 0}
+    concurrent = (concurrent_trials(env, pipelines, lake) if "concurrent" in KINDS
+                  else {**none, "busy_refusals": 0, "both_succeeded_with_data": 0})
     elapsed = time.monotonic() - started
     print(f"kill -9 of the Spark driver: {kills['trials']} trials, {kills['duplicates']} duplicates, "
           f"{kills['lost']} lost ({kills['kills_landed_mid_run']} kills landed mid-run)")
@@ -156,7 +160,8 @@ def main() -> None:
           f"{concurrent['lost']} lost ({concurrent['busy_refusals']} refused as busy, "
           f"{concurrent['both_succeeded_with_data']} trials where both committed data)")
     print(f"wall time: {elapsed / 60:.1f} min")
-    out = ROOT / "bench" / "results" / ("soak-s3.json" if ON_S3 else "soak.json")
+    suffix = "" if KINDS >= {"kill", "concurrent"} else "-" + "-".join(sorted(KINDS))
+    out = ROOT / "bench" / "results" / (f"soak-s3{suffix}.json" if ON_S3 else f"soak{suffix}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"lake": "s3" if ON_S3 else "local", "kill_trials": kills,
                                "concurrent_trials": concurrent, "wall_seconds": round(elapsed),
