@@ -13,6 +13,7 @@ Never set these in production.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import random
@@ -77,6 +78,7 @@ def crash_soon(point: str, max_delay_s: float = 0.3) -> None:
     if _armed(point):
         delay = random.uniform(0, max_delay_s)
         threading.Thread(target=lambda: (time.sleep(delay), _kill(point)), daemon=True).start()
+        atexit.register(_kill, point)  # at the latest before a normal exit: an armed run never reports success
 
 
 def crash_when_spark_is_busy(point: str, spark) -> None:
