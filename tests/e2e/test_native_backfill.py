@@ -106,8 +106,14 @@ def running_airflow(airflow_home, tmp_path_factory, kafka_bootstrap, pipeline_na
     # Not migrated again: a copy of the session's freshly migrated metadata DB (sqlite3's backup API)
     with sqlite3.connect(MIGRATED_DB) as source, sqlite3.connect(home / "airflow.db") as copy:
         source.backup(copy)
+    # Three services and the CLI write to this one file: WAL lets readers go on while one writes
+    # (persistent in the file), and the connect args make a writer wait for the lock.
+    with contextlib.closing(sqlite3.connect(home / "airflow.db")) as db:
+        db.execute("PRAGMA journal_mode=WAL")
     env = helpers.service_env(pipelines, lake, AIRFLOW_HOME=str(home), AIRFLOW__CORE__DAGS_FOLDER=str(ROOT / "dags"),
                               AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home / 'airflow.db'}",
+                              AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS="devkit.airflow_sqlite.CONNECT_ARGS",
+                              PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
                               AIRFLOW__CORE__LOAD_EXAMPLES="False", AIRFLOW__CORE__EXECUTOR="LocalExecutor",
                               AIRFLOW__CORE__PARALLELISM="2",
                               AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://127.0.0.1:{port}/execution/",
