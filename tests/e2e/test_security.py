@@ -83,15 +83,29 @@ class CommandLines(threading.Thread):
         return self.lines
 
 
+# Runs in a child process: opening and closing the metadata DB's files here, with plain file calls,
+# would drop every POSIX lock this process's SQLite connections hold on them (locks belong to the
+# process, not the descriptor). A CLI process that then closed the DB last would checkpoint and
+# delete airflow.db-wal/-shm under the open connections ("disk I/O error" at the next query).
+_FILES_WITH = """
+import json, sys
+from pathlib import Path
+needle, hits = sys.stdin.read().encode(), {}
+for root in map(Path, sys.argv[1:]):
+    for path in ([root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())):
+        count = path.read_bytes().count(needle)
+        if count:
+            hits[str(path)] = count
+print(json.dumps(hits))
+"""
+
+
 def files_with(secret: str, roots: Iterable[Path]) -> dict[str, int]:
-    """Files under the roots holding the secret, as bytes (SQLite databases and logs alike)."""
-    needle, hits = secret.encode(), {}
-    for root in roots:
-        for path in ([root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())):
-            count = path.read_bytes().count(needle)
-            if count:
-                hits[str(path)] = count
-    return hits
+    """Files under the roots holding the secret, as bytes (SQLite databases and logs alike). The
+    secret goes to the searching process on stdin, never on its command line."""
+    found = subprocess.run([sys.executable, "-c", _FILES_WITH, *map(str, roots)], input=secret, capture_output=True,
+                           text=True, timeout=300, check=True)
+    return json.loads(found.stdout)
 
 
 def texts_with(secret: str, texts: dict[str, str]) -> dict[str, int]:
