@@ -175,6 +175,23 @@ def txn_version(table_uri: str, app_id: str) -> int | None:
         return None
 
 
+def start_holding_run(command: list[str], env: dict, ledger, pipeline: str, timeout: float = 120):
+    """Starts ``command`` (a `tidemark run`) and returns it once it holds ``pipeline``: its batch is
+    frozen in ``ledger`` (a ``tidemark.ledger.Ledger``) and not committed yet. Fails if the run ends
+    first or never freezes; the caller then owns the process (its output is one text pipe)."""
+    import subprocess
+
+    run = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + timeout
+    while ledger.state(pipeline).pending_batch_id is None and run.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if run.poll() is not None or ledger.state(pipeline).pending_batch_id is None:
+        run.kill()
+        output, _ = run.communicate()
+        raise AssertionError(f"the run never held pipeline '{pipeline}' with a pending batch:\n{output[-4000:]}")
+    return run
+
+
 def describe_group(group: str) -> dict[int, tuple[int, int]]:
     """Kafka's own consumer-groups tool (from the broker jars): partition -> (current offset, lag)."""
     import subprocess

@@ -20,6 +20,7 @@ from devkit.localstack import (  # noqa: F401
     s3_endpoint,
     s3_lake,
     service_env,
+    start_holding_run,
     table_version,
     txn_version,
     unique,

@@ -4,7 +4,6 @@ saying another run holds the pipeline, and writes nothing."""
 from __future__ import annotations
 
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -28,12 +27,7 @@ def test_second_run_while_the_first_holds_the_pipeline_fails_and_writes_nothing(
     helpers.produce(topic, 200)
     ledger = Ledger(str(lake / "_tidemark" / "offsets"))
 
-    first = subprocess.Popen([TIDEMARK, "run", topic], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True)
-    deadline = time.monotonic() + 120
-    while ledger.state(topic).pending_batch_id is None and first.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert first.poll() is None, "the first run finished before the second could start; " + first.stdout.read()
+    first = helpers.start_holding_run([TIDEMARK, "run", topic], env, ledger, topic)
     helpers.produce(topic, 50, start=200)  # the second run would have something new to read
 
     second = subprocess.run([TIDEMARK, "run", topic], env=env, capture_output=True, text=True, timeout=300)

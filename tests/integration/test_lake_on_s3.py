@@ -129,12 +129,7 @@ def test_two_concurrent_runs_on_s3_one_commits_and_the_other_writes_nothing(s3_p
     topic, lake, env = s3_pipeline
     produced = helpers.produce(topic, 90)
     ledger = Ledger(f"{lake}/_tidemark/offsets")
-    first = subprocess.Popen([TIDEMARK, "run", topic], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True)
-    deadline = time.monotonic() + 120
-    while ledger.state(topic).pending_batch_id is None and first.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert first.poll() is None, "the first run finished before the second could start; " + first.stdout.read()
+    first = helpers.start_holding_run([TIDEMARK, "run", topic], env, ledger, topic)
     second = run(env, topic)
     first_out, _ = first.communicate(timeout=600)
     assert first.returncode == 0, first_out[-4000:]
