@@ -1,4 +1,5 @@
-"""One ingest DAG per pipeline: plan -> has_new_records -> ingest (Spark) -> report.
+"""One ingest DAG per pipeline: plan -> has_new_records -> ingest (Spark) -> report; the ingest task's
+outlet is the output table (an Airflow Asset: one event per committed batch).
 Declarative: building a DAG reads nothing but the pipeline config (no Kafka, Delta or Spark)."""
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ def build_ingest_dag(config: PipelineConfig):
     from airflow.sdk import DAG
 
     from tidemark_airflow import tasks
+    from tidemark_airflow.assets import table_asset
     from tidemark_airflow.operators import TidemarkIngestOperator
     from tidemark_spark.submit import DEFAULT_CONF
 
@@ -85,7 +87,7 @@ def build_ingest_dag(config: PipelineConfig):
             storage_conn_id=config.storage_conn_id,
             isolation_level=config.isolation_level,
             conf={**DEFAULT_CONF, **config.spark_conf},
-            driver_memory="1g", name=f"tidemark-{config.name}")
+            driver_memory="1g", name=f"tidemark-{config.name}", outlets=[table_asset(config)])
         report = PythonOperator(task_id="report", python_callable=tasks.report,
                                 op_kwargs={"pipeline": config.name}, trigger_rule="none_failed")
         plan >> gate >> ingest >> report

@@ -11,7 +11,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from tidemark import storage
-from tidemark.batch.plan import BatchPlan
+from tidemark.batch import BatchPlan, batch_summary
 from tidemark.errors import ConfigError
 from tidemark.settings import require_spark_jars
 from tidemark_airflow.connections import kafka_properties, object_store, spark_master
@@ -79,10 +79,29 @@ class TidemarkIngestOperator(SparkSubmitOperator):
         if store is not None:
             self.env_vars[storage.ENV_VAR] = store.to_json()
         try:
-            return super().execute(context)
+            result = super().execute(context)
         except AirflowException as exc:
             if f"Error code is: {TERMINAL_EXIT_CODE}." in str(exc):
                 raise AirflowFailException(
                     f"pipeline '{plan.pipeline}': batch {plan.batch_id} failed on an error that a retry cannot fix "
                     f"(see the job's log above); not retrying") from None
             raise
+        storage.configure(store)
+        self.describe_asset_events(context, plan)
+        return result
+
+    def describe_asset_events(self, context, plan: BatchPlan) -> None:
+        """The output table's asset event (emitted when this task succeeds) carries what the batch
+        committed: pipeline, batch id, ranges, record and dead-letter counts, Delta version. The batch
+        is committed by now: a failure to describe it only thins the event, never fails the task."""
+        try:
+            summary = batch_summary(plan)
+        except Exception as exc:  # the data is committed; the event still says which batch
+            self.log.warning("pipeline '%s': could not summarise batch %d for its asset event: %s", plan.pipeline,
+                             plan.batch_id, exc)
+            summary = {"pipeline": plan.pipeline, "batch_id": plan.batch_id, "table": plan.table_uri}
+        for outlet in self.outlets:
+            context["outlet_events"][outlet].extra = summary
+        self.log.info("pipeline '%s': batch %d committed %s records and %s dead letters (Delta version %s)",
+                      plan.pipeline, plan.batch_id, summary.get("records"), summary.get("dead_letters"),
+                      summary.get("delta_version"))

@@ -34,11 +34,14 @@ def dagbag(tmp_path, monkeypatch):
     return load
 
 
+EXAMPLE = "tidemark_example_downstream__orders"  # dags/tidemark_downstream_example.py, on the demo's table
+
+
 def test_one_dag_per_pipeline_and_no_import_errors(dagbag):
     bag = dagbag(FIXTURES / "good" / "orders.yaml", FIXTURES / "good" / "payments.yaml")
     assert bag.import_errors == {}
-    assert sorted(bag.dags) == ["tidemark_ingest__orders", "tidemark_ingest__payments", "tidemark_replay__orders",
-                                "tidemark_replay__payments"]
+    assert sorted(bag.dags) == [EXAMPLE, "tidemark_ingest__orders", "tidemark_ingest__payments",
+                                "tidemark_replay__orders", "tidemark_replay__payments"]
     replay = bag.dags["tidemark_replay__orders"]
     assert replay.params["dry_run"] is True and replay.schedule is None
     dag = bag.dags["tidemark_ingest__orders"]
@@ -48,6 +51,15 @@ def test_one_dag_per_pipeline_and_no_import_errors(dagbag):
     assert dag.get_task("report").trigger_rule == "none_failed"
     assert dag.get_task("plan").retries == 2
     assert "orders" in dag.doc_md
+
+
+def test_the_ingest_task_declares_the_output_table_as_an_asset_and_the_example_is_scheduled_on_it(dagbag, tmp_path):
+    bag = dagbag(FIXTURES / "good" / "orders.yaml")
+    ingest = bag.dags["tidemark_ingest__orders"].get_task("ingest")
+    assert [(a.name, a.uri) for a in ingest.outlets] == [("tidemark/orders", (tmp_path / "lake" / "orders").as_uri())]
+    for task_id in ("plan", "has_new_records", "report"):
+        assert bag.dags["tidemark_ingest__orders"].get_task(task_id).outlets == []
+    assert [ref.name for ref in bag.dags[EXAMPLE].timetable.asset_condition.objects] == ["tidemark/orders"]
 
 
 def test_parsing_loads_no_spark_kafka_or_delta_client(tmp_path):
@@ -67,8 +79,8 @@ def test_parsing_loads_no_spark_kafka_or_delta_client(tmp_path):
 def test_a_broken_pipeline_is_an_import_error_naming_file_and_field_and_the_others_load(dagbag):
     bag = dagbag(FIXTURES / "good" / "orders.yaml", FIXTURES / "good" / "payments.yaml",
                  FIXTURES / "broken" / "unknown_key.yaml", FIXTURES / "broken" / "bad_cap.yaml")
-    assert sorted(bag.dags) == ["tidemark_ingest__orders", "tidemark_ingest__payments", "tidemark_replay__orders",
-                                "tidemark_replay__payments"]
+    assert sorted(bag.dags) == [EXAMPLE, "tidemark_ingest__orders", "tidemark_ingest__payments",
+                                "tidemark_replay__orders", "tidemark_replay__payments"]
     assert list(bag.import_errors) == [str(ROOT / "dags" / "tidemark_pipeline_errors.py")]
     message = next(iter(bag.import_errors.values()))
     assert "2 broken pipeline file(s)" in message

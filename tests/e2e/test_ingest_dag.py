@@ -16,6 +16,17 @@ def output_stats(table: str) -> dict:
                                 "AS uniq FROM t")[0]
 
 
+def asset_events(name: str) -> list[tuple[str, str, dict]]:
+    """The events of the asset ``name`` in the session's metadata DB: (DAG id, run id, extra)."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        events = (session.query(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+                  .filter(AssetModel.name == name).order_by(AssetEvent.id).all())
+        return [(e.source_dag_id, e.source_run_id, dict(e.extra or {})) for e in events]
+
+
 def test_incremental_runs_through_airflow_ingest_exactly_what_was_produced(stack):
     topic = helpers.create_topic(helpers.unique("e2e"), partitions=3)
     dag_id = stack.add_pipeline(topic, [topic])
@@ -35,6 +46,7 @@ def test_incremental_runs_through_airflow_ingest_exactly_what_was_produced(stack
     ends = helpers.end_offsets(topic)
     assert [(o["partition"], o["committed_offset"], o["latest_offset"], o["lag"], o["last_batch_id"])
             for o in offsets] == [(p, ends[p], ends[p], 0, 1) for p in sorted(ends)]
+    first = {"ends": ends, "version": helpers.table_version(table), "run_id": run.run_id}
 
     # 2. more records: only the new ones are added, as batch 2
     helpers.produce(topic, 25, start=60)
@@ -46,6 +58,7 @@ def test_incremental_runs_through_airflow_ingest_exactly_what_was_produced(stack
     offsets = json.loads(stack.tidemark("offsets", "show", topic, "--json").stdout)
     ends = helpers.end_offsets(topic)
     assert {o["partition"]: o["committed_offset"] for o in offsets} == ends
+    second = {"ends": ends, "version": helpers.table_version(table), "run_id": run.run_id}
 
     # 3. nothing new: no Spark launch, the output table is untouched
     version = helpers.table_version(table)
@@ -55,6 +68,17 @@ def test_incremental_runs_through_airflow_ingest_exactly_what_was_produced(stack
     assert "Spark-Submit cmd" not in run.log
     assert helpers.table_version(table) == version
     assert output_stats(table) == {"n": 85, "uniq": 85}
+
+    # 4. each committed batch (not the empty run) is an event of the table's asset, saying what arrived
+    def expected(batch_id, since, now):
+        ranges = [{"topic": topic, "partition": p, "start": since.get(p, 0), "end": end,
+                   "records": end - since.get(p, 0), "dead_letters": 0} for p, end in sorted(now["ends"].items())]
+        return {"pipeline": topic, "batch_id": batch_id, "kind": "batch", "table": table, "ranges": ranges,
+                "records": sum(r["records"] for r in ranges), "dead_letters": 0, "delta_version": now["version"]}
+
+    assert asset_events(f"tidemark/{topic}") == [
+        (dag_id, first["run_id"], expected(1, {}, first)),
+        (dag_id, second["run_id"], expected(2, first["ends"], second))]
 
 
 def test_a_failing_spark_job_shows_the_spark_error_in_the_task_log_and_commits_nothing(stack):

@@ -118,7 +118,8 @@ def running_airflow(airflow_home, tmp_path_factory, kafka_bootstrap, pipeline_na
                               AIRFLOW__CORE__PARALLELISM="2",
                               AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://127.0.0.1:{port}/execution/",
                               AIRFLOW__API_AUTH__JWT_SECRET=uuid.uuid4().hex, AIRFLOW__API__SECRET_KEY=uuid.uuid4().hex,
-                              AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="True")
+                              AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="True",
+                              TIDEMARK_EXAMPLE_UPSTREAM=pipeline_name)  # the example DAG scheduled on its table
     airflow = Airflow(home, env)
     airflow.start(port)
     try:
@@ -132,8 +133,11 @@ def test_native_backfill_over_two_past_days_ingests_exactly_those_windows(runnin
     dag_id = f"tidemark_ingest__{pipeline_name}"
     # Backfills need the records to still be there: no time-based retention on this topic.
     topic = helpers.create_topic(pipeline_name, partitions=2, configs={"retention.ms": "-1"})
-    airflow.wait_for("the dag-processor to parse the DAG", lambda: airflow.is_parsed(dag_id))
+    downstream = f"tidemark_example_downstream__{pipeline_name}"
+    airflow.wait_for("the dag-processor to parse the DAGs", lambda: airflow.is_parsed(dag_id) and
+                     airflow.is_parsed(downstream))
     airflow.cli("dags", "unpause", dag_id)
+    airflow.cli("dags", "unpause", downstream)
     # The schedule's latest interval runs first: nothing in the topic yet, so no Spark.
     airflow.wait_for("the scheduled run", lambda: [r for r in airflow.runs(dag_id) if r["state"] == "success"])
 
@@ -177,3 +181,27 @@ def test_native_backfill_over_two_past_days_ingests_exactly_those_windows(runnin
     show = json.loads(subprocess.run([str(ROOT / ".venv" / "bin" / "tidemark"), "offsets", "show", pipeline_name,
                                       "--json"], env=airflow.env, capture_output=True, text=True, timeout=120).stdout)
     assert {p["partition"]: p["committed_offset"] for p in show} == {0: None, 1: None}
+
+    # Each committed backfill batch was an event of the table's asset; the scheduler ran the example
+    # DAG scheduled on it (dags/tidemark_downstream_example.py), which returns what arrived.
+    batches = {row["dag_run_id"]: row["batch_id"] for row in history}
+
+    def downstream_done():
+        runs = airflow.runs(downstream)
+        if not runs or any(r["state"] not in ("success", "failed") for r in runs):
+            return None
+        arrived = [batch for r in runs for value in airflow.query(
+            "SELECT value FROM xcom WHERE dag_id = ? AND run_id = ? AND task_id = 'what_arrived' AND "
+            "key = 'return_value'", downstream, r["run_id"]) for batch in json.loads(value["value"])]
+        return (runs, arrived) if len(arrived) >= len(batches) else None
+
+    runs, arrived = airflow.wait_for("the downstream example DAG's runs", downstream_done, timeout=300)
+    assert {(r["run_type"], r["state"]) for r in runs} == {("asset_triggered", "success")}, runs
+    assert sorted((b["batch_id"], b["kind"], b["table"], b["records"], b["dead_letters"],
+                   tuple((r["partition"], r["start"], r["end"], r["records"]) for r in b["ranges"]))
+                  for b in arrived) == sorted(
+        (batches[run_id], "backfill", table, sum(end - start for _, start, end in ranges), 0,
+         tuple(sorted((p, start, end, end - start) for p, start, end in ranges)))
+        for run_id, ranges in by_run.items())
+    assert all(isinstance(b["delta_version"], int) for b in arrived), arrived
+

@@ -76,3 +76,14 @@ def test_the_ingest_operator_fails_fast_on_the_jobs_terminal_exit_code(monkeypat
         with pytest.raises(expected) as raised:
             operator.execute({"ti": TI()})
         assert (type(raised.value) is AirflowFailException) == (expected is AirflowFailException)
+
+
+@pytest.mark.parametrize(("table", "uri"), [
+    ("s3a://lake/tidemark/orders", "s3://lake/tidemark/orders"),
+    ("s3://lake/tidemark/orders", "s3://lake/tidemark/orders"),
+    ("/data/lake/orders", "file:///data/lake/orders"),
+])
+def test_the_asset_uri_of_a_table(table, uri):
+    from tidemark_airflow.assets import asset_uri
+
+    assert asset_uri(table) == uri

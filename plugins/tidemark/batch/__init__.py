@@ -27,7 +27,8 @@ from tidemark.batch.ownership import cli_owner_id
 from tidemark.batch.plan import BatchPlan
 from tidemark.batch.prepare import prepare_batch
 from tidemark.batch.reset import ResetOutcome, ResetRequest, reset_offsets
-from tidemark.batch.status import mirror_to_consumer_group, partition_status
+from tidemark.batch.status import batch_summary, mirror_to_consumer_group, partition_status
 
-__all__ = ["BackfillRequest", "BatchPlan", "ResetOutcome", "ResetRequest", "cli_owner_id", "finalize_batch",
-           "mirror_to_consumer_group", "partition_status", "prepare_backfill", "prepare_batch", "reset_offsets"]
+__all__ = ["BackfillRequest", "BatchPlan", "ResetOutcome", "ResetRequest", "batch_summary", "cli_owner_id",
+           "finalize_batch", "mirror_to_consumer_group", "partition_status", "prepare_backfill", "prepare_batch",
+           "reset_offsets"]

@@ -1,15 +1,19 @@
-"""What a pipeline looks like now: committed offsets against Kafka's latest (lag), and the copy
-of the committed positions in the pipeline's Kafka consumer group for standard lag tools."""
+"""What a pipeline looks like now: committed offsets against Kafka's latest (lag), the copy of the
+committed positions in the pipeline's Kafka consumer group for standard lag tools, and what one
+committed batch put in the output (``batch_summary``)."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 
-from tidemark import settings
+from tidemark import settings, storage
+from tidemark.batch.plan import METADATA_KEY, BatchPlan
 from tidemark.config import PipelineConfig
+from tidemark.errors import PlanMismatchError
 from tidemark.kafka_client import KafkaOffsets, commit_group_offsets
-from tidemark.ledger import Ledger
+from tidemark.ledger import COMMITTED, WRITING_KINDS, Ledger
 
 log = logging.getLogger(__name__)
 
@@ -60,3 +64,38 @@ def mirror_to_consumer_group(config: PipelineConfig, kafka_properties: Mapping[s
         return False
     log.info("pipeline '%s': offsets mirrored to consumer group '%s'", config.name, config.name)
     return True
+
+
+def output_version(table_uri: str, pipeline: str, batch_id: int, depth: int = 100) -> int | None:
+    """The output table's Delta version whose commit holds the batch (its ``userMetadata`` names the
+    pipeline and batch id, ``BatchPlan.commit_metadata``); None if none of the last ``depth`` commits
+    does (a batch that found every record already in the output commits nothing new)."""
+    table = storage.open_table(table_uri)
+    if table is None:
+        return None
+    for commit in table.history(depth):
+        try:
+            held = json.loads(commit.get("userMetadata") or "{}").get(METADATA_KEY) or {}
+        except (ValueError, AttributeError):
+            continue
+        if held.get("pipeline") == pipeline and held.get("batch_id") == batch_id:
+            return commit.get("version")
+    return None
+
+
+def batch_summary(plan: BatchPlan) -> dict:
+    """What a committed batch put in the output, from the ledger (the counts the commit recorded) and
+    the output table (its Delta version): the extra of the Airflow asset event of the output table.
+    Raises PlanMismatchError when the ledger does not hold the batch as committed."""
+    rows = [r for r in Ledger(plan.ledger_uri).rows(plan.pipeline)
+            if r.batch_id == plan.batch_id and r.kind in WRITING_KINDS]
+    if not rows or any(r.status != COMMITTED for r in rows):
+        raise PlanMismatchError(f"batch {plan.batch_id} is not committed in the ledger ({plan.ledger_uri}); no summary "
+                          f"of it can be given", pipeline=plan.pipeline)
+    ranges = [{"topic": r.topic, "partition": r.partition, "start": r.start_offset, "end": r.end_offset,
+               "records": (r.record_count or 0) - (r.dead_letter_count or 0), "dead_letters": r.dead_letter_count or 0}
+              for r in sorted(rows, key=lambda r: (r.topic, r.partition))]
+    return {"pipeline": plan.pipeline, "batch_id": plan.batch_id, "kind": rows[0].kind, "table": plan.table_uri,
+            "ranges": ranges, "records": sum(r["records"] for r in ranges),
+            "dead_letters": sum(r["dead_letters"] for r in ranges),
+            "delta_version": output_version(plan.table_uri, plan.pipeline, plan.batch_id)}
