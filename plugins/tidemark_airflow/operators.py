@@ -40,6 +40,10 @@ def refuse_credentials_on_the_command_line(master: str, properties: dict[str, st
                           pipeline=pipeline)
 
 
+# The job's environment variables that hold credentials (Kafka properties, object-store keys).
+SECRET_ENV_VARS = ("TIDEMARK_KAFKA_PROPERTIES", storage.ENV_VAR)
+
+
 class TidemarkIngestOperator(SparkSubmitOperator):
     """Runs the ingest job (``tidemark_spark/ingest.py``) for the batch the ``plan`` task froze. A
     job that ends on a terminal error (exit code ``TERMINAL_EXIT_CODE``: bad records under
@@ -66,6 +70,7 @@ class TidemarkIngestOperator(SparkSubmitOperator):
         self.py_files = core_archive()  # the core for executors on other machines
         self.jars = ",".join(require_spark_jars())
         properties = kafka_properties(self.kafka_conn_id, plan.pipeline)
+        self._bootstrap_servers = properties.get("bootstrap.servers", "")
         try:
             master = spark_master(self._conn_id, plan.pipeline)
         except ConfigError:
@@ -75,7 +80,7 @@ class TidemarkIngestOperator(SparkSubmitOperator):
                  if any(storage.is_object_store(uri) for uri in tables) else None)
         refuse_credentials_on_the_command_line(master, properties, plan.pipeline, store)
         self.env_vars = {**local_spark_env(), **(self.env_vars or {}),
-                         "TIDEMARK_KAFKA_PROPERTIES": json.dumps(properties)}
+                         SECRET_ENV_VARS[0]: json.dumps(properties)}
         if store is not None:
             self.env_vars[storage.ENV_VAR] = store.to_json()
         try:
@@ -86,6 +91,9 @@ class TidemarkIngestOperator(SparkSubmitOperator):
                     f"pipeline '{plan.pipeline}': batch {plan.batch_id} failed on an error that a retry cannot fix "
                     f"(see the job's log above); not retrying") from None
             raise
+        finally:  # the secrets leave the operator with the job: listeners (OpenLineage) read it afterwards
+            self.env_vars = {k: v for k, v in self.env_vars.items() if k not in SECRET_ENV_VARS}
+            self._hook = None  # it holds a copy
         storage.configure(store)
         self.describe_asset_events(context, plan)
         return result
@@ -100,8 +108,23 @@ class TidemarkIngestOperator(SparkSubmitOperator):
             self.log.warning("pipeline '%s': could not summarise batch %d for its asset event: %s", plan.pipeline,
                              plan.batch_id, exc)
             summary = {"pipeline": plan.pipeline, "batch_id": plan.batch_id, "table": plan.table_uri}
+        self._committed = (plan, summary)
         for outlet in self.outlets:
             context["outlet_events"][outlet].extra = summary
         self.log.info("pipeline '%s': batch %d committed %s records and %s dead letters (Delta version %s)",
                       plan.pipeline, plan.batch_id, summary.get("records"), summary.get("dead_letters"),
                       summary.get("delta_version"))
+
+    def get_openlineage_facets_on_complete(self, task_instance):
+        """OpenLineage (called by the provider's listener after a successful run): the batch's
+        topics as inputs, the output table (and the dead letters, when it wrote some) as outputs, the
+        committed batch as the ``tidemark_batch`` run facet."""
+        from tidemark_airflow.lineage import batch_lineage
+
+        if getattr(self, "_committed", None) is None:  # nothing committed by this task
+            from airflow.providers.openlineage.extractors import OperatorLineage
+
+            return OperatorLineage()
+        plan, summary = self._committed
+        topics = sorted({r.topic for r in plan.ranges})
+        return batch_lineage(summary, topics, self._bootstrap_servers, plan.dead_letter_uri)

@@ -29,12 +29,20 @@ AIRFLOW = str(ROOT / ".venv" / "bin" / "airflow")
 # Airflow reads its home and database when it is first imported, so the session's home is set as
 # this module loads: during collection, before any test (of any tier) can import airflow.
 AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="tidemark-e2e-airflow-"))
-MIGRATED_DB = AIRFLOW_HOME / "migrated.db"  # a pristine copy of the migrated DB, for other homes
+MIGRATED_DB = AIRFLOW_HOME / "migrated.db"
+OPENLINEAGE_FILE = "openlineage.jsonl"  # a pristine copy of the migrated DB, for other homes
 AIRFLOW_SETTINGS = {
     "AIRFLOW_HOME": str(AIRFLOW_HOME),
     "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{AIRFLOW_HOME / 'airflow.db'}",
     "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
     "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+    # OpenLineage events of every e2e run, to a file (the provider's file transport), with the full
+    # task info: the lineage test reads them and the leak searches include them.
+    "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "append": True,
+                                                   "log_file_path": str(AIRFLOW_HOME / OPENLINEAGE_FILE)}),
+    "AIRFLOW__OPENLINEAGE__NAMESPACE": "tidemark-tests",
+    "AIRFLOW__OPENLINEAGE__INCLUDE_FULL_TASK_INFO": "True",
+    "AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD": "True",  # no fork of the pytest process per task event
 }
 if "airflow" in sys.modules:
     raise RuntimeError("airflow was imported before tests/e2e/conftest.py could give it a private home; import "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -16,6 +17,22 @@ def output_stats(table: str) -> dict:
                                 "AS uniq FROM t")[0]
 
 
+def lineage_events(airflow_home, job: str, event_type: str, count: int, timeout: float = 60) -> list[dict]:
+    """The OpenLineage events of ``job`` of one type in the session's file transport, once there are
+    ``count`` of them (the listener emits from a thread of its own, after the task)."""
+    from tests.e2e.conftest import OPENLINEAGE_FILE
+
+    deadline, found = time.monotonic() + timeout, []
+    while time.monotonic() < deadline:
+        path = airflow_home / OPENLINEAGE_FILE
+        events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+        found = [e for e in events if e.get("job", {}).get("name") == job and e.get("eventType") == event_type]
+        if len(found) >= count:
+            return found
+        time.sleep(0.5)
+    raise AssertionError(f"{len(found)} {event_type} OpenLineage event(s) of {job} after {timeout:.0f}s, not {count}")
+
+
 def asset_events(name: str) -> list[tuple[str, str, dict]]:
     """The events of the asset ``name`` in the session's metadata DB: (DAG id, run id, extra)."""
     from airflow.models.asset import AssetEvent, AssetModel
@@ -27,7 +44,7 @@ def asset_events(name: str) -> list[tuple[str, str, dict]]:
         return [(e.source_dag_id, e.source_run_id, dict(e.extra or {})) for e in events]
 
 
-def test_incremental_runs_through_airflow_ingest_exactly_what_was_produced(stack):
+def test_incremental_runs_through_airflow_ingest_exactly_what_was_produced(stack, airflow_home):
     topic = helpers.create_topic(helpers.unique("e2e"), partitions=3)
     dag_id = stack.add_pipeline(topic, [topic])
     table = str(stack.lake / topic)
@@ -79,6 +96,17 @@ def test_incremental_runs_through_airflow_ingest_exactly_what_was_produced(stack
     assert asset_events(f"tidemark/{topic}") == [
         (dag_id, first["run_id"], expected(1, {}, first)),
         (dag_id, second["run_id"], expected(2, first["ends"], second))]
+
+    # 5. and an OpenLineage run of the ingest task (the provider's listener, file transport): the topic
+    # in, named as the OpenLineage naming spec says, the table out, the batch as a run facet
+    completed = lineage_events(airflow_home, f"{dag_id}.ingest", "COMPLETE", count=2)
+    assert [([(d["namespace"], d["name"]) for d in e["inputs"]], [(d["namespace"], d["name"]) for d in e["outputs"]])
+            for e in completed] == [([(f"kafka://{helpers.bootstrap()}", topic)], [("file", table)])] * 2
+    facets = sorted((e["run"]["facets"]["tidemark_batch"] for e in completed), key=lambda f: f["batch_id"])
+    assert [{k: f[k] for k in ("pipeline", "batch_id", "kind", "ranges", "records", "dead_letters",
+                               "delta_version")} for f in facets] == [
+        {k: v for k, v in expected(1, {}, first).items() if k != "table"},
+        {k: v for k, v in expected(2, first["ends"], second).items() if k != "table"}]
 
 
 def test_a_failing_spark_job_shows_the_spark_error_in_the_task_log_and_commits_nothing(stack):

@@ -117,9 +117,14 @@ def metadata_db(airflow_home: Path) -> Path:
 
 
 def airflow_files(airflow_home: Path) -> list[Path]:
-    """Task logs and the metadata DB's files: the pytest process keeps the SQLite DB open, so its
-    newest pages may still be in the write-ahead log (airflow.db-wal) rather than in airflow.db."""
-    return [airflow_home / "logs", *sorted(airflow_home.glob(metadata_db(airflow_home).name + "*"))]
+    """Task logs, the OpenLineage events (with the full task info) and the metadata DB's files: the
+    pytest process keeps the SQLite DB open, so its newest pages may still be in the write-ahead log
+    (airflow.db-wal) rather than in airflow.db."""
+    from tests.e2e.conftest import OPENLINEAGE_FILE
+
+    lineage = airflow_home / OPENLINEAGE_FILE
+    assert lineage.is_file(), f"no OpenLineage events in {lineage}: the leak search would miss them"
+    return [airflow_home / "logs", lineage, *sorted(airflow_home.glob(metadata_db(airflow_home).name + "*"))]
 
 
 def xcom_values(airflow_home: Path, dag_id: str) -> dict[str, str]:
@@ -257,8 +262,10 @@ def test_a_wrong_password_fails_clearly_without_echoing_it_and_loses_nothing(sas
     secured_pipeline(stack, topic, events)
     helpers.produce(topic, 40)
     bad = helpers.unique("saslbad")
+    # 15 s: kafka-python sometimes sees only a disconnect, not the broker's refusal, on one try (more
+    # often under load); bootstrap retries about once a second within the timeout
     bad_dag = stack.add_pipeline(bad, [topic], kafka_conn_id="kafka_wrong", retries=3, retry_delay_seconds=1,
-                                 kafka_timeout_seconds=8)
+                                 kafka_timeout_seconds=15)
     outputs: dict[str, str] = {}
 
     # 1. Airflow: the plan task fails at once (no retry can fix credentials), naming the cause
