@@ -1,7 +1,7 @@
 """`make bench-s3`: one batch of the benchmark's backlog (BENCH_RECORDS, default 2,000,000 events of
 BENCH_RECORD_BYTES) through the `tidemark run` path (plan, then the ingest job's spark-submit), with
 the lake on the local disk and then on the local S3 server (scripts/storage.sh, S3_PORT), alternating,
-BENCH_REPEATS times (default 1). Every run's output is counted back. Results go to
+BENCH_REPEATS times (default 3, as `make bench`). Every run's output is counted back. Results go to
 bench/results/object_storage.json.
 
 The S3 figures are those of this machine's S3 server (moto, in-process Python, on loopback): they show
