@@ -178,16 +178,26 @@ def _table(rows: list[LedgerRow]) -> pa.Table:
     return pa.Table.from_pydict(columns, schema=SCHEMA)
 
 
+def _quote(text: str) -> str:
+    return text.replace("'", "''")
+
+
+def _topic_id_column(table) -> str:
+    """A version 1 ledger (no topic_id column) reads as it is, the column null."""
+    return "" if "topic_id" in {f.name for f in table.schema().fields} else ", CAST(NULL AS VARCHAR) AS topic_id"
+
+
+def _query(table, sql: str) -> list[LedgerRow]:
+    from deltalake import QueryBuilder
+
+    return [LedgerRow(**rec) for rec in pa.table(QueryBuilder().register("ledger", table).execute(sql).read_all())
+            .to_pylist()]
+
+
 def _select(table, pipeline: str) -> list[LedgerRow]:
     """One pipeline's rows. Uses delta-rs' own query engine: reading through pyarrow datasets
     leaves threads that abort the interpreter at exit (seen with deltalake 1.6.6)."""
-    from deltalake import QueryBuilder
-
-    quoted = pipeline.replace("'", "''")
-    reader = QueryBuilder().register("ledger", table).execute(
-        f"SELECT * FROM ledger WHERE pipeline = '{quoted}'")
-    data = pa.table(reader.read_all())
-    return [LedgerRow(**rec) for rec in data.to_pylist()]
+    return _query(table, f"SELECT *{_topic_id_column(table)} FROM ledger WHERE pipeline = '{_quote(pipeline)}'")
 
 
 # The rows a pipeline's state depends on, so that reading the state does not grow with its history:
@@ -227,12 +237,11 @@ def _read_state(table, pipeline: str) -> LedgerState:
     def kinds(names: tuple[str, ...]) -> str:
         return ", ".join(f"'{k}'" for k in names)
 
-    names = {"pipeline": pipeline.replace("'", "''"), "committed": COMMITTED, "planned": PLANNED,
+    names = {"pipeline": _quote(pipeline), "committed": COMMITTED, "planned": PLANNED,
              "position": kinds(POSITION_KINDS), "writing": kinds(WRITING_KINDS),
-             "no_topic_id": "" if "topic_id" in {f.name for f in table.schema().fields}
-             else ", CAST(NULL AS VARCHAR) AS topic_id"}  # a version 1 ledger read as it is (no migration)
+             "no_topic_id": _topic_id_column(table)}
     builder = QueryBuilder().register("ledger", table)
-    rows = [LedgerRow(**rec) for rec in pa.table(builder.execute(_STATE_SQL.format(**names)).read_all()).to_pylist()]
+    rows = _query(table, _STATE_SQL.format(**names))
     totals = pa.table(builder.execute(_TOTALS_SQL.format(**names)).read_all()).to_pylist()[0]
     state = derive_state(rows)
     if totals["n"]:
@@ -281,6 +290,39 @@ class Ledger:
         """The pipeline's derived state (positions, pending batch, fingerprint)."""
         table = self._open()
         return derive_state([]) if table is None else _read_state(table, pipeline)
+
+    def recent(self, pipeline: str, limit: int) -> list[LedgerRow]:
+        """The pipeline's newest ``limit`` rows (newest batch first, then topic and partition), read with
+        a limit, so a long history costs no more than a short one."""
+        table = self._open()
+        if table is None:
+            return []
+        return _query(table, f"SELECT *{_topic_id_column(table)} FROM ledger WHERE pipeline = '{_quote(pipeline)}' "
+                             f'ORDER BY batch_id DESC, topic, "partition" LIMIT {int(limit)}')
+
+    def recent_batches(self, pipeline: str, batches: int) -> list[LedgerRow]:
+        """Every row of the pipeline's newest ``batches`` ledger entries (batches, backfills, resets, gaps)."""
+        table = self._open()
+        if table is None:
+            return []
+        name = _quote(pipeline)
+        return _query(table, f"SELECT *{_topic_id_column(table)} FROM ledger WHERE pipeline = '{name}' AND batch_id IN "
+                             f"(SELECT DISTINCT batch_id FROM ledger WHERE pipeline = '{name}' "
+                             f"ORDER BY batch_id DESC LIMIT {int(batches)})")
+
+    def activity(self, pipeline: str) -> dict[tuple[str, str], dict]:
+        """Per (kind, status): how many ledger entries, the newest one's batch id, and the newest planned
+        and commit times (one aggregate query, whatever the history's length)."""
+        from deltalake import QueryBuilder
+
+        table = self._open()
+        if table is None:
+            return {}
+        sql = ("SELECT kind, status, COUNT(DISTINCT batch_id) AS entries, MAX(batch_id) AS batch_id, "
+               "MAX(planned_at) AS planned_at, MAX(committed_at) AS committed_at FROM ledger "
+               f"WHERE pipeline = '{_quote(pipeline)}' GROUP BY kind, status")
+        data = pa.table(QueryBuilder().register("ledger", table).execute(sql).read_all()).to_pylist()
+        return {(rec.pop("kind"), rec.pop("status")): rec for rec in data}
 
     def _create(self, rows: list[LedgerRow]) -> None:
         """Create the ledger at the current schema version, then append ``rows``: Delta version 0 holds the

@@ -14,3 +14,7 @@ def ingest_dag_id(pipeline: str) -> str:
 def replay_dag_id(pipeline: str) -> str:
     """The offset-reset (replay) DAG of a pipeline."""
     return f"{REPLAY_PREFIX}{pipeline}"
+
+
+CONSOLE_URL_PREFIX = "/tidemark"
+"""Where the Tidemark page is mounted on the api-server."""

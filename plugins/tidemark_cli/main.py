@@ -258,16 +258,9 @@ def cmd_offsets_reset(args: argparse.Namespace) -> int:
 
 
 def cmd_offsets_history(args: argparse.Namespace) -> int:
-    from tidemark.ledger import Ledger
-    from tidemark.settings import ledger_uri
+    from tidemark.batch import history
 
-    config = _pipeline(args.pipeline)
-    rows = sorted(Ledger(ledger_uri()).rows(config.name), key=lambda r: (-r.batch_id, r.topic, r.partition))
-    listing = [{"batch_id": r.batch_id, "kind": r.kind, "status": r.status, "topic": r.topic, "partition": r.partition,
-                "start_offset": r.start_offset, "end_offset": r.end_offset, "record_count": r.record_count,
-                "dead_letter_count": r.dead_letter_count, "dag_run_id": r.dag_run_id, "reason": r.reason,
-                "committed_at": r.committed_at.isoformat() if r.committed_at else None}
-               for r in rows[: args.limit]]
+    listing = history(_pipeline(args.pipeline).name, args.limit)
     if args.json:
         print(json.dumps(listing, indent=2))
     else:

@@ -29,6 +29,7 @@ DAY = dt.timedelta(days=1)
 TIMES = ["2025-05-31T23:00", "2025-06-01T00:00", "2025-06-01T12:00", "2025-06-01T23:59:59",
          "2025-06-02T00:00", "2025-06-02T18:00", "2025-06-03T00:00", "2025-06-03T05:00"]
 WINDOW = (dt.datetime(2025, 6, 1, tzinfo=dt.UTC), dt.datetime(2025, 6, 3, tzinfo=dt.UTC))
+LOGIN = ("watcher", uuid.uuid4().hex)
 
 
 class Airflow:
@@ -55,6 +56,7 @@ class Airflow:
                                "AND NOT is_stale", dag_id))
 
     def start(self, port: int) -> None:
+        self.url = f"http://127.0.0.1:{port}"
         for name, args in (("api-server", ["api-server", "--port", str(port)]), ("scheduler", ["scheduler"]),
                            ("dag-processor", ["dag-processor"])):
             log = open(self.home / f"{name}.out", "w")  # noqa: SIM115 - closed with the process
@@ -85,6 +87,13 @@ class Airflow:
         logs = "\n".join((self.home / f"{n}.out").read_text()[-2000:] for n in ("scheduler", "dag-processor"))
         pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}\n{logs}")
 
+    def tidemark(self, *args: str):
+        """``tidemark ... --json`` against this Airflow's pipelines, lake and connections."""
+        result = subprocess.run([str(ROOT / ".venv" / "bin" / "tidemark"), *args, "--json"], env=self.env,
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
     def runs(self, dag_id: str) -> list[dict]:
         return self.query("SELECT run_id, run_type, state FROM dag_run WHERE dag_id = ? ORDER BY id", dag_id)
 
@@ -102,6 +111,7 @@ def running_airflow(airflow_home, tmp_path_factory, kafka_bootstrap, pipeline_na
     pipelines.mkdir()
     (pipelines / f"{pipeline_name}.yaml").write_text(yaml.safe_dump(
         {"name": pipeline_name, "topics": [pipeline_name], "table": pipeline_name, "schedule": "@daily"}))
+    (home / "passwords.json").write_text(json.dumps({LOGIN[0]: LOGIN[1]}))
     port = helpers.free_port()
     # Not migrated again: a copy of the session's freshly migrated metadata DB (sqlite3's backup API)
     with sqlite3.connect(MIGRATED_DB) as source, sqlite3.connect(home / "airflow.db") as copy:
@@ -118,7 +128,9 @@ def running_airflow(airflow_home, tmp_path_factory, kafka_bootstrap, pipeline_na
                               AIRFLOW__CORE__PARALLELISM="2",
                               AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://127.0.0.1:{port}/execution/",
                               AIRFLOW__API_AUTH__JWT_SECRET=uuid.uuid4().hex, AIRFLOW__API__SECRET_KEY=uuid.uuid4().hex,
-                              AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="True",
+                              # A real login (the Tidemark page must refuse requests without one).
+                              AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS=f"{LOGIN[0]}:viewer",
+                              AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE=str(home / "passwords.json"),
                               TIDEMARK_EXAMPLE_UPSTREAM=pipeline_name)  # the example DAG scheduled on its table
     airflow = Airflow(home, env)
     airflow.start(port)
@@ -169,17 +181,14 @@ def test_native_backfill_over_two_past_days_ingests_exactly_those_windows(runnin
     assert all(WINDOW[0] <= r["ts"] < WINDOW[1] for r in rows)
 
     # One backfill batch per data interval, none of them moves the committed position.
-    history = json.loads(subprocess.run([str(ROOT / ".venv" / "bin" / "tidemark"), "offsets", "history",
-                                         pipeline_name, "--json"], env=airflow.env, capture_output=True, text=True,
-                                        timeout=120).stdout)
+    history = airflow.tidemark("offsets", "history", pipeline_name)
     by_run = {}
     for row in history:
         assert row["kind"] == "backfill" and row["status"] == "committed", row
         by_run.setdefault(row["dag_run_id"], set()).add((row["partition"], row["start_offset"], row["end_offset"]))
     assert by_run == {"backfill__2025-06-02T00:00:00+00:00": {(0, 1, 4), (1, 1, 4)},
                       "backfill__2025-06-03T00:00:00+00:00": {(0, 4, 6), (1, 4, 6)}}
-    show = json.loads(subprocess.run([str(ROOT / ".venv" / "bin" / "tidemark"), "offsets", "show", pipeline_name,
-                                      "--json"], env=airflow.env, capture_output=True, text=True, timeout=120).stdout)
+    show = airflow.tidemark("offsets", "show", pipeline_name)
     assert {p["partition"]: p["committed_offset"] for p in show} == {0: None, 1: None}
 
     # Each committed backfill batch was an event of the table's asset; the scheduler ran the example
@@ -205,3 +214,46 @@ def test_native_backfill_over_two_past_days_ingests_exactly_those_windows(runnin
         for run_id, ranges in by_run.items())
     assert all(isinstance(b["delta_version"], int) for b in arrived), arrived
 
+
+
+def test_the_tidemark_page_on_the_api_server_needs_a_login_and_shows_what_the_cli_shows(running_airflow,
+                                                                                          pipeline_name):
+    """The plugin's page, mounted by the real api-server (tidemark_airflow.plugin): 401 without a login,
+    403 with a forged token, and for a logged-in user (a viewer) the same numbers as the CLI."""
+    import httpx
+
+    airflow, _ = running_airflow
+    from kafka.errors import TopicAlreadyExistsError
+
+    with contextlib.suppress(TopicAlreadyExistsError):  # the backfill test made it, when it ran first
+        helpers.create_topic(pipeline_name, partitions=2, configs={"retention.ms": "-1"})
+    api = f"{airflow.url}/tidemark/api/pipelines/{pipeline_name}"
+    airflow.wait_for("the api-server", lambda: _answers(f"{airflow.url}/api/v2/monitor/health"), timeout=120)
+    assert httpx.get(f"{api}/offsets", timeout=30).status_code == 401
+    assert httpx.get(f"{airflow.url}/tidemark/", timeout=30).status_code == 401
+    assert httpx.get(f"{api}/offsets", headers={"Authorization": "Bearer forged"}, timeout=30).status_code == 403
+
+    login = httpx.post(f"{airflow.url}/auth/token", json={"username": LOGIN[0], "password": LOGIN[1]}, timeout=30)
+    assert login.status_code == 201, login.text
+    token = login.json()["access_token"]
+    with httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=30) as client:
+        assert client.get(f"{api}/offsets").json() == airflow.tidemark("offsets", "show", pipeline_name)
+        assert client.get(f"{api}/history").json() == airflow.tidemark("offsets", "history", pipeline_name)
+        [view] = [p for p in client.get(f"{airflow.url}/tidemark/api/pipelines").json()["pipelines"]
+                  if p["pipeline"] == pipeline_name]
+        assert view["kafka_error"] is None and view["dag_id"] == f"tidemark_ingest__{pipeline_name}"
+        [plugin] = [p for p in client.get(f"{airflow.url}/api/v2/plugins").json()["plugins"] if p["name"] == "tidemark"]
+        assert {(v["destination"], v["href"]) for v in plugin["external_views"]} == {
+            ("nav", "/tidemark/"), ("dag", "/tidemark/dags/{DAG_ID}")}
+    # The UI's iframe sends the login cookie, not a header.
+    page = httpx.get(f"{airflow.url}/tidemark/pipelines/{pipeline_name}", cookies={"_token": token}, timeout=30)
+    assert page.status_code == 200 and f'data-topic="{pipeline_name}"' in page.text
+
+
+def _answers(url: str) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(url, timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False

@@ -13,7 +13,7 @@ Follow one batch through it (docs/DESIGN.md states each rule):
 3. ``finalize.finalize_batch`` — check the tables against the frozen ranges and flip the ledger
    rows to committed. Idempotent; recovery calls it too.
 
-``reset.reset_offsets`` writes audited reset rows; ``status`` reports lag and mirrors positions to
+``reset.reset_offsets`` writes audited reset rows; ``status`` reports lag, history and health and mirrors positions to
 Kafka's consumer group. The ledger (``tidemark.ledger``) and Kafka (``tidemark.kafka_client``) are
 the only I/O besides Spark; the adapters (Airflow tasks, the CLI, the Spark job) parse their input,
 call these functions and report.
@@ -27,8 +27,16 @@ from tidemark.batch.ownership import cli_owner_id
 from tidemark.batch.plan import BatchPlan
 from tidemark.batch.prepare import prepare_batch
 from tidemark.batch.reset import ResetOutcome, ResetRequest, reset_offsets
-from tidemark.batch.status import batch_summary, mirror_to_consumer_group, partition_status
+from tidemark.batch.status import (
+                                   batch_summary,
+                                   history,
+                                   mirror_to_consumer_group,
+                                   overview,
+                                   partition_status,
+                                   partition_status_or_ledger,
+                                   recent_entries,
+)
 
 __all__ = ["BackfillRequest", "BatchPlan", "ResetOutcome", "ResetRequest", "batch_summary", "cli_owner_id",
-           "finalize_batch", "mirror_to_consumer_group", "partition_status", "prepare_backfill", "prepare_batch",
-           "reset_offsets"]
+           "finalize_batch", "history", "mirror_to_consumer_group", "overview", "partition_status",
+           "partition_status_or_ledger", "prepare_backfill", "prepare_batch", "recent_entries", "reset_offsets"]

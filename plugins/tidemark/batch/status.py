@@ -1,9 +1,11 @@
-"""What a pipeline looks like now: committed offsets against Kafka's latest (lag), the copy of the
-committed positions in the pipeline's Kafka consumer group for standard lag tools, and what one
-committed batch put in the output (``batch_summary``)."""
+"""What a pipeline looks like now: committed offsets against Kafka's latest (lag), its recent ledger
+history and health (``overview``, the Tidemark page in Airflow), the copy of the committed positions in
+the pipeline's Kafka consumer group for standard lag tools, and what one committed batch put in the
+output (``batch_summary``). Read-only: nothing here writes the ledger or starts Spark."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 from collections.abc import Mapping
@@ -11,23 +13,39 @@ from collections.abc import Mapping
 from tidemark import settings, storage
 from tidemark.batch.plan import METADATA_KEY, BatchPlan
 from tidemark.config import PipelineConfig
-from tidemark.errors import PlanMismatchError
+from tidemark.errors import (
+    KafkaAuthenticationError,
+    KafkaUnavailableError,
+    PlanMismatchError,
+    UnknownTopicError,
+)
 from tidemark.kafka_client import KafkaOffsets, commit_group_offsets
-from tidemark.ledger import COMMITTED, WRITING_KINDS, Ledger
+from tidemark.ledger import COMMITTED, KIND_BATCH, KIND_GAP, PLANNED, WRITING_KINDS, Ledger, LedgerRow, LedgerState
 
 log = logging.getLogger(__name__)
 
+HEALTHY, LAGGING, FAILING, GAP_RECORDED = "healthy", "lagging", "failing", "gap recorded"
+STUCK_AFTER = dt.timedelta(hours=1)
+"""A batch frozen this long ago and still not committed counts as failing."""
+GAPS_SHOWN_FOR = dt.timedelta(hours=24)
+"""A retention gap recorded within this long makes the pipeline's status 'gap recorded'."""
+
 
 def partition_status(config: PipelineConfig, kafka_properties: Mapping[str, str],
-                     ledger_uri: str | None = None) -> list[dict]:
+                     ledger_uri: str | None = None, *, timeout_seconds: float | None = None) -> list[dict]:
     """Per partition: committed offset, Kafka's latest offset, lag and the last committed batch
     (the ``tidemark offsets show --json`` contract). A partition never committed has
     ``committed_offset`` null and its lag counted from the earliest offset Kafka has."""
     state = Ledger(ledger_uri or settings.ledger_uri()).state(config.name)
+    timeout = timeout_seconds if timeout_seconds is not None else config.kafka_timeout_seconds
     with KafkaOffsets(kafka_properties, isolation_level=config.isolation_level, pipeline=config.name,
-                      timeout_ms=config.kafka_timeout_seconds * 1000) as kafka:
+                      timeout_ms=int(timeout * 1000)) as kafka:
         tps = kafka.partitions(config.select_topics(kafka.topic_names()))
         earliest, latest = kafka.earliest(tps), kafka.latest(tps)
+    return _status_rows(state, tps, earliest, latest)
+
+
+def _status_rows(state: LedgerState, tps, earliest: Mapping, latest: Mapping) -> list[dict]:
     rows = []
     for tp in sorted(set(tps) | set(state.positions)):
         committed = state.positions.get(tp)
@@ -42,6 +60,116 @@ def partition_status(config: PipelineConfig, kafka_properties: Mapping[str, str]
             "last_batch_id": state.last_batch.get(tp),
         })
     return rows
+
+
+def partition_status_or_ledger(config: PipelineConfig, kafka_properties: Mapping[str, str] | str,
+                               ledger_uri: str | None = None, *,
+                               timeout_seconds: float | None = None) -> tuple[list[dict], str | None]:
+    """``partition_status``, or, when Kafka cannot answer, the ledger's committed offsets alone (latest
+    offset and lag null) with the reason: a status page shows what it knows instead of failing.
+    ``kafka_properties`` may instead be the reason they could not be had (a missing connection)."""
+    reason = kafka_properties if isinstance(kafka_properties, str) else None
+    if reason is None:
+        try:
+            return partition_status(config, kafka_properties, ledger_uri, timeout_seconds=timeout_seconds), None
+        except (KafkaUnavailableError, KafkaAuthenticationError, UnknownTopicError) as exc:
+            reason = str(exc)
+    state = Ledger(ledger_uri or settings.ledger_uri()).state(config.name)
+    return _status_rows(state, (), {}, {}), reason
+
+
+def history(pipeline: str, limit: int, ledger_uri: str | None = None) -> list[dict]:
+    """The pipeline's newest ``limit`` ledger rows, newest first (the ``tidemark offsets history --json``
+    contract)."""
+    return [history_entry(r) for r in Ledger(ledger_uri or settings.ledger_uri()).recent(pipeline, limit)]
+
+
+def history_entry(row: LedgerRow) -> dict:
+    return {"batch_id": row.batch_id, "kind": row.kind, "status": row.status, "topic": row.topic,
+            "partition": row.partition, "start_offset": row.start_offset, "end_offset": row.end_offset,
+            "record_count": row.record_count, "dead_letter_count": row.dead_letter_count,
+            "dag_run_id": row.dag_run_id, "reason": row.reason, "committed_at": _iso(row.committed_at)}
+
+
+def recent_entries(pipeline: str, count: int, ledger_uri: str | None = None) -> list[dict]:
+    """The pipeline's newest ``count`` ledger entries (batches, backfills, resets, gaps), newest first,
+    each with its ranges, counts, owner (DAG run or CLI), reason, and how long it took from freezing to
+    commit."""
+    rows = Ledger(ledger_uri or settings.ledger_uri()).recent_batches(pipeline, count)
+    entries: dict[int, list[LedgerRow]] = {}
+    for row in rows:
+        entries.setdefault(row.batch_id, []).append(row)
+    listing = []
+    for batch_id in sorted(entries, reverse=True):
+        group = sorted(entries[batch_id], key=lambda r: (r.topic, r.partition))
+        first = group[0]
+        counts = [r.record_count for r in group if r.record_count is not None]
+        dead = [r.dead_letter_count or 0 for r in group]
+        committed_at = max((r.committed_at for r in group if r.committed_at), default=None)
+        planned_at = min((r.planned_at for r in group if r.planned_at), default=None)
+        listing.append({
+            "batch_id": batch_id, "kind": first.kind, "status": first.status, "owner": first.dag_run_id,
+            "reason": first.reason, "planned_at": _iso(planned_at), "committed_at": _iso(committed_at),
+            "duration_seconds": (round((committed_at - planned_at).total_seconds(), 3)
+                                 if committed_at and planned_at else None),
+            "offsets": sum(r.end_offset - r.start_offset for r in group),
+            "records": sum(counts) - sum(dead) if counts else None, "dead_letters": sum(dead) if counts else None,
+            "ranges": [{"topic": r.topic, "partition": r.partition, "start": r.start_offset, "end": r.end_offset}
+                       for r in group],
+        })
+    return listing
+
+
+def health(activity: Mapping[tuple[str, str], Mapping], total_lag: int | None, now: dt.datetime,
+           last_run_failed: bool = False) -> str:
+    """One word for a pipeline (pure): ``failing`` when its last ingest run failed or a frozen batch has
+    waited over STUCK_AFTER, ``gap recorded`` when a retention gap was recorded within GAPS_SHOWN_FOR,
+    ``lagging`` when Kafka holds records it has not ingested, else ``healthy``. Unknown lag (Kafka
+    unreachable) is not counted as lagging: the page says Kafka is unreachable instead."""
+    pending = [a for (kind, status), a in activity.items() if status == PLANNED]
+    stuck = any(a.get("planned_at") and now - a["planned_at"] > STUCK_AFTER for a in pending)
+    if last_run_failed or stuck:
+        return FAILING
+    gap = activity.get((KIND_GAP, COMMITTED)) or {}
+    if gap.get("committed_at") and now - gap["committed_at"] <= GAPS_SHOWN_FOR:
+        return GAP_RECORDED
+    if total_lag:
+        return LAGGING
+    return HEALTHY
+
+
+def overview(config: PipelineConfig, kafka_properties: Mapping[str, str] | str, ledger_uri: str | None = None, *,
+             timeout_seconds: float | None = None, last_run_failed: bool = False,
+             now: dt.datetime | None = None) -> dict:
+    """A pipeline at a glance: total lag, the last committed batch and its age, the batch in flight,
+    recorded gaps, and its health (``health``). Kafka errors are reported in ``kafka_error``, not raised."""
+    uri = ledger_uri or settings.ledger_uri()
+    now = now or dt.datetime.now(dt.UTC)
+    partitions, kafka_error = partition_status_or_ledger(config, kafka_properties, uri,
+                                                         timeout_seconds=timeout_seconds)
+    activity = Ledger(uri).activity(config.name)
+    total_lag = None if kafka_error else sum(r["lag"] or 0 for r in partitions)
+    done = [a for (kind, status), a in activity.items() if kind in WRITING_KINDS and status == COMMITTED]
+    last = max(done, key=lambda a: a["batch_id"], default=None)
+    pending = [a for (kind, status), a in activity.items() if status == PLANNED]
+    gaps = activity.get((KIND_GAP, COMMITTED)) or {}
+    return {
+        "pipeline": config.name, "table": config.table_uri, "topics": config.topics_label,
+        "status": health(activity, total_lag, now, last_run_failed),
+        "total_lag": total_lag, "kafka_error": kafka_error,
+        "last_batch_id": last["batch_id"] if last else None,
+        "last_committed_at": _iso(last["committed_at"]) if last else None,
+        "last_commit_age_seconds": (round((now - last["committed_at"]).total_seconds(), 1)
+                                    if last and last["committed_at"] else None),
+        "pending_batch_id": max((a["batch_id"] for a in pending), default=None),
+        "batches": (activity.get((KIND_BATCH, COMMITTED)) or {}).get("entries", 0),
+        "gaps": gaps.get("entries", 0), "last_gap_at": _iso(gaps.get("committed_at")),
+        "partitions": partitions,
+    }
+
+
+def _iso(value: dt.datetime | None) -> str | None:
+    return value.isoformat() if value else None
 
 
 def mirror_to_consumer_group(config: PipelineConfig, kafka_properties: Mapping[str, str],

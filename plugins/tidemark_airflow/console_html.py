@@ -1,0 +1,32 @@
+"""HTML of the Tidemark page: Jinja2 templates (``templates/``, shipped as package data), escaped."""
+
+from __future__ import annotations
+
+from functools import cache
+
+
+@cache
+def _environment():
+    from jinja2 import Environment, PackageLoader, select_autoescape
+
+    return Environment(loader=PackageLoader("tidemark_airflow", "templates"), autoescape=select_autoescape(),
+                       trim_blocks=True, lstrip_blocks=True)
+
+
+def age(seconds: float | None) -> str:
+    """A duration the way an operator reads it: 45 s, 12 min, 3.5 h, 2.0 d."""
+    if seconds is None:
+        return "-"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 36 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+def render(template: str, **values) -> str:
+    env = _environment()
+    env.filters["age"] = age
+    return env.get_template(template).render(**values)

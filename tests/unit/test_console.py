@@ -1,0 +1,171 @@
+"""The Tidemark page (tidemark_airflow.console) on a real delta-rs ledger, in-process. Kafka is a closed
+port here, so these tests also cover the page's promise to show the ledger's numbers when Kafka is
+unreachable. The page against a running api-server and a live broker is tested in
+tests/e2e/test_native_backfill.py."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import socket
+
+import pytest
+
+from tidemark.batch import history, recent_entries
+from tidemark.batch.status import FAILING, GAP_RECORDED, HEALTHY, LAGGING, health
+from tidemark.ledger import COMMITTED, PLANNED, Ledger, LedgerRow, gap_rows, planned_rows
+from tidemark.offsets import OffsetRange, TopicPartition
+from tidemark.settings import ledger_uri
+from tidemark_airflow.console import create_app, run_link
+
+NOW = dt.datetime(2026, 11, 24, 12, 0, tzinfo=dt.UTC)
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def console_lake(lake, tmp_path, monkeypatch):
+    """Pipeline 'orders' with a history: batch 1 committed, a gap, a reset by a replay run, batch 4
+    committed by a CLI run, batch 5 frozen and not committed; Kafka unreachable."""
+    pipelines = tmp_path / "pipelines"
+    pipelines.mkdir()
+    (pipelines / "orders.yaml").write_text("name: orders\ntopics: [orders]\ntable: orders\nkafka_timeout_seconds: 2\n")
+    monkeypatch.setenv("TIDEMARK_PIPELINES_DIR", str(pipelines))
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps(
+        {"conn_type": "kafka", "extra": {"bootstrap.servers": f"127.0.0.1:{closed_port()}"}}))
+    ledger = Ledger(ledger_uri())
+    p0, p1 = TopicPartition("orders", 0), TopicPartition("orders", 1)
+
+    def commit(batch_id, ranges, owner, counts):
+        ledger.append(planned_rows("orders", batch_id, ranges, owner), expected=ledger.state("orders").fingerprint)
+        assert ledger.mark_committed("orders", batch_id, counts)
+
+    commit(1, [OffsetRange("orders", 0, 0, 10), OffsetRange("orders", 1, 0, 7)], "scheduled__2026-11-24T10:00:00",
+           {p0: (10, 1), p1: (7, 0)})
+    ledger.append(gap_rows("orders", 2, [OffsetRange("orders", 1, 7, 9)], "scheduled__2026-11-24T11:00:00"),
+                  expected=ledger.state("orders").fingerprint)
+    at = dt.datetime.now(dt.UTC)
+    ledger.append([LedgerRow("orders", 3, "reset", COMMITTED, "orders", 0, 10, 8, dag_run_id=
+                             "tidemark_replay__orders/manual__2026-11-24T11:30:00", reason="replay the last two",
+                             planned_at=at, committed_at=at)], expected=ledger.state("orders").fingerprint)
+    commit(4, [OffsetRange("orders", 0, 8, 12)], "cli:host:123:1", {p0: (4, 0)})
+    ledger.append(planned_rows("orders", 5, [OffsetRange("orders", 0, 12, 20)], "manual__x"),
+                  expected=ledger.state("orders").fingerprint)
+    return ledger
+
+
+@pytest.fixture
+def client(console_lake):
+    from airflow.api_fastapi.core_api.security import get_user
+    from fastapi.testclient import TestClient
+
+    app = create_app(failed=lambda dag_id: False)
+    app.dependency_overrides[get_user] = lambda: "tester"
+    return TestClient(app)
+
+
+def test_the_overview_shows_the_ledgers_numbers_and_says_kafka_is_unreachable(client):
+    response = client.get("/api/pipelines")
+    assert response.status_code == 200
+    [view] = response.json()["pipelines"]
+    assert view["pipeline"] == "orders" and view["dag_id"] == "tidemark_ingest__orders"
+    assert view["last_batch_id"] == 4 and view["pending_batch_id"] == 5 and view["batches"] == 2
+    assert view["gaps"] == 1 and view["status"] == GAP_RECORDED
+    assert view["total_lag"] is None and "127.0.0.1" in view["kafka_error"]
+    assert {(r["partition"], r["committed_offset"], r["latest_offset"], r["lag"]) for r in view["partitions"]} == {
+        (0, 12, None, None), (1, 9, None, None)}
+
+
+def test_the_offsets_and_history_endpoints_are_the_clis_json(client, capsys):
+    from tidemark_cli.main import main
+
+    assert main(["offsets", "history", "orders", "--json", "--limit", "4"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    assert client.get("/api/pipelines/orders/history", params={"limit": 4}).json() == cli
+    assert [r["batch_id"] for r in cli] == [5, 4, 3, 2]
+    assert history("orders", 100) == client.get("/api/pipelines/orders/history", params={"limit": 100}).json()
+    offsets = client.get("/api/pipelines/orders/offsets").json()
+    assert [(r["topic"], r["partition"], r["committed_offset"], r["last_batch_id"]) for r in offsets] == [
+        ("orders", 0, 12, 4), ("orders", 1, 9, 2)]
+
+
+def test_a_pipelines_entries_have_counts_durations_and_links_to_the_runs(client):
+    view = client.get("/api/pipelines/orders").json()
+    entries = {e["batch_id"]: e for e in view["entries"]}
+    assert list(entries) == [5, 4, 3, 2, 1]
+    assert (entries[1]["records"], entries[1]["dead_letters"], entries[1]["offsets"]) == (16, 1, 17)
+    assert entries[1]["duration_seconds"] >= 0 and entries[5]["status"] == PLANNED
+    assert entries[1]["run_link"] == "/dags/tidemark_ingest__orders/runs/scheduled__2026-11-24T10%3A00%3A00"
+    assert entries[3]["run_link"] == "/dags/tidemark_replay__orders/runs/manual__2026-11-24T11%3A30%3A00"
+    assert entries[3]["reason"] == "replay the last two" and entries[4]["run_link"] is None
+    assert recent_entries("orders", 2) == [{k: v for k, v in e.items() if k != "run_link"} for e in view["entries"][:2]]
+
+
+def test_the_html_pages_render_the_same_numbers(client):
+    page = client.get("/")
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    assert 'data-pipeline="orders"' in page.text and "Kafka unreachable" in page.text
+    detail = client.get("/pipelines/orders").text
+    assert '<td class="num" data-field="committed_offset">12</td>' in detail
+    assert "Kafka is unreachable" in detail and "replay the last two" in detail
+    assert 'href="/dags/tidemark_replay__orders/runs/manual__2026-11-24T11%3A30%3A00" target="_top"' in detail
+
+
+def test_the_dag_tab_leads_to_the_pipeline_or_says_the_dag_is_not_tidemarks(client):
+    moved = client.get("/dags/tidemark_ingest__orders", follow_redirects=False)
+    assert moved.status_code == 307 and moved.headers["location"] == "/tidemark/pipelines/orders"
+    assert "Not a Tidemark DAG" in client.get("/dags/someone_elses_dag").text
+
+
+def test_an_unknown_pipeline_is_404_naming_it(client):
+    response = client.get("/api/pipelines/nope")
+    assert response.status_code == 404 and "nope" in response.json()["detail"]
+
+
+def test_the_page_cannot_change_anything(client, console_lake):
+    before = console_lake.version()
+    for path in ("/api/pipelines/orders", "/api/pipelines/orders/offsets", "/pipelines/orders"):
+        assert client.post(path).status_code == 405
+        assert client.delete(path).status_code == 405
+    assert console_lake.version() == before
+
+
+def test_without_a_login_every_route_is_401(console_lake):
+    """Airflow's own login dependency guards every route (a forged token, which needs the api-server's auth
+    manager, is tested against the real api-server in tests/e2e)."""
+    from fastapi.testclient import TestClient
+
+    client = TestClient(create_app(failed=lambda dag_id: False))
+    for path in ("/", "/pipelines/orders", "/api/pipelines", "/api/pipelines/orders/history", "/dags/x"):
+        assert client.get(path).status_code == 401, path
+
+
+@pytest.mark.parametrize(("activity", "lag", "failed", "expected"), [
+    ({}, 0, False, HEALTHY),
+    ({("batch", COMMITTED): {"committed_at": NOW}}, 5, False, LAGGING),
+    ({("batch", COMMITTED): {"committed_at": NOW}}, None, False, HEALTHY),
+    ({("batch", COMMITTED): {"committed_at": NOW}}, 0, True, FAILING),
+    ({("batch", PLANNED): {"planned_at": NOW - dt.timedelta(hours=2)}}, 0, False, FAILING),
+    ({("batch", PLANNED): {"planned_at": NOW - dt.timedelta(minutes=5)}}, 3, False, LAGGING),
+    ({("gap", COMMITTED): {"committed_at": NOW - dt.timedelta(hours=3)}}, 3, False, GAP_RECORDED),
+    ({("gap", COMMITTED): {"committed_at": NOW - dt.timedelta(days=2)}}, 0, False, HEALTHY),
+])
+def test_health_in_one_word(activity, lag, failed, expected):
+    assert health(activity, lag, NOW, failed) == expected
+
+
+@pytest.mark.parametrize(("kind", "owner", "link"), [
+    ("batch", "manual__2026-11-24T10:00:00+00:00",
+     "/dags/tidemark_ingest__p/runs/manual__2026-11-24T10%3A00%3A00%2B00%3A00"),
+    ("gap", "scheduled__x", "/dags/tidemark_ingest__p/runs/scheduled__x"),
+    ("batch", "cli:host:1:2", None),
+    ("reset", "cli:alice@host", None),
+    ("reset", "tidemark_replay__p/manual__y", "/dags/tidemark_replay__p/runs/manual__y"),
+    ("batch", None, None),
+])
+def test_run_links(kind, owner, link):
+    assert run_link(kind, owner, "p") == link
