@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export KAFKA_PORT ?= 9092
 
 .DEFAULT_GOAL := help
-.PHONY: help setup venv jars kafka-up kafka-down storage-up storage-down demo test test-unit lint soak bench bench-s3 bench-page lock clean
+.PHONY: help setup venv jars kafka-up kafka-down storage-up storage-down demo test test-unit lint soak bench bench-s3 bench-page airflow airflow-down browser lock clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -38,7 +38,10 @@ storage-down: ## stop the local S3-compatible server (its data is in memory and 
 demo: setup ## set everything up and run the demo pipeline end to end through Airflow
 	scripts/demo.sh
 
-test: setup ## set everything up, start the broker, run unit, integration and e2e tests
+browser: ## Debian's chromium and chromedriver for the browser tests (apt-get, when missing)
+	scripts/browser.sh
+
+test: setup browser ## set everything up, start the broker, run unit, integration and e2e tests
 	scripts/test.sh
 
 test-unit: venv ## fast tests that need no service: unit tests and the DAG-integrity tests
@@ -58,6 +61,12 @@ bench-s3: setup ## one batch (BENCH_RECORDS=2000000) to the local disk vs to the
 
 bench-page: setup ## the Tidemark page's response time as the ledger grows to 10,000 batches; bench/results/console.json
 	scripts/with_broker.sh bench $${BENCH_KAFKA_PORT:-19292} .venv/bin/python -m bench.console
+
+airflow: setup ## a real local Airflow 3 on PostgreSQL (api-server, scheduler, dag-processor, triggerer) with the broker and the demo pipeline; prints the URL and the login
+	scripts/airflow.sh up
+
+airflow-down: ## stop what `make airflow` started (Airflow's services, PostgreSQL, the broker if it started it)
+	scripts/airflow.sh down
 
 lock: ## re-resolve requirements.txt into requirements.lock in a scratch venv
 	rm -rf .cache/lockvenv && python3 -m venv .cache/lockvenv

@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# `make airflow` / `make airflow-down`: a real local Airflow 3 — api-server, scheduler (LocalExecutor),
+# dag-processor and triggerer — on a private PostgreSQL (scripts/postgres.sh), with the Kafka broker,
+# the demo pipeline (dags/pipelines) and the Tidemark page. Scheduled runs are the scheduler's.
+#   scripts/airflow.sh up | down | status
+# Environment: AIRFLOW_PORT (8080), PG_PORT (5433), KAFKA_PORT (9092; a broker already listening there
+# is used as it is, else scripts/kafka.sh starts one), AIRFLOW_LOCAL_HOME (.cache/airflow-local: config,
+# logs, pids, the login), AIRFLOW_USER (admin), and everything scripts/env.sh reads (lake, pipelines).
+# The login's password is generated once and kept in $AIRFLOW_LOCAL_HOME/passwords.json; `up` prints it.
+# `source $AIRFLOW_LOCAL_HOME/env.sh` points the `airflow` and `tidemark` CLIs at this Airflow.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+export AIRFLOW_HOME=${AIRFLOW_LOCAL_HOME:-$root/.cache/airflow-local}
+source scripts/env.sh
+port=${AIRFLOW_PORT:-8080}
+export PG_PORT=${PG_PORT:-5433}
+export PG_HOME=${PG_HOME:-$AIRFLOW_HOME/postgres}
+user=${AIRFLOW_USER:-admin}
+services=(api-server scheduler dag-processor triggerer)
+pids=$AIRFLOW_HOME/pids
+logs=$AIRFLOW_HOME/logs/services
+
+write_env() {  # the one environment every service and CLI call of this Airflow shares
+  mkdir -p "$AIRFLOW_HOME" "$pids" "$logs"
+  if [ ! -f "$AIRFLOW_HOME/secrets.env" ]; then  # kept across restarts, so logins and sessions survive
+    umask 077
+    printf 'export AIRFLOW__API_AUTH__JWT_SECRET=%s\nexport AIRFLOW__API__SECRET_KEY=%s\n' \
+      "$(python -c 'import secrets; print(secrets.token_hex(32))')" \
+      "$(python -c 'import secrets; print(secrets.token_hex(32))')" >"$AIRFLOW_HOME/secrets.env"
+  fi
+  if [ ! -f "$AIRFLOW_HOME/passwords.json" ]; then
+    umask 077
+    python -c 'import json, secrets, sys; print(json.dumps({sys.argv[1]: secrets.token_urlsafe(12)}))' "$user" \
+      >"$AIRFLOW_HOME/passwords.json"
+  fi
+  cat >"$AIRFLOW_HOME/env.sh" <<ENV
+# Written by scripts/airflow.sh: source it to use the airflow and tidemark CLIs against this Airflow.
+source "$root/scripts/env.sh"
+source "$AIRFLOW_HOME/secrets.env"
+export AIRFLOW_HOME="$AIRFLOW_HOME"
+export KAFKA_PORT="$KAFKA_PORT"
+export TIDEMARK_LAKE_ROOT="$TIDEMARK_LAKE_ROOT"
+export TIDEMARK_PIPELINES_DIR="$TIDEMARK_PIPELINES_DIR"
+export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="$(scripts/postgres.sh url)"
+export AIRFLOW__CORE__EXECUTOR=LocalExecutor
+export AIRFLOW__CORE__PARALLELISM=4
+export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION=False
+export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://127.0.0.1:$port/execution/"
+export AIRFLOW__API__HOST=127.0.0.1
+export AIRFLOW__API__PORT="$port"
+export AIRFLOW__API__BASE_URL="http://127.0.0.1:$port"
+export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="$user:admin"
+export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE="$AIRFLOW_HOME/passwords.json"
+ENV
+}
+
+kafka_listening() { (exec 3<>"/dev/tcp/127.0.0.1/$KAFKA_PORT") 2>/dev/null; }
+
+alive() { [ -f "$pids/$1.pid" ] && kill -0 "$(cat "$pids/$1.pid")" 2>/dev/null; }
+
+healthy() {
+  python - "$port" <<'PY'
+import json, sys, urllib.request
+try:
+    with urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/api/v2/monitor/health", timeout=5) as r:
+        health = json.load(r)
+except Exception:
+    sys.exit(1)
+sys.exit(0 if health.get("metadatabase", {}).get("status") == "healthy"
+         and health.get("scheduler", {}).get("status") == "healthy" else 1)
+PY
+}
+
+up() {
+  local started=$SECONDS
+  if kafka_listening; then
+    echo "kafka: using the broker on 127.0.0.1:$KAFKA_PORT"
+  else
+    scripts/kafka.sh up
+    mkdir -p "$AIRFLOW_HOME" && touch "$AIRFLOW_HOME/.started-kafka"
+  fi
+  scripts/postgres.sh up
+  write_env
+  source "$AIRFLOW_HOME/env.sh"
+  airflow db migrate >"$AIRFLOW_HOME/migrate.log" 2>&1 \
+    || { echo "airflow: 'airflow db migrate' failed; see $AIRFLOW_HOME/migrate.log" >&2; exit 1; }
+  python - <<'PY'  # the demo pipeline's topic, so its first scheduled run finds it
+import os
+from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.errors import TopicAlreadyExistsError
+from tidemark.config import load_all
+admin = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{os.environ['KAFKA_PORT']}")
+try:
+    for config in load_all()[0].values():
+        for topic in config.topics or []:
+            try:
+                admin.create_topics([NewTopic(topic, 3, 1)])
+                print(f"kafka: created topic '{topic}' for pipeline '{config.name}'")
+            except TopicAlreadyExistsError:
+                pass
+finally:
+    admin.close()
+PY
+  for service in "${services[@]}"; do
+    if alive "$service"; then continue; fi
+    args=("$service")
+    [ "$service" = api-server ] && args+=(--port "$port" --host 127.0.0.1)
+    setsid airflow "${args[@]}" >"$logs/$service.log" 2>&1 </dev/null &
+    echo $! >"$pids/$service.pid"
+  done
+  local deadline=$((SECONDS + 240))
+  until healthy; do
+    for service in "${services[@]}"; do
+      alive "$service" || { echo "airflow: the $service exited; see $logs/$service.log" >&2;
+                            tail -20 "$logs/$service.log" >&2; exit 1; }
+    done
+    [ $SECONDS -lt $deadline ] || { echo "airflow: not healthy after 240 s; see $logs" >&2; exit 1; }
+    sleep 1
+  done
+  local password
+  password=$(python -c 'import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' \
+    "$AIRFLOW_HOME/passwords.json" "$user")
+  cat <<EOF
+airflow: up in $((SECONDS - started)) s on PostgreSQL ($(scripts/postgres.sh url | sed 's/:[^:@]*@/:***@/'))
+  UI:        http://127.0.0.1:$port   (Tidemark page: http://127.0.0.1:$port/plugin/tidemark)
+  login:     $user / $password
+  services:  ${services[*]} (logs in $logs)
+  CLI:       source $AIRFLOW_HOME/env.sh
+  stop:      make airflow-down
+EOF
+}
+
+down() {
+  for service in "${services[@]}"; do
+    if alive "$service"; then kill -TERM -- "-$(cat "$pids/$service.pid")" 2>/dev/null || true; fi
+  done
+  for service in "${services[@]}"; do
+    for _ in $(seq 60); do alive "$service" || break; sleep 0.5; done
+    if alive "$service"; then kill -KILL -- "-$(cat "$pids/$service.pid")" 2>/dev/null || true; fi
+    rm -f "$pids/$service.pid"
+  done
+  scripts/postgres.sh down
+  if [ -f "$AIRFLOW_HOME/.started-kafka" ]; then
+    scripts/kafka.sh down
+    rm -f "$AIRFLOW_HOME/.started-kafka"
+  fi
+  echo "airflow: stopped"
+}
+
+status() {
+  local code=0
+  for service in "${services[@]}"; do
+    if alive "$service"; then echo "$service: running (pid $(cat "$pids/$service.pid"))"; else echo "$service: stopped"; code=1; fi
+  done
+  scripts/postgres.sh status || code=1
+  return $code
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) down ;;
+  status) status ;;
+  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+esac

@@ -1,0 +1,243 @@
+"""`make airflow` (scripts/airflow.sh) and the browser tests against it: a real Airflow 3 (api-server,
+scheduler with the LocalExecutor, dag-processor, triggerer) on a private PostgreSQL, driven by the
+scheduler and, for the operator's side, by Debian's chromium through chromedriver (scripts/browser.sh).
+
+The stack is started once for the module, on free ports and a private home, with the session's broker,
+and stopped at the end (`scripts/airflow.sh down`). Screenshots of the Tidemark page and the trigger
+form go to docs/screenshots/ (TIDEMARK_SCREENSHOTS overrides), where the README shows them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests import helpers
+from tests.e2e.browser import screenshot
+from tests.e2e.conftest import ROOT
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+SCRIPT = ROOT / "scripts" / "airflow.sh"
+SHOTS = Path(os.environ.get("TIDEMARK_SCREENSHOTS", ROOT / "docs" / "screenshots"))
+# Two records per partition inside the backfill window, one before it and one after.
+TIMES = ["2025-06-01T08:00", "2025-06-02T09:30", "2025-06-02T17:45", "2025-06-04T12:00"]
+WINDOW = ("2025/06/02", "00:00", "2025/06/03", "00:00")
+
+
+class LocalAirflow:
+    def __init__(self, env: dict[str, str], home: Path, url: str, user: str, password: str, pipeline: str):
+        self.env, self.home, self.url, self.user, self.password = env, home, url, user, password
+        self.pipeline, self.dag_id = pipeline, f"tidemark_ingest__{pipeline}"
+        self._token: str | None = None
+
+    def shell(self, command: str) -> str:
+        """A command with this Airflow's environment (the env.sh that `up` wrote)."""
+        result = subprocess.run(["bash", "-c", f"source {self.home}/env.sh && {command}"], env=self.env,
+                                capture_output=True, text=True, timeout=180)
+        assert result.returncode == 0, f"{command} failed:\n{result.stdout[-2000:]}{result.stderr[-2000:]}"
+        return result.stdout
+
+    def tidemark(self, *args: str):
+        return json.loads(self.shell(" ".join(["tidemark", *args, "--json"])))
+
+    def api(self, method: str, path: str, **kwargs):
+        import httpx
+
+        if self._token is None:
+            login = httpx.post(f"{self.url}/auth/token", json={"username": self.user, "password": self.password},
+                               timeout=30)
+            assert login.status_code == 201, login.text
+            self._token = login.json()["access_token"]
+        response = httpx.request(method, f"{self.url}/api/v2{path}", timeout=30,
+                                 headers={"Authorization": f"Bearer {self._token}"}, **kwargs)
+        assert response.status_code < 300, f"{method} {path}: {response.status_code} {response.text[:500]}"
+        return response.json()
+
+    def runs(self) -> list[dict]:
+        return self.api("GET", f"/dags/{self.dag_id}/dagRuns", params={"order_by": "run_after"})["dag_runs"]
+
+    def wait_for(self, what: str, check, timeout: float = 300):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            result = check()
+            if result:
+                return result
+            time.sleep(1)
+        logs = self.home / "logs" / "services"
+        tails = "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in sorted(logs.glob("*.log")))
+        pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}\n{tails}")
+
+    def finished_run(self, run_id: str) -> dict:
+        def done():
+            run = self.api("GET", f"/dags/{self.dag_id}/dagRuns/{run_id}")
+            return run if run["state"] in ("success", "failed") else None
+        return self.wait_for(f"run {run_id}", done)
+
+
+@pytest.fixture(scope="module")
+def local_airflow(tmp_path_factory, kafka_bootstrap):
+    base = tmp_path_factory.mktemp("local_airflow")
+    pipelines, lake, home = base / "pipelines", base / "lake", base / "home"
+    pipelines.mkdir()
+    pipeline = f"ui_{uuid.uuid4().hex[:8]}"
+    helpers.create_topic(pipeline, partitions=2, configs={"retention.ms": "-1"})
+    (pipelines / f"{pipeline}.yaml").write_text(yaml.safe_dump(
+        {"name": pipeline, "topics": [pipeline], "table": pipeline, "schedule": "@hourly", "retries": 0}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "TIDEMARK_"))}
+    # PostgreSQL runs as 'nobody' when the tests run as root: its folder must be reachable, pytest's is not.
+    pg_home = ROOT / ".cache" / f"postgres-{pipeline}"
+    env.update(AIRFLOW_LOCAL_HOME=str(home), PG_HOME=str(pg_home), AIRFLOW_PORT=str(helpers.free_port()),
+               PG_PORT=str(helpers.free_port()),
+               KAFKA_PORT=os.environ["KAFKA_PORT"], TIDEMARK_LAKE_ROOT=str(lake),
+               TIDEMARK_PIPELINES_DIR=str(pipelines), AIRFLOW_USER="operator",
+               TIDEMARK_JAR_CACHE=os.environ.get("TIDEMARK_JAR_CACHE", str(ROOT / ".cache" / "jars")))
+    started = time.monotonic()
+    up = subprocess.run([str(SCRIPT), "up"], env=env, capture_output=True, text=True, timeout=400)
+    try:
+        assert up.returncode == 0, f"scripts/airflow.sh up failed:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}"
+        assert "using the broker" in up.stdout  # the session's broker, not a second one
+        url = re.search(r"UI:\s+(\S+)", up.stdout).group(1)
+        user, password = re.search(r"login:\s+(\S+) / (\S+)", up.stdout).groups()
+        print(f"make airflow: up in {time.monotonic() - started:.0f} s\n{up.stdout}")
+        yield LocalAirflow(env, home, url, user, password, pipeline)
+    finally:
+        down = subprocess.run([str(SCRIPT), "down"], env=env, capture_output=True, text=True, timeout=180)
+        assert down.returncode == 0, down.stderr
+        assert "airflow: stopped" in down.stdout
+        left = [subprocess.run(["pgrep", "-f", str(path)], capture_output=True, text=True).stdout.split()
+                for path in (home, pg_home)]
+        assert left == [[], []], f"processes left running after `airflow.sh down`: {left}"
+        shutil.rmtree(pg_home, ignore_errors=True)
+
+
+def test_make_airflow_runs_scheduled_runs_by_the_scheduler_on_postgres(local_airflow):
+    import psycopg2
+
+    airflow = local_airflow
+    # Unpaused at creation: the scheduler runs the latest @hourly interval on its own.
+    run = airflow.wait_for("the scheduler's first run", lambda: next(
+        (r for r in airflow.runs() if r["run_type"] == "scheduled" and r["state"] in ("success", "failed")), None))
+    assert run["state"] == "success", run
+    # The metadata DB is the PostgreSQL cluster of scripts/postgres.sh.
+    with psycopg2.connect(host="127.0.0.1", port=int(airflow.env["PG_PORT"]), user="airflow", password="airflow",
+                          dbname="airflow") as db, db.cursor() as cursor:
+        cursor.execute("SELECT run_type, state FROM dag_run WHERE dag_id = %s AND run_id = %s",
+                       (airflow.dag_id, run["dag_run_id"]))
+        assert cursor.fetchall() == [("scheduled", "success")]
+    status = airflow.shell("scripts/airflow.sh status")
+    assert all(f"{s}: running" in status for s in ("api-server", "scheduler", "dag-processor", "triggerer"))
+
+
+@pytest.fixture(scope="module")
+def browser(local_airflow):
+    from tests.e2e.browser import chrome, log_in
+
+    driver = chrome()
+    try:
+        log_in(driver, local_airflow.url, local_airflow.user, local_airflow.password)
+        yield driver
+    finally:
+        driver.quit()
+
+
+def produce_window_records(topic: str) -> None:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=helpers.bootstrap())
+    for i, stamp in enumerate(TIMES):
+        ms = int(dt.datetime.fromisoformat(stamp).replace(tzinfo=dt.UTC).timestamp() * 1000)
+        for partition in (0, 1):
+            producer.send(topic, value=json.dumps({"i": i}).encode(), partition=partition, timestamp_ms=ms)
+    producer.flush()
+    producer.close()
+
+
+def open_pipeline_page(browser, airflow: LocalAirflow, shot: Path | None = None) -> None:
+    """Browse -> Tidemark, as an operator would (Airflow embeds the page in a frame), then the pipeline;
+    leaves the driver inside the frame."""
+    browser.get(f"{airflow.url}/plugin/tidemark")
+    frame = airflow.wait_for("the Tidemark page in the UI", lambda: browser.find_elements("css selector", "iframe"))
+    browser.switch_to.frame(frame[0])
+    airflow.wait_for("the pipeline's row", lambda: browser.find_elements(
+        "css selector", f'tr[data-pipeline="{airflow.pipeline}"] a'))
+    if shot:
+        browser.switch_to.default_content()
+        screenshot(browser, shot)
+        browser.switch_to.frame(frame[0])
+    browser.find_element("css selector", f'tr[data-pipeline="{airflow.pipeline}"] a').click()
+    airflow.wait_for("the pipeline's partitions",
+                     lambda: browser.find_elements("css selector", "#partitions tr[data-topic]"))
+
+
+def test_the_tidemark_page_in_the_browser_shows_what_the_cli_shows(local_airflow, browser):
+    from tests.e2e.browser import page_numbers
+
+    airflow = local_airflow
+    produce_window_records(airflow.pipeline)
+    open_pipeline_page(browser, airflow, shot=SHOTS / "tidemark-page.png")
+    shown = page_numbers(browser)
+    browser.switch_to.default_content()
+    cli = airflow.tidemark("offsets", "show", airflow.pipeline)
+    assert shown == {(r["topic"], r["partition"]): (r["committed_offset"], r["latest_offset"], r["lag"]) for r in cli}
+    assert {v[1] for v in shown.values()} == {len(TIMES)}  # the records just produced are counted as lag
+
+
+def test_a_window_backfill_from_the_trigger_form(local_airflow, browser):
+    from tests.e2e.browser import open_trigger_form, set_datetime, set_select, submit_trigger_form
+
+    airflow = local_airflow
+    before = {r["dag_run_id"] for r in airflow.runs()}
+    open_trigger_form(browser, airflow.url, airflow.dag_id)
+    set_select(browser, "Run mode", "backfill_window")
+    set_datetime(browser, "Window start", *WINDOW[:2])
+    set_datetime(browser, "Window end", *WINDOW[2:])
+    screenshot(browser, SHOTS / "trigger-form.png")
+    submit_trigger_form(browser)
+    [run_id] = airflow.wait_for("the triggered run", lambda: [r["dag_run_id"] for r in airflow.runs()
+                                                              if r["dag_run_id"] not in before] or None)
+    run = airflow.finished_run(run_id)
+    assert run["state"] == "success", run
+    assert run["conf"]["mode"] == "backfill_window"
+    assert [dt.datetime.fromisoformat(run["conf"][k]) for k in ("window_start", "window_end")] == [
+        dt.datetime(2025, 6, 2, tzinfo=dt.UTC), dt.datetime(2025, 6, 3, tzinfo=dt.UTC)]
+    # Exactly offsets 1 and 2 of each partition (the records of 2025-06-02), as one backfill batch.
+    history = [r for r in airflow.tidemark("offsets", "history", airflow.pipeline) if r["dag_run_id"] == run_id]
+    assert {(r["kind"], r["status"], r["partition"], r["start_offset"], r["end_offset"]) for r in history} == {
+        ("backfill", "committed", 0, 1, 3), ("backfill", "committed", 1, 1, 3)}
+    # The pipeline's page lists the backfill with its records and a link to the run.
+    open_pipeline_page(browser, airflow)
+    entry = browser.find_element("css selector", "#history tr[data-batch]")
+    assert "backfill" in entry.text and run_id in entry.text
+    browser.switch_to.default_content()
+    screenshot(browser, SHOTS / "tidemark-pipeline.png")
+
+
+def test_a_bad_form_value_is_refused_and_writes_nothing(local_airflow, browser):
+    from tests.e2e.browser import open_trigger_form, set_datetime, set_select, submit_trigger_form
+
+    airflow = local_airflow
+    ledger_before = airflow.tidemark("offsets", "history", airflow.pipeline)
+    before = {r["dag_run_id"] for r in airflow.runs()}
+    open_trigger_form(browser, airflow.url, airflow.dag_id)
+    set_select(browser, "Run mode", "backfill_window")
+    set_datetime(browser, "Window start", *WINDOW[2:])  # start after end
+    set_datetime(browser, "Window end", *WINDOW[:2])
+    submit_trigger_form(browser)
+    [run_id] = airflow.wait_for("the triggered run", lambda: [r["dag_run_id"] for r in airflow.runs()
+                                                              if r["dag_run_id"] not in before] or None)
+    assert airflow.finished_run(run_id)["state"] == "failed"
+    tries = airflow.api("GET", f"/dags/{airflow.dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]
+    assert {t["task_id"]: t["state"] for t in tries}["plan"] == "failed"
+    assert all(t["state"] != "success" for t in tries if t["task_id"] in ("ingest", "report")), tries
+    assert airflow.tidemark("offsets", "history", airflow.pipeline) == ledger_before
