@@ -63,6 +63,21 @@ def test_the_package_is_installed_not_linked(installed, tmp_path):
     assert Path(script).name == "ingest.py" and Path(script).exists()
 
 
+def test_the_airflow_plugin_and_the_pages_templates_are_installed(installed, tmp_path):
+    code = ("from importlib.metadata import distribution; d = distribution('tidemark'); "
+            "print(sorted(e.value for e in d.entry_points if e.group == 'airflow.plugins')); "
+            "print(sorted(str(f) for f in d.files if str(f).endswith('.html'))); "
+            "from tidemark_airflow.console_html import render; print(render('not_tidemark.html', dag_id='x')[:15])")
+    shown = subprocess.run([str(installed / "bin" / "python"), "-c", code], cwd=tmp_path, env=clean_env(),
+                           capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    entry_points, templates, page = shown.stdout.splitlines()
+    assert entry_points == "['tidemark_airflow.plugin:TidemarkPlugin']"
+    assert all(f"tidemark_airflow/templates/{name}.html" in templates
+               for name in ("base", "pipelines", "pipeline", "not_tidemark")), templates
+    assert page == "<!doctype html>"
+
+
 def test_cli_dag_factory_and_one_ingest_run_from_the_installed_package(installed, tmp_path, kafka_bootstrap):
     topic = helpers.create_topic(helpers.unique("install"), partitions=2)
     helpers.produce(topic, 30)
