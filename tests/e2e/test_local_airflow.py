@@ -39,7 +39,7 @@ class LocalAirflow:
     def __init__(self, env: dict[str, str], home: Path, url: str, user: str, password: str, pipeline: str):
         self.env, self.home, self.url, self.user, self.password = env, home, url, user, password
         self.pipeline, self.dag_id = pipeline, f"tidemark_ingest__{pipeline}"
-        self._token: str | None = None
+        self.token: str | None = None
 
     def shell(self, command: str) -> str:
         """A command with this Airflow's environment (the env.sh that `up` wrote)."""
@@ -54,13 +54,13 @@ class LocalAirflow:
     def api(self, method: str, path: str, **kwargs):
         import httpx
 
-        if self._token is None:
+        if self.token is None:
             login = httpx.post(f"{self.url}/auth/token", json={"username": self.user, "password": self.password},
                                timeout=30)
             assert login.status_code == 201, login.text
-            self._token = login.json()["access_token"]
+            self.token = login.json()["access_token"]
         response = httpx.request(method, f"{self.url}/api/v2{path}", timeout=30,
-                                 headers={"Authorization": f"Bearer {self._token}"}, **kwargs)
+                                 headers={"Authorization": f"Bearer {self.token}"}, **kwargs)
         assert response.status_code < 300, f"{method} {path}: {response.status_code} {response.text[:500]}"
         return response.json()
 
@@ -241,3 +241,9 @@ def test_a_bad_form_value_is_refused_and_writes_nothing(local_airflow, browser):
     assert {t["task_id"]: t["state"] for t in tries}["plan"] == "failed"
     assert all(t["state"] != "success" for t in tries if t["task_id"] in ("ingest", "report")), tries
     assert airflow.tidemark("offsets", "history", airflow.pipeline) == ledger_before
+    # The page reads the newest run's state from Airflow's DB: the pipeline is now failing.
+    import httpx
+
+    view = httpx.get(f"{airflow.url}/tidemark/api/pipelines/{airflow.pipeline}", timeout=30,
+                     headers={"Authorization": f"Bearer {airflow.token}"}).json()
+    assert view["status"] == "failing", view
