@@ -8,7 +8,7 @@ export KAFKA_PORT ?= 9092
 .PHONY: help setup venv jars kafka-up kafka-down storage-up storage-down demo test test-unit lint soak bench bench-s3 bench-page airflow airflow-down browser lock clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
 $(VENV)/.installed: requirements.lock pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -41,7 +41,7 @@ demo: setup ## set everything up and run the demo pipeline end to end through Ai
 browser: ## Debian's chromium and chromedriver for the browser tests (apt-get, when missing)
 	scripts/browser.sh
 
-test: setup browser ## set everything up, start the broker, run unit, integration and e2e tests
+test: setup browser ## set everything up, start the broker, run unit, integration, e2e and browser tests
 	scripts/test.sh
 
 test-unit: venv ## fast tests that need no service: unit tests and the DAG-integrity tests
