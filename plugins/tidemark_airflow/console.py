@@ -20,6 +20,7 @@ Routes (``/tidemark`` + ...):
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from urllib.parse import quote
@@ -34,6 +35,7 @@ KAFKA_TIMEOUT_SECONDS = 3.0
 RECENT_ENTRIES = 20
 
 LastRunFailed = Callable[[str], bool]
+log = logging.getLogger(__name__)
 
 # Storage settings (an S3 connection's credentials) are per process in the core: one request at a time
 # configures and reads, so two pipelines on different stores never mix their settings.
@@ -50,7 +52,9 @@ def last_run_failed(dag_id: str) -> bool:
         with create_session() as session:
             state = session.scalar(select(DagRun.state).where(DagRun.dag_id == dag_id)
                                    .order_by(DagRun.run_after.desc()).limit(1))
-    except Exception:
+    except Exception as exc:
+        log.warning("Tidemark page: could not read the newest run of %s from Airflow's DB (%s: %s); the status "
+                    "leaves it out", dag_id, type(exc).__name__, exc)
         return False
     return str(state) in {"failed", "DagRunState.FAILED"}
 
@@ -60,9 +64,13 @@ def _pipeline(name: str):
     from tidemark.errors import ConfigError
 
     try:
-        return _with_storage(find_pipeline(name))
+        config = find_pipeline(name)
     except ConfigError as exc:
         raise HTTPException(status_code=404, detail=str(exc)) from None
+    try:
+        return _with_storage(config)
+    except ConfigError as exc:  # e.g. its storage connection is missing
+        raise HTTPException(status_code=503, detail=str(exc)) from None
 
 
 def _with_storage(config):
@@ -119,11 +127,18 @@ def create_app(failed: LastRunFailed = last_run_failed) -> FastAPI:
 
     def pipelines() -> dict:
         from tidemark.config import load_all
+        from tidemark.errors import TidemarkError
 
         good, bad = load_all()
+        errors = {path: str(e) for path, e in bad.items()}
+        views = []
         with _lock:
-            views = [pipeline_overview(_with_storage(good[name]), failed) for name in sorted(good)]
-        return {"pipelines": views, "errors": {path: str(e) for path, e in bad.items()}}
+            for name in sorted(good):
+                try:  # one pipeline that cannot be read (its store's connection, say) leaves the others shown
+                    views.append(pipeline_overview(_with_storage(good[name]), failed))
+                except TidemarkError as exc:
+                    errors[name] = str(exc)
+        return {"pipelines": views, "errors": errors}
 
     def pipeline(name: str) -> dict:
         from tidemark.batch import recent_entries

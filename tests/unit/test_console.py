@@ -121,6 +121,18 @@ def test_the_dag_tab_leads_to_the_pipeline_or_says_the_dag_is_not_tidemarks(clie
     assert "Not a Tidemark DAG" in client.get("/dags/someone_elses_dag").text
 
 
+def test_a_pipeline_that_cannot_be_read_is_named_and_the_others_are_shown(client, tmp_path, monkeypatch):
+    pipelines = tmp_path / "pipelines"
+    (pipelines / "on_s3.yaml").write_text("name: on_s3\ntopics: [t]\ntable: s3a://lake/on_s3\n"
+                                          "storage_conn_id: no_such_store\n")
+    body = client.get("/api/pipelines").json()
+    assert [v["pipeline"] for v in body["pipelines"]] == ["orders"]
+    assert "no_such_store" in body["errors"]["on_s3"]
+    detail = client.get("/api/pipelines/on_s3")
+    assert detail.status_code == 503 and "no_such_store" in detail.json()["detail"]
+    assert "Cannot show on_s3" in client.get("/").text
+
+
 def test_an_unknown_pipeline_is_404_naming_it(client):
     response = client.get("/api/pipelines/nope")
     assert response.status_code == 404 and "nope" in response.json()["detail"]
