@@ -4,7 +4,8 @@ scheduler and, for the operator's side, by Debian's chromium through chromedrive
 
 The stack is started once for the module, on free ports and a private home, with the session's broker,
 and stopped at the end (`scripts/airflow.sh down`). Screenshots of the Tidemark page and the trigger
-form go to docs/screenshots/ (TIDEMARK_SCREENSHOTS overrides), where the README shows them.
+form go to .cache/screenshots/; the README's, in docs/screenshots/, were made with
+TIDEMARK_SCREENSHOTS=docs/screenshots (a test run then leaves the checkout as it was).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from tests.e2e.conftest import ROOT
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 SCRIPT = ROOT / "scripts" / "airflow.sh"
-SHOTS = Path(os.environ.get("TIDEMARK_SCREENSHOTS", ROOT / "docs" / "screenshots"))
+SHOTS = Path(os.environ.get("TIDEMARK_SCREENSHOTS", ROOT / ".cache" / "screenshots"))
 # Two records per partition inside the backfill window, one before it and one after.
 TIMES = ["2025-06-01T08:00", "2025-06-02T09:30", "2025-06-02T17:45", "2025-06-04T12:00"]
 WINDOW = ("2025/06/02", "00:00", "2025/06/03", "00:00")
