@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export KAFKA_PORT ?= 9092
 
 .DEFAULT_GOAL := help
-.PHONY: help setup venv jars kafka-up kafka-down storage-up storage-down demo test test-unit lint soak bench bench-s3 bench-page airflow airflow-down browser lock clean
+.PHONY: help setup venv jars kafka-up kafka-down storage-up storage-down demo test test-unit lint soak bench bench-s3 bench-skew bench-page airflow airflow-down browser lock clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -58,6 +58,9 @@ bench: setup ## Tidemark vs AvailableNow, plain Spark batch, consumer perf; fixe
 
 bench-s3: setup ## one batch (BENCH_RECORDS=2000000) to the local disk vs to the local S3 server; bench/results/object_storage.json
 	scripts/bench_s3.sh
+
+bench-skew: setup ## a backlog with 80% on one partition, read with and without splitting long ranges; bench/results/skew.json
+	scripts/with_broker.sh bench $${BENCH_KAFKA_PORT:-19292} .venv/bin/python -m bench.skew
 
 bench-page: setup ## the Tidemark page's response time as the ledger grows to 10,000 batches; bench/results/console.json
 	scripts/with_broker.sh bench $${BENCH_KAFKA_PORT:-19292} .venv/bin/python -m bench.console

@@ -60,9 +60,9 @@ def end_offsets(settings: BenchSettings, topic: str) -> dict[int, int]:
         consumer.close()
 
 
-def produce(settings: BenchSettings, topic: str, records: int, record_bytes: int) -> dict:
+def produce(settings: BenchSettings, topic: str, records: int, record_bytes: int, already: int = 0) -> dict:
     """Send ``records`` events of ``record_bytes`` to ``topic`` at full speed; returns what the tool
-    reported, after checking that the topic holds exactly that many records."""
+    reported, after checking that the topic holds exactly that many records (plus ``already``)."""
     payloads = write_payload_file(settings.work / f"payloads-{record_bytes}.txt", record_bytes)
     command = [KAFKA_SH, "run-class", "org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
                "--num-records", str(records), "--throughput", "-1", "--payload-file", str(payloads),
@@ -76,8 +76,8 @@ def produce(settings: BenchSettings, topic: str, records: int, record_bytes: int
     if summary is None:
         raise RuntimeError(f"cannot read ProducerPerformance's summary:\n{result.stdout[-3000:]}")
     offsets = end_offsets(settings, topic)
-    if sum(offsets.values()) != records:
-        raise RuntimeError(f"topic {topic} holds {sum(offsets.values())} records, expected {records}")
+    if sum(offsets.values()) != records + already:
+        raise RuntimeError(f"topic {topic} holds {sum(offsets.values())} records, expected {records + already}")
     return {"topic": topic, "records": records, "record_bytes": record_bytes, "partitions": len(offsets),
             "records_per_partition": offsets, "producer_records_per_second": float(summary.group(2)),
             "producer_mb_per_second": float(summary.group(3))}

@@ -51,10 +51,10 @@ def kafka_properties(settings: BenchSettings) -> dict[str, str]:
     return {"bootstrap.servers": settings.bootstrap}
 
 
-def add_pipeline(settings: BenchSettings, name: str, topic: str) -> PipelineConfig:
-    """A pipeline file with the three required keys, manual schedule and no retries."""
+def add_pipeline(settings: BenchSettings, name: str, topic: str, **extra) -> PipelineConfig:
+    """A pipeline file with the three required keys, manual schedule, no retries, and ``extra`` keys."""
     (settings.pipelines / f"{name}.yaml").write_text(yaml.safe_dump(
-        {"name": name, "topics": [topic], "table": name, "schedule": None, "retries": 0}))
+        {"name": name, "topics": [topic], "table": name, "schedule": None, "retries": 0, **extra}))
     return find_pipeline(name)
 
 

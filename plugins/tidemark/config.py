@@ -90,6 +90,10 @@ class PipelineConfig(BaseModel):
     kafka_timeout_seconds: PositiveInt = 30
     """How long planning waits for Kafka before failing with a clear error (Airflow then retries)."""
 
+    max_offsets_per_spark_task: PositiveInt = 500_000
+    """A partition's range longer than this is read by several Spark tasks (the Kafka source's
+    ``minPartitions``), so a hot partition uses every core; what is read does not change."""
+
     mirror_consumer_group: bool = True
     """After each committed batch, also commit the offsets to the Kafka consumer group named after
     the pipeline, so kafka-consumer-groups and lag monitors see them (the ledger stays the truth)."""

@@ -71,3 +71,15 @@ def spark_kafka_options(ranges: list[OffsetRange]) -> dict[str, str]:
         "startingOffsets": json.dumps(starting, sort_keys=True),
         "endingOffsets": json.dumps(ending, sort_keys=True),
     }
+
+
+def spark_min_partitions(ranges: list[OffsetRange], max_per_task: int | None) -> int | None:
+    """The Kafka source's ``minPartitions`` that splits every range longer than ``max_per_task`` into
+    pieces of at most about that size (Spark splits ranges in proportion to their size once
+    ``minPartitions`` exceeds their number), or None when no range is that long: one task per
+    partition, as Spark reads by default. Splitting changes which task reads an offset, never which
+    offsets are read."""
+    sizes = [r.size for r in ranges if r.size > 0]
+    if not max_per_task or not sizes or max(sizes) <= max_per_task:
+        return None
+    return sum(-(-size // max_per_task) for size in sizes)

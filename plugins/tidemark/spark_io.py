@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from tidemark.batch.finalize import Tally
 from tidemark.batch.plan import BatchPlan
 from tidemark.kafka_client import java_client_properties
-from tidemark.offsets import TopicPartition, spark_kafka_options
+from tidemark.offsets import TopicPartition, spark_kafka_options, spark_min_partitions
 from tidemark.records import DATE_COLUMN, DEAD_LETTER_COLUMNS, RecordFormat, output_columns
 
 if TYPE_CHECKING:
@@ -41,6 +41,9 @@ def kafka_source_options(plan: BatchPlan, properties: Mapping[str, str],
         options.setdefault(key, half_ms)
     options.setdefault("fetchOffset.numRetries", "1")
     options.update(spark_kafka_options(plan.ranges))
+    split = spark_min_partitions(plan.ranges, plan.max_offsets_per_task)
+    if split:
+        options["minPartitions"] = str(split)
     return options
 
 

@@ -76,3 +76,35 @@ def test_partition_by_kafka_date_partitions_the_output(kafka_bootstrap, spark, l
                                            "COUNT(CASE WHEN kafka_date = CAST(kafka_timestamp AS DATE) THEN 1 END) "
                                            "AS dated FROM t")
     assert rows == [{"n": 5, "s": 10, "dated": 5}]
+
+
+@pytest.mark.parametrize("value_format", ["raw", "json"])
+def test_a_long_range_split_over_several_tasks_is_still_read_exactly_once(kafka_bootstrap, spark, lake, value_format):
+    """max_offsets_per_spark_task: partition 0's long range is read by several Spark tasks (raw: the one
+    write pass; json: the typed path with dead letters), and every offset lands once."""
+    from tidemark import spark_io
+    from tidemark.ledger import Ledger
+    from tidemark.settings import ledger_uri
+
+    topic = helpers.create_topic(helpers.unique(f"split_{value_format}"), partitions=2)
+    helpers.produce_values(topic, [b'{"order_id": %d}' % i for i in range(40)] + [b"not json"] * 3, partition=0)
+    helpers.produce_values(topic, [b'{"order_id": %d}' % i for i in range(100, 103)], partition=1)
+    config = parse_pipeline({"name": topic, "topics": [topic], "table": topic, "max_offsets_per_spark_task": 8,
+                             **({"value_format": "json", "value_schema": {"order_id": "bigint"}}
+                                if value_format == "json" else {})}, "test")
+    plan = prepare_batch(config, props())
+    options = spark_io.kafka_source_options(plan, props())
+    assert int(options["minPartitions"]) == 6 + 1  # 43 offsets in pieces of 8, and the short range
+    assert spark_io.read_ranges(spark, options).rdd.getNumPartitions() > 2
+
+    execute_batch(spark, plan, props(), "read_committed")
+    per_partition = "SELECT kafka_partition AS p, COUNT(*) AS n, COUNT(DISTINCT kafka_offset) AS d FROM t GROUP BY 1"
+    good = {r["p"]: (r["n"], r["d"]) for r in helpers.query(config.table_uri, per_partition)}
+    if value_format == "raw":
+        assert good == {0: (43, 43), 1: (3, 3)}
+    else:
+        assert good == {0: (40, 40), 1: (3, 3)}
+        dead = helpers.query(config.dead_letter_uri, "SELECT kafka_partition AS p, kafka_offset AS o FROM t ORDER BY o")
+        assert [(r["p"], r["o"]) for r in dead] == [(0, 40), (0, 41), (0, 42)]
+    assert Ledger(ledger_uri()).state(topic).positions == {OffsetRange(topic, 0, 0, 0).tp: 43,
+                                                           OffsetRange(topic, 1, 0, 0).tp: 3}

@@ -6,7 +6,7 @@ import pytest
 
 from tidemark.batch.plan import BatchPlan
 from tidemark.batch.recovery import decide_recovery
-from tidemark.offsets import OffsetRange, spark_kafka_options
+from tidemark.offsets import OffsetRange, spark_kafka_options, spark_min_partitions
 
 
 def test_spark_options_list_exactly_the_non_empty_ranges():
@@ -45,3 +45,14 @@ def test_plan_json_round_trip_and_commit_metadata():
 ])
 def test_recovery_decision(pending, marker, expected):
     assert decide_recovery(pending, marker) == expected
+
+
+def test_only_ranges_over_the_task_size_are_split_and_the_split_covers_every_long_range():
+    small = [OffsetRange("t", 0, 0, 100), OffsetRange("t", 1, 0, 100)]
+    assert spark_min_partitions(small, 100) is None  # one task per partition, Spark's default
+    assert spark_min_partitions(small, None) is None  # plans frozen before the setting
+    assert spark_min_partitions([OffsetRange("t", 0, 5, 5)], 1) is None  # empty ranges read nothing
+    hot = [OffsetRange("t", 0, 0, 1_600_000)] + [OffsetRange("t", p, 0, 57_000) for p in range(1, 8)]
+    split = spark_min_partitions(hot, 500_000)
+    assert split == 4 + 7  # Spark splits only once minPartitions exceeds the number of ranges
+    assert split > len(hot)

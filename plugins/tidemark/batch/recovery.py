@@ -46,7 +46,7 @@ def plan_for(config: PipelineConfig, ledger: Ledger, batch_id: int, ranges, **ex
     return BatchPlan(config.name, batch_id, config.table_uri, ledger.uri, list(ranges),
                      dead_letter_uri=config.dead_letter_uri, record_format=config.record_format.to_dict(),
                      partition_by=list(config.partition_by), kafka_timeout_seconds=config.kafka_timeout_seconds,
-                     **extra)
+                     max_offsets_per_task=config.max_offsets_per_spark_task, **extra)
 
 
 def describe_ranges(plan: BatchPlan) -> str:

@@ -1,0 +1,100 @@
+"""`make bench-skew`: one batch of a skewed backlog, read with and without splitting long ranges.
+
+The backlog (BENCH_RECORDS, default 2,000,000 events of BENCH_RECORD_BYTES on BENCH_PARTITIONS=8
+partitions) has BENCH_SKEW (default 0.8) of its records on partition 0: the topic is created with one
+partition, that share is produced, then it grows to 8 partitions and the rest is spread over all of
+them. Each repetition (BENCH_REPEATS, default 3) runs the `tidemark run` path (plan, then the ingest
+job's spark-submit) twice, alternating the order: once with the default `max_offsets_per_spark_task`
+(500,000: the hot range is read by several tasks) and once with it above the backlog (one task per
+partition, Spark's default). Every output is counted back. Results: bench/results/skew.json.
+BENCH_SPLIT_OFFSETS sets the split size instead of the default (for a quick look at a small backlog).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import uuid
+
+from bench import data, machine, stack
+from bench.measure import check, run_measured
+from bench.settings import RESULTS, BenchSettings
+from devkit import localstack
+from tidemark.batch.prepare import prepare_batch
+from tidemark.config import PipelineConfig
+from tidemark.spark_io import kafka_source_options
+
+log = logging.getLogger("bench")
+NO_SPLIT = 10**12
+
+
+def skewed_backlog(settings: BenchSettings, topic: str, share: float) -> dict:
+    from kafka.admin import KafkaAdminClient, NewPartitions
+
+    hot = int(settings.records * share)
+    data.create_topic(settings, topic, 1)
+    data.produce(settings, topic, hot, settings.record_bytes)
+    admin = KafkaAdminClient(bootstrap_servers=settings.bootstrap)
+    try:
+        admin.create_partitions({topic: NewPartitions(settings.partitions)})
+    finally:
+        admin.close()
+    spread = data.produce(settings, topic, settings.records - hot, settings.record_bytes, already=hot)
+    return {"topic": topic, "records": settings.records, "hot_share": share,
+            "records_per_partition": spread["records_per_partition"]}
+
+
+def one_batch(settings: BenchSettings, topic: str, split: bool, rep: int) -> dict:
+    name = f"bench_skew_{'split' if split else 'whole'}_{rep}"
+    size = int(os.environ.get("BENCH_SPLIT_OFFSETS", "0")) or None  # else the pipeline default
+    if split:
+        extra = {"max_offsets_per_spark_task": size} if size else {}
+    else:
+        extra = {"max_offsets_per_spark_task": NO_SPLIT}
+    config: PipelineConfig = stack.add_pipeline(settings, name, topic, **extra)
+    plan = prepare_batch(config, stack.kafka_properties(settings))
+    if plan.total_offsets != settings.records:
+        raise RuntimeError(f"planned {plan.total_offsets} offsets, expected {settings.records}")
+    tasks = kafka_source_options(plan, stack.kafka_properties(settings)).get("minPartitions")
+    measured = check(run_measured(stack.tidemark_submit(settings, plan), stack.spark_env(settings)),
+                     f"the ingest job ({name})")
+    found = localstack.query(config.table_uri, "SELECT COUNT(*) AS n FROM t")[0]["n"]
+    if found != settings.records:
+        raise RuntimeError(f"{name}: the output holds {found} rows, expected {settings.records}")
+    seconds = measured.wall_seconds
+    log.info("%s: %d records in %.1f s (%d records/s, minPartitions %s)", name, found, seconds, found / seconds,
+             tasks)
+    stack.remove_pipeline(settings, config)
+    return {"split": split, "repetition": rep, "min_partitions": tasks, "records": found,
+            "spark_submit_seconds": round(seconds, 1), "records_per_second": round(found / seconds),
+            **measured.summary()}
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    settings = BenchSettings.from_env()
+    stack.reset_work(settings)
+    stack.configure_environment(settings)
+    share = float(os.environ.get("BENCH_SKEW", "0.8"))
+    backlog = skewed_backlog(settings, f"bench_skew_{uuid.uuid4().hex[:6]}", share)
+    log.info("skewed backlog: %s", backlog)
+    runs = [one_batch(settings, backlog["topic"], split, rep) for rep in range(1, settings.repeats + 1)
+            for split in ((True, False) if rep % 2 else (False, True))]
+    summary = {}
+    for split, label in ((True, "split"), (False, "one_task_per_partition")):
+        mine = sorted(r["spark_submit_seconds"] for r in runs if r["split"] == split)
+        summary[label] = {"median_seconds": mine[len(mine) // 2], "runs": len(mine),
+                          "median_records_per_second": round(settings.records / mine[len(mine) // 2])}
+    summary["split_speedup"] = round(summary["one_task_per_partition"]["median_seconds"]
+                                     / summary["split"]["median_seconds"], 2)
+    out = {"date": dt.date.today().isoformat(), "machine": machine.describe(), "master": settings.master,
+           "backlog": backlog, "runs": runs, "summary": summary}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "skew.json").write_text(json.dumps(out, indent=2) + "\n")
+    print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()
