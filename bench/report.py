@@ -345,7 +345,46 @@ def markdown(results: dict) -> str:
     ]
     if findings:
         parts += ["## Findings", findings.strip()]
+    parts += other_measurements()
     return "\n\n".join(parts) + "\n"
+
+
+def _side(name: str) -> dict | None:
+    path = RESULTS / name
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def other_measurements() -> list[str]:
+    """The benchmarks with a make target of their own, from their result files when present."""
+    parts = []
+    if storage := _side("object_storage.json"):
+        m = storage["summary"]
+        parts += ["### One batch to S3 vs the local disk (`make bench-s3`, `bench/results/object_storage.json`)",
+                  f"{storage['date']}: {storage['backlog']['records']:,} records in one `tidemark run` batch, "
+                  f"{m['local']['runs']} runs each, alternating: local disk median {m['local']['median_seconds']} s, "
+                  f"the local S3 server (moto on loopback, not AWS) median {m['s3']['median_seconds']} s: "
+                  f"**x{m['s3_over_local']}**."]
+    if skew := _side("skew.json"):
+        m = skew["summary"]
+        parts += ["### Skew (`make bench-skew`, `bench/results/skew.json`)",
+                  f"{skew['date']}: {skew['backlog']['records']:,} records, {skew['backlog']['hot_share']:.0%} of them "
+                  f"on one of {len(skew['backlog']['records_per_partition'])} partitions, `{skew['master']}`, "
+                  f"{m['split']['runs']} runs each, alternating. Long ranges split over several Spark tasks "
+                  f"(`max_offsets_per_spark_task`, default 500,000): median {m['split']['median_seconds']} s; one "
+                  f"task per partition (Spark's default): median {m['one_task_per_partition']['median_seconds']} s. "
+                  f"Speed-up **x{m['split_speedup']}** (target x1.5; at most x1.6 on 2 cores, where 80 % of the "
+                  "records on one core becomes 50 % on each)."]
+    if page := _side("console.json"):
+        rows = ["| ledger | batches | " + " | ".join(page["ledgers"][0]["routes"]) + " |",
+                "|---|---|" + "---|" * len(page["ledgers"][0]["routes"])]
+        rows += [f"| {ledger['shape']} | {ledger['batches']:,} | "
+                 + " | ".join(f"{t['median_ms']:.0f} ms" for t in ledger["routes"].values()) + " |"
+                 for ledger in page["ledgers"]]
+        parts += ["### The Tidemark page (`make bench-page`, `bench/results/console.json`)",
+                  f"{page['date']}: each route of the page, median of 7 calls after a warm-up, in-process (no HTTP "
+                  "stack or login check), against a live broker; target: under a second at 10,000 batches.",
+                  "\n".join(rows)]
+    return ["## Other measurements", *parts] if parts else []
 
 
 # --- chart ---------------------------------------------------------------------------------------
