@@ -331,12 +331,19 @@ class Ledger:
         the ledger at once, one fails to create and may then win the append; the other's append fails, and
         either way the caller re-reads and re-checks the fingerprint."""
         from deltalake import CommitProperties, DeltaTable, write_deltalake
+        from deltalake.exceptions import CommitFailedError
 
+        # No commit retries for the create either: with delta-rs' default, of two runs creating the ledger at
+        # once both "succeed", the second create retried onto version 1 of the table the first made, and its
+        # append then never re-checked the fingerprint (both runs froze batch 1; seen under load in CI).
         table = DeltaTable.create(
             storage.delta_rs_uri(self.uri), SCHEMA, storage_options=storage.delta_options(self.uri), mode="error",
             partition_by=["pipeline"], name="tidemark_offsets",
             description="Tidemark offset ledger: one row per pipeline, batch, topic, partition",
-            configuration=migrations.new_table_configuration(), raise_if_key_not_exists=False)
+            configuration=migrations.new_table_configuration(), raise_if_key_not_exists=False,
+            commit_properties=CommitProperties(max_commit_retries=0))
+        if table.version() != 0:  # never expected without retries; if it happens, re-check before writing
+            raise CommitFailedError(f"the ledger at {self.uri} was created by another run at the same moment")
         write_deltalake(table, _table(rows), mode="append", commit_properties=CommitProperties(max_commit_retries=0))
 
     def _compare_and_commit(self, pipeline: str, expected: str, commit, what: str) -> None:
