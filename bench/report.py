@@ -370,7 +370,7 @@ def other_measurements() -> list[str]:
                   f"{skew['date']}: {skew['backlog']['records']:,} records, {skew['backlog']['hot_share']:.0%} of them "
                   f"on one of {len(skew['backlog']['records_per_partition'])} partitions, `{skew['master']}`, "
                   f"{m['split']['runs']} runs each, alternating. Long ranges split over several Spark tasks "
-                  f"(`max_offsets_per_spark_task`, default 500,000): median {m['split']['median_seconds']} s; one "
+                  f"(`max_offsets_per_spark_task` = 500,000): median {m['split']['median_seconds']} s; one "
                   f"task per partition (Spark's default): median {m['one_task_per_partition']['median_seconds']} s. "
                   f"Speed-up **x{m['split_speedup']}** (target x1.5; at most x1.6 on 2 cores, where 80 % of the "
                   "records on one core becomes 50 % on each)."]

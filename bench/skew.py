@@ -4,10 +4,9 @@ The backlog (BENCH_RECORDS, default 2,000,000 events of BENCH_RECORD_BYTES on BE
 partitions) has BENCH_SKEW (default 0.8) of its records on partition 0: the topic is created with one
 partition, that share is produced, then it grows to 8 partitions and the rest is spread over all of
 them. Each repetition (BENCH_REPEATS, default 3) runs the `tidemark run` path (plan, then the ingest
-job's spark-submit) twice, alternating the order: once with the default `max_offsets_per_spark_task`
-(500,000: the hot range is read by several tasks) and once with it above the backlog (one task per
-partition, Spark's default). Every output is counted back. Results: bench/results/skew.json.
-BENCH_SPLIT_OFFSETS sets the split size instead of the default (for a quick look at a small backlog).
+job's spark-submit) twice, alternating the order: once with `max_offsets_per_spark_task` at
+BENCH_SPLIT_OFFSETS (default 500,000: the hot range is read by several tasks) and once with it above the
+backlog (one task per partition, Spark's default). Every output is counted back. Results: bench/results/skew.json.
 """
 
 from __future__ import annotations
@@ -48,11 +47,8 @@ def skewed_backlog(settings: BenchSettings, topic: str, share: float) -> dict:
 
 def one_batch(settings: BenchSettings, topic: str, split: bool, rep: int) -> dict:
     name = f"bench_skew_{'split' if split else 'whole'}_{rep}"
-    size = int(os.environ.get("BENCH_SPLIT_OFFSETS", "0")) or None  # else the pipeline default
-    if split:
-        extra = {"max_offsets_per_spark_task": size} if size else {}
-    else:
-        extra = {"max_offsets_per_spark_task": NO_SPLIT}
+    size = int(os.environ.get("BENCH_SPLIT_OFFSETS", "500000"))
+    extra = {"max_offsets_per_spark_task": size if split else NO_SPLIT}
     config: PipelineConfig = stack.add_pipeline(settings, name, topic, **extra)
     plan = prepare_batch(config, stack.kafka_properties(settings))
     if plan.total_offsets != settings.records:

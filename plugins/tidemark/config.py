@@ -90,9 +90,10 @@ class PipelineConfig(BaseModel):
     kafka_timeout_seconds: PositiveInt = 30
     """How long planning waits for Kafka before failing with a clear error (Airflow then retries)."""
 
-    max_offsets_per_spark_task: PositiveInt = 500_000
-    """A partition's range longer than this is read by several Spark tasks (the Kafka source's
-    ``minPartitions``), so a hot partition uses every core; what is read does not change."""
+    max_offsets_per_spark_task: PositiveInt | None = None
+    """When set, a partition's range longer than this is read by several Spark tasks (the Kafka
+    source's ``minPartitions``), so a hot partition can use every core; what is read does not change.
+    Off by default until the skew benchmark shows a gain (bench/results/skew.json)."""
 
     mirror_consumer_group: bool = True
     """After each committed batch, also commit the offsets to the Kafka consumer group named after
