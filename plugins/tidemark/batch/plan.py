@@ -39,7 +39,7 @@ class BatchPlan:
     """How long the Spark read waits for Kafka before the batch fails (nothing committed)."""
     max_offsets_per_task: int | None = None
     """Ranges longer than this are split over several Spark tasks (``offsets.spark_min_partitions``);
-    None (plans frozen before 0.3) reads one task per partition."""
+    None (the default, and plans frozen before 0.3) reads one task per partition."""
 
     @property
     def format(self) -> RecordFormat:
