@@ -116,6 +116,20 @@ def produce_values(topic: str, values: list[bytes], partition: int = 0, timestam
     producer.close()
 
 
+def produce_at_times(topic: str, stamps: list[str], partitions: tuple[int, ...] = (0, 1)) -> None:
+    """One JSON record ``{"i": n}`` per ISO-8601 time stamp (UTC) on each of ``partitions``, with that
+    record timestamp: offsets n of every partition carry the n-th time."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap())
+    for i, stamp in enumerate(stamps):
+        ms = int(dt.datetime.fromisoformat(stamp).replace(tzinfo=dt.UTC).timestamp() * 1000)
+        for partition in partitions:
+            producer.send(topic, value=json.dumps({"i": i}).encode(), partition=partition, timestamp_ms=ms)
+    producer.flush()
+    producer.close()
+
+
 def end_offsets(topic: str) -> dict[int, int]:
     from kafka import KafkaConsumer, TopicPartition
 

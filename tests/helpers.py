@@ -14,6 +14,7 @@ from devkit.localstack import (  # noqa: F401
     free_port,
     past_ms,
     produce,
+    produce_at_times,
     produce_values,
     query,
     query_or_none,

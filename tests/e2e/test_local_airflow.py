@@ -153,18 +153,6 @@ def browser(local_airflow):
         driver.quit()
 
 
-def produce_window_records(topic: str) -> None:
-    from kafka import KafkaProducer
-
-    producer = KafkaProducer(bootstrap_servers=helpers.bootstrap())
-    for i, stamp in enumerate(TIMES):
-        ms = int(dt.datetime.fromisoformat(stamp).replace(tzinfo=dt.UTC).timestamp() * 1000)
-        for partition in (0, 1):
-            producer.send(topic, value=json.dumps({"i": i}).encode(), partition=partition, timestamp_ms=ms)
-    producer.flush()
-    producer.close()
-
-
 def open_pipeline_page(browser, airflow: LocalAirflow, shot: Path | None = None) -> None:
     """Browse -> Tidemark, as an operator would (Airflow embeds the page in a frame), then the pipeline;
     leaves the driver inside the frame."""
@@ -186,7 +174,7 @@ def test_the_tidemark_page_in_the_browser_shows_what_the_cli_shows(local_airflow
     from tests.e2e.browser import page_numbers
 
     airflow = local_airflow
-    produce_window_records(airflow.pipeline)
+    helpers.produce_at_times(airflow.pipeline, TIMES)
     open_pipeline_page(browser, airflow, shot=SHOTS / "tidemark-page.png")
     shown = page_numbers(browser)
     browser.switch_to.default_content()

@@ -153,15 +153,7 @@ def test_native_backfill_over_two_past_days_ingests_exactly_those_windows(runnin
     # The schedule's latest interval runs first: nothing in the topic yet, so no Spark.
     airflow.wait_for("the scheduled run", lambda: [r for r in airflow.runs(dag_id) if r["state"] == "success"])
 
-    from kafka import KafkaProducer
-
-    producer = KafkaProducer(bootstrap_servers=helpers.bootstrap())
-    for i, stamp in enumerate(TIMES):
-        ms = int(dt.datetime.fromisoformat(stamp).replace(tzinfo=dt.UTC).timestamp() * 1000)
-        for partition in (0, 1):
-            producer.send(topic, value=json.dumps({"i": i}).encode(), partition=partition, timestamp_ms=ms)
-    producer.flush()
-    producer.close()
+    helpers.produce_at_times(topic, TIMES)
 
     airflow.cli("backfill", "create", "--dag-id", dag_id, "--from-date", "2025-06-01", "--to-date", "2025-06-02",
                 "--max-active-runs", "1")
