@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export KAFKA_PORT ?= 9092
 
 .DEFAULT_GOAL := help
-.PHONY: help setup venv jars kafka-up kafka-down storage-up storage-down demo test test-unit lint soak bench bench-s3 bench-skew bench-page airflow airflow-down browser lock clean
+.PHONY: help setup venv jars kafka-up kafka-down storage-up storage-down registry-up registry-down demo test test-unit lint soak bench bench-s3 bench-skew bench-page airflow airflow-down browser lock clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -34,6 +34,12 @@ storage-up: venv ## start a local S3-compatible server (moto, with DynamoDB) on 
 
 storage-down: ## stop the local S3-compatible server (its data is in memory and goes with it)
 	scripts/storage.sh down
+
+registry-up: ## start a local Confluent-compatible Schema Registry (Apicurio 3, JDK 21+, downloaded once) on 127.0.0.1:$REGISTRY_PORT (idempotent)
+	scripts/registry.sh up
+
+registry-down: ## stop the local Schema Registry (its schemas are in memory and go with it)
+	scripts/registry.sh down
 
 demo: setup ## set everything up and run the demo pipeline end to end through Airflow
 	scripts/demo.sh

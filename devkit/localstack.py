@@ -130,6 +130,47 @@ def produce_at_times(topic: str, stamps: list[str], partitions: tuple[int, ...] 
     producer.close()
 
 
+def schema_registry_url() -> str:
+    """The local Schema Registry's Confluent-compatible API (scripts/registry.sh) of this run."""
+    return os.environ.get("SCHEMA_REGISTRY_URL") or \
+        f"http://127.0.0.1:{os.environ.get('REGISTRY_PORT', '8081')}/apis/ccompat/v7"
+
+
+def registry_connection(url: str | None = None) -> str:
+    """An ``http`` Airflow connection (JSON) to a Schema Registry: the local one by default."""
+    return json.dumps({"conn_type": "http", "host": url or schema_registry_url()})
+
+
+def register_schema(subject: str, schema: dict, url: str | None = None) -> int:
+    """Register an Avro schema under ``subject`` (Confluent-compatible API); returns its global id."""
+    import requests
+
+    response = requests.post(f"{url or schema_registry_url()}/subjects/{subject}/versions", timeout=10,
+                             json={"schema": json.dumps(schema), "schemaType": "AVRO"},
+                             headers={"Content-Type": "application/vnd.schemaregistry.v1+json"})
+    response.raise_for_status()
+    return int(response.json()["id"])
+
+
+def set_compatibility(subject: str, level: str, url: str | None = None) -> None:
+    """The subject's compatibility rule (``NONE`` lets a test register an incompatible version)."""
+    import requests
+
+    requests.put(f"{url or schema_registry_url()}/config/{subject}", json={"compatibility": level},
+                 timeout=10).raise_for_status()
+
+
+def avro_value(schema_id: int, schema: dict, record: dict) -> bytes:
+    """``record`` in the Confluent wire format: magic byte 0, the 4-byte schema id, the Avro body."""
+    import io
+
+    from fastavro import parse_schema, schemaless_writer
+
+    body = io.BytesIO()
+    schemaless_writer(body, parse_schema(schema), record)
+    return b"\x00" + schema_id.to_bytes(4, "big") + body.getvalue()
+
+
 def end_offsets(topic: str) -> dict[int, int]:
     from kafka import KafkaConsumer, TopicPartition
 

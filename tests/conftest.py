@@ -47,6 +47,20 @@ def kafka_bootstrap() -> str:
 
 
 @pytest.fixture(scope="session")
+def schema_registry() -> str:
+    """The Schema Registry's Confluent-compatible API URL (`make test` starts one: scripts/registry.sh)."""
+    import requests
+
+    url = helpers.schema_registry_url()
+    try:
+        requests.get(f"{url}/subjects", timeout=5).raise_for_status()
+    except Exception as exc:
+        pytest.fail(f"no Schema Registry answers at {url} ({exc}); `make test` starts one, or run "
+                    f"`make registry-up` and export SCHEMA_REGISTRY_URL")
+    return url
+
+
+@pytest.fixture(scope="session")
 def spark():
     """One local SparkSession for the whole run, with the cached Kafka-source and Delta jars."""
     from pyspark.sql import SparkSession

@@ -99,12 +99,32 @@ class PipelineConfig(BaseModel):
     """After each committed batch, also commit the offsets to the Kafka consumer group named after
     the pipeline, so kafka-consumer-groups and lag monitors see them (the ledger stays the truth)."""
 
-    value_format: Literal["raw", "json"] = "raw"
-    """``raw`` keeps the value bytes in a ``value`` column; ``json`` parses them into typed columns."""
+    value_format: Literal["raw", "json", "avro"] = "raw"
+    """``raw`` keeps the value bytes in a ``value`` column; ``json`` parses them into typed columns;
+    ``avro`` decodes the Confluent wire format (magic byte, schema id, Avro body) with schemas from a
+    Schema Registry into typed columns."""
 
     value_schema: dict[str, str] | None = None
     """For ``json``: field name -> Spark SQL type (``bigint``, ``double``, ``string``, ``timestamp``,
     ``decimal(10,2)``, ...); a trailing ``?`` makes a field optional."""
+
+    schema_registry_conn_id: str = "schema_registry_default"
+    """For ``avro``: Airflow Connection of the Schema Registry's Confluent-compatible API (host: its
+    URL, e.g. ``http://registry:8081`` or Apicurio's ``http://registry:8080/apis/ccompat/v7``;
+    optional login and password for basic auth). Read by the plan task only."""
+
+    value_subject: str | None = None
+    """For ``avro``: the registry subject of the values; default ``<topic>-value`` (one topic only)."""
+
+    value_schema_version: PositiveInt | None = None
+    """For ``avro``: pin the reader schema to this version of the subject; default: its latest
+    version when the batch is planned."""
+
+    schema_changes: Literal["additive", "lenient"] = "additive"
+    """When the value schema no longer matches the output table (JSON and Avro): ``additive`` adds
+    new fields as columns and refuses a removed or retyped field at plan time; ``lenient`` also
+    keeps a removed field's column (null in new rows) and casts a retyped field to the column's type
+    (a value that does not fit is a bad record)."""
 
     max_value_bytes: PositiveInt | None = None
     """Values larger than this are bad records."""
@@ -175,7 +195,7 @@ class PipelineConfig(BaseModel):
         payload = ["value"] if self.value_format == "raw" else list(self.value_schema or {})
         allowed = [*KAFKA_COLUMNS, *payload, *BATCH_COLUMNS, DATE_COLUMN]
         for column in self.partition_by:
-            if column not in allowed:
+            if column not in allowed and self.value_format != "avro":  # Avro fields: checked at plan time
                 raise ValueError(f"partition_by: '{column}' is not an output column (one of {', '.join(allowed)})")
         if len(set(self.partition_by)) != len(self.partition_by):
             raise ValueError("partition_by lists a column more than once")
@@ -205,8 +225,14 @@ class PipelineConfig(BaseModel):
     def _schema_goes_with_json(self) -> PipelineConfig:
         if self.value_format == "json" and not self.value_schema:
             raise ValueError("value_format 'json' needs a value_schema (field: type, ...)")
-        if self.value_format == "raw" and self.value_schema:
-            raise ValueError("value_schema is only used with value_format: json")
+        if self.value_format != "json" and self.value_schema:
+            raise ValueError("value_schema is only used with value_format: json (Avro schemas come from the Schema "
+                             "Registry)")
+        if self.value_format == "avro" and not self.value_subject and len(self.topics) != 1:
+            raise ValueError("value_format 'avro' reads the subject '<topic>-value' of a one-topic pipeline; with "
+                             "several topics or a topic_pattern, name the subject with value_subject")
+        if self.value_format != "avro" and (self.value_subject or self.value_schema_version):
+            raise ValueError("value_subject and value_schema_version are only used with value_format: avro")
         for name, declared in (self.value_schema or {}).items():
             try:
                 parse_field_type(name, declared)

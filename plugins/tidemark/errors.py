@@ -109,3 +109,23 @@ class ReconciliationError(TidemarkError):
 
 class BadRecordsError(TidemarkError):
     """Bad records in a batch under ``on_bad_record: fail``. Terminal: nothing was written."""
+
+
+# --- schemas ----------------------------------------------------------------------------------
+
+class SchemaRegistryUnavailableError(TidemarkError):
+    """The Schema Registry did not answer in time (or answered with a server error) while a batch
+    was planned. Transient: nothing was frozen; Airflow retries the plan task. A batch already
+    frozen never needs the registry again: its schemas are in the ledger."""
+
+    transient = True
+
+
+class SchemaRegistryError(ConfigError):
+    """The Schema Registry refused the request (credentials, an unknown subject or version) or
+    holds a schema Tidemark cannot use. Terminal: fix the connection, the subject or the schema."""
+
+
+class SchemaChangeError(ConfigError):
+    """The pipeline's value schema removes or retypes a column the output table already has, and
+    ``schema_changes`` is ``additive``. Terminal, checked at plan time: nothing was frozen."""

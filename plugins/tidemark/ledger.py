@@ -58,6 +58,10 @@ SCHEMA = pa.schema([
     # recreated). Added after the first release: a schema version 1 ledger may lack it (its rows read
     # null); migrating it to version 2 adds the column (ledger_migrations).
     pa.field("topic_id", pa.string()),
+    # The schemas the batch decodes with (Avro from a Schema Registry: ``schemas.FrozenSchemas`` as
+    # JSON), frozen with its planned rows so a retry decodes exactly as planned, registry or not.
+    # Added in schema version 3 (ledger_migrations); null for other formats and older rows.
+    pa.field("frozen_schemas", pa.string()),
 ])
 # A new column, or any other change to the table's shape, is a new schema version: see ledger_migrations.
 
@@ -79,6 +83,7 @@ class LedgerRow:
     planned_at: dt.datetime | None = None
     committed_at: dt.datetime | None = None
     topic_id: str | None = None
+    frozen_schemas: str | None = None
 
     @property
     def tp(self) -> TopicPartition:
@@ -106,6 +111,8 @@ class LedgerState:
     topic_ids: dict[str, str] = field(default_factory=dict)
     """Per topic, the Kafka topic id of its newest ledger row that has one (the incarnation of the
     topic the position refers to)."""
+    pending_schemas: str | None = None
+    """The pending batch's frozen schemas (JSON), when its format has any."""
 
 
 def derive_state(rows: list[LedgerRow]) -> LedgerState:
@@ -134,6 +141,7 @@ def derive_state(rows: list[LedgerRow]) -> LedgerState:
         current = [r for r in pending if r.batch_id == state.pending_batch_id]
         state.pending_ranges = sorted(r.range for r in current)
         state.pending_owner = current[0].dag_run_id
+        state.pending_schemas = next((r.frozen_schemas for r in current if r.frozen_schemas), None)
     state.fingerprint = fingerprint(rows)
     return state
 
@@ -152,11 +160,12 @@ def now() -> dt.datetime:
 
 def planned_rows(pipeline: str, batch_id: int, ranges: list[OffsetRange], dag_run_id: str | None,
                  kind: str = KIND_BATCH, reason: str | None = None,
-                 topic_ids: Mapping[str, str] | None = None) -> list[LedgerRow]:
+                 topic_ids: Mapping[str, str] | None = None, frozen_schemas: str | None = None) -> list[LedgerRow]:
     at = now()
     ids = topic_ids or {}
     return [LedgerRow(pipeline, batch_id, kind, PLANNED, r.topic, r.partition, r.start, r.end,
-                      dag_run_id=dag_run_id, reason=reason, planned_at=at, topic_id=ids.get(r.topic))
+                      dag_run_id=dag_run_id, reason=reason, planned_at=at, topic_id=ids.get(r.topic),
+                      frozen_schemas=frozen_schemas)
             for r in ranges]
 
 
@@ -183,8 +192,10 @@ def _quote(text: str) -> str:
 
 
 def _topic_id_column(table) -> str:
-    """A version 1 ledger (no topic_id column) reads as it is, the column null."""
-    return "" if "topic_id" in {f.name for f in table.schema().fields} else ", CAST(NULL AS VARCHAR) AS topic_id"
+    """An older ledger (version 1 without topic_id, version 2 without frozen_schemas) reads as it is,
+    the columns it lacks null."""
+    have = {f.name for f in table.schema().fields}
+    return "".join(f", CAST(NULL AS VARCHAR) AS {name}" for name in ("topic_id", "frozen_schemas") if name not in have)
 
 
 def _query(table, sql: str) -> list[LedgerRow]:

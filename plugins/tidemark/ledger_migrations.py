@@ -10,7 +10,9 @@ version    shape
 =========  ======================================================================================
 1          no version property; ``dead_letter_count`` and ``topic_id`` may be missing (added by
            later releases; their rows read null)
-2          every column of ``ledger.SCHEMA`` (``V2_COLUMNS``) and the property ``"2"``
+2          the columns ``V2_COLUMNS`` and the property ``"2"``
+3          ``V2_COLUMNS`` and ``frozen_schemas`` (``V3_COLUMNS``: every column of ``ledger.SCHEMA``),
+           the property ``"3"``
 =========  ======================================================================================
 
 Each step of ``MIGRATIONS`` takes the table from ``from_version`` to ``to_version``: its function
@@ -44,12 +46,15 @@ log = logging.getLogger(__name__)
 VERSION_PROPERTY = "tidemark.ledger.schemaVersion"
 UNVERSIONED = 1
 """The version of a ledger without the property."""
-CURRENT_VERSION = 2
+CURRENT_VERSION = 3
 _ATTEMPTS = 20
 
 V2_COLUMNS = ("pipeline", "batch_id", "kind", "status", "topic", "partition", "start_offset", "end_offset",
               "record_count", "dead_letter_count", "dag_run_id", "reason", "planned_at", "committed_at", "topic_id")
 """The columns of a version 2 ledger, in order (frozen: a new column is a new version)."""
+V3_COLUMNS = (*V2_COLUMNS, "frozen_schemas")
+"""The columns of a version 3 ledger, in order: the batch's frozen schemas (Avro) were added."""
+V3_ADDED = (pa.field("frozen_schemas", pa.string()),)
 V1_OPTIONAL = (pa.field("dead_letter_count", pa.int64()), pa.field("topic_id", pa.string()))
 """Nullable columns that releases before version 2 added over time: a version 1 ledger may lack them."""
 
@@ -143,8 +148,19 @@ def _v1_to_v2(table: DeltaTable) -> None:
         log.info("ledger %s: added the columns %s", table.table_uri, ", ".join(f.name for f in missing))
 
 
+def _v2_to_v3(table: DeltaTable) -> None:
+    """Add ``frozen_schemas``; existing rows (no format with schemas) read null in it."""
+    from deltalake.schema import Field
+
+    missing = missing_columns(_column_names(table), V3_ADDED)
+    if missing:
+        table.alter.add_columns([Field.from_arrow(f) for f in missing])
+        log.info("ledger %s: added the column frozen_schemas", table.table_uri)
+
+
 MIGRATIONS: list[Migration] = [
     Migration(1, 2, _v1_to_v2),
+    Migration(2, 3, _v2_to_v3),
 ]
 
 

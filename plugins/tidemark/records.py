@@ -1,4 +1,5 @@
-"""How record values are interpreted: raw bytes, or JSON with a declared schema. Pure values that
+"""How record values are interpreted: raw bytes, JSON with a declared schema, or Avro in the
+Confluent wire format with schemas from a Schema Registry (frozen at plan time). Pure values that
 travel inside the frozen plan to the Spark job; the Spark side is in ``spark_io``."""
 
 from __future__ import annotations
@@ -26,15 +27,21 @@ class Field:
 class RecordFormat:
     """The value format of a pipeline and what makes a record bad."""
 
-    value_format: Literal["raw", "json"] = "raw"
+    value_format: Literal["raw", "json", "avro"] = "raw"
     fields: tuple[Field, ...] = field(default_factory=tuple)
     max_value_bytes: int | None = None
     on_bad_record: Literal["dead_letter", "fail"] = "dead_letter"
+    avro: dict | None = None
+    """For ``avro``: the batch's frozen schemas (``schemas.FrozenSchemas`` as a dict)."""
+    add_columns: bool = False
+    """The fields include columns the output table does not have yet: the output commit adds them."""
+    casts: dict[str, str] = field(default_factory=dict)
+    """Field -> the output column's type, for fields whose type changed (``schema_changes: lenient``)."""
 
     @property
     def can_reject(self) -> bool:
         """Whether any record can be bad under this format (so a dead-letter table may be written)."""
-        return self.value_format == "json" or self.max_value_bytes is not None
+        return self.value_format != "raw" or self.max_value_bytes is not None
 
     def spark_ddl(self) -> str:
         return ", ".join(f"`{f.name}` {f.type}" for f in self.fields)
@@ -46,7 +53,7 @@ class RecordFormat:
     @classmethod
     def from_dict(cls, data: dict) -> RecordFormat:
         return cls(data["value_format"], tuple(Field(**f) for f in data["fields"]), data["max_value_bytes"],
-                   data["on_bad_record"])
+                   data["on_bad_record"], data.get("avro"), data.get("add_columns", False), data.get("casts") or {})
 
 
 def parse_field_type(name: str, declared: str) -> Field:

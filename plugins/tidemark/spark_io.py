@@ -85,6 +85,59 @@ def _json_errors(text: Column, parsed: Column, fmt: RecordFormat) -> list[Column
     return errors
 
 
+_DECODED = "__tidemark_decoded"
+"""A field added (with a default) to the Avro reader schema: true in every record that decoded, null
+when ``from_avro`` (PERMISSIVE) failed, which it reports as a struct of nulls, not as a null."""
+
+
+def _schema_id() -> Column:
+    from pyspark.sql import functions as F
+
+    return F.conv(F.hex(F.substring("value", 2, 4)), 16, 10).cast("long")
+
+
+def _avro_decoded(frozen: dict) -> Column:
+    """The value decoded with the writer schema of its own schema id, resolved into the reader
+    schema (Spark's ``from_avro`` with ``avroSchema``): one branch per readable id."""
+    import json
+
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import from_avro
+
+    reader = json.loads(frozen["reader"])
+    reader["fields"] = [*reader["fields"], {"name": _DECODED, "type": "boolean", "default": True}]
+    options = {"mode": "PERMISSIVE", "avroSchema": json.dumps(reader)}
+    body, schema_id = F.expr("substring(value, 6)"), _schema_id()
+    decoded = None
+    for sid, writer in sorted(frozen["writers"].items()):
+        branch = from_avro(body, writer, options)
+        decoded = (F.when(schema_id == int(sid), branch) if decoded is None
+                   else decoded.when(schema_id == int(sid), branch))
+    return decoded if decoded is not None else F.lit(None)
+
+
+def _avro_error(frozen: dict) -> Column:
+    """Why an Avro value is bad (null when it is good), checked in order: the header, the schema id
+    (frozen at plan time: unknown, or not readable into the reader schema), then the body."""
+    from pyspark.sql import functions as F
+
+    size, schema_id = F.octet_length("value"), _schema_id()
+    magic = F.conv(F.hex(F.substring("value", 1, 1)), 16, 10)
+    error = (F.when(F.col("value").isNull(), F.lit("value is null (a tombstone), not an Avro record"))
+             .when(size < 5, F.concat(F.lit("value of "), size.cast("string"),
+                                      F.lit(" bytes is shorter than the 5-byte Confluent header")))
+             .when(magic != "0", F.concat(F.lit("magic byte is "), magic,
+                                          F.lit(", not 0: not the Confluent wire format"))))
+    for sid, reason in sorted(frozen["unreadable"].items()):
+        error = error.when(schema_id == int(sid), F.lit(reason))
+    known = [int(sid) for sid in frozen["writers"]]
+    error = error.when(~schema_id.isin(known) if known else F.lit(True), F.concat(
+        F.lit("schema id "), schema_id.cast("string"),
+        F.lit(f" is not a version of subject '{frozen['subject']}' in the Schema Registry (as of plan time)")))
+    return error.when(F.col("_parsed")[_DECODED].isNull(), F.concat(
+        F.lit("the Avro body does not decode with schema id "), schema_id.cast("string")))
+
+
 def to_rows(raw: DataFrame, fmt: RecordFormat, batch_id: int, ingested_at: dt.datetime) -> DataFrame:
     """Kafka rows -> the contract's ``kafka_*`` columns, the raw ``value``, the parsed payload
     fields (JSON), the batch columns, and ``error``: null for a good record, else why it is bad."""
@@ -106,18 +159,27 @@ def to_rows(raw: DataFrame, fmt: RecordFormat, batch_id: int, ingested_at: dt.da
         size = F.coalesce(F.octet_length("value"), F.lit(0))
         errors.append(F.when(size > fmt.max_value_bytes, F.concat(
             F.lit("value of "), size.cast("string"), F.lit(f" bytes exceeds max_value_bytes ({fmt.max_value_bytes})"))))
-    fields = []
+    fields: dict[str, Column] = {}
     if fmt.value_format == "json":
         text = F.col("value").cast("string")
         rows = rows.withColumn("_parsed", F.from_json(text, fmt.spark_ddl(), {"mode": "PERMISSIVE"}))
         errors += _json_errors(text, F.col("_parsed"), fmt)
-        fields = [F.col("_parsed")[f.name].alias(f.name) for f in fmt.fields]
+    elif fmt.value_format == "avro":
+        rows = rows.withColumn("_parsed", _avro_decoded(fmt.avro or {}))
+        errors.append(_avro_error(fmt.avro or {}))
+    if fmt.value_format != "raw":
+        fields = {f.name: F.col("_parsed")[f.name] for f in fmt.fields}
+    for name, column_type in fmt.casts.items():  # schema_changes: lenient: a field whose type changed
+        cast = fields[name].try_cast(column_type)
+        errors.append(F.when(fields[name].isNotNull() & cast.isNull(), F.lit(
+            f"field '{name}': value does not fit the output column's type {column_type}")))
+        fields[name] = cast
     if errors:
         message = F.concat_ws("; ", *errors)
         error = F.when(message == "", F.lit(None).cast("string")).otherwise(message).alias("error")
     else:
         error = F.lit(None).cast("string").alias("error")
-    return rows.select(*[c for c in rows.columns if c != "_parsed"], *fields, error)
+    return rows.select(*[c for c in rows.columns if c != "_parsed"], *[c.alias(n) for n, c in fields.items()], error)
 
 
 def drop_already_written(spark: SparkSession, rows: DataFrame, plan: BatchPlan) -> DataFrame:
@@ -174,11 +236,16 @@ def bad_examples(rows: DataFrame, limit: int = 5) -> list[str]:
             .select("kafka_topic", "kafka_partition", "kafka_offset", "error").limit(limit).collect()]
 
 
-def _append_once(frame: DataFrame, table_uri: str, plan: BatchPlan, partition_by: list[str] | None = None) -> None:
+def _append_once(frame: DataFrame, table_uri: str, plan: BatchPlan, partition_by: list[str] | None = None,
+                 add_columns: bool = False) -> None:
     """Append in one Delta commit carrying the batch's idempotency marker (txnAppId = pipeline,
     txnVersion = batch id) and its ranges in userMetadata. Delta skips the write if the table's
-    marker is already at or above this batch."""
-    (frame.write.format("delta").mode("append").partitionBy(*(partition_by or []))
+    marker is already at or above this batch. ``add_columns``: the plan found new fields, which this
+    commit adds to the table's schema (Delta schema evolution)."""
+    writer = frame.write.format("delta").mode("append")
+    if add_columns:
+        writer = writer.option("mergeSchema", "true")
+    (writer.partitionBy(*(partition_by or []))
         .option("txnAppId", plan.pipeline)
         .option("txnVersion", str(plan.batch_id))
         .option("userMetadata", plan.commit_metadata())
@@ -200,4 +267,4 @@ def write_output(rows: DataFrame, plan: BatchPlan) -> None:
     if DATE_COLUMN in plan.partition_by:
         good = good.withColumn(DATE_COLUMN, F.to_date(F.col("kafka_timestamp")))
     _append_once(good.select(*output_columns(plan.format, plan.partition_by)), plan.table_uri, plan,
-                 plan.partition_by)
+                 plan.partition_by, add_columns=plan.format.add_columns)

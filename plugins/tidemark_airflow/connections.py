@@ -48,6 +48,13 @@ def spark_master(conn_id: str, pipeline: str | None = None) -> str:
     return connections.spark_master(RESOLVER, conn_id, pipeline)
 
 
+def schema_registry(config):
+    """The Schema Registry client of an Avro pipeline (None for other formats); its password is masked."""
+    from tidemark.schema_registry import client_for
+
+    return client_for(RESOLVER, config.schema_registry_conn_id, config.name) if config.value_format == "avro" else None
+
+
 def configure_storage(config) -> None:
     """Object-store settings for this task's process, from the pipeline's ``storage_conn_id``, when
     one of its tables is on S3 (the core's delta-rs calls then use them)."""

@@ -19,7 +19,7 @@ from tidemark.batch import (
 )
 from tidemark.config import PipelineConfig, find_pipeline
 from tidemark.errors import PipelineBusyError, TidemarkError
-from tidemark_airflow.connections import configure_storage, kafka_properties
+from tidemark_airflow.connections import configure_storage, kafka_properties, schema_registry
 from tidemark_airflow.naming import ingest_dag_id
 from tidemark_airflow.run_modes import decide_run
 
@@ -71,11 +71,12 @@ def plan(pipeline: str, **context) -> str:
     log.info("pipeline '%s': %s run (%s)", pipeline, request.mode, run_type)
     if request.backfill is not None:
         batch = prepare_backfill(config, properties, request.backfill, run_id=context["run_id"],
-                                 run_state=run_state)
+                                 run_state=run_state, schemas=schema_registry(config))
     else:
         if request.max_records is not None:
             config = config.model_copy(update={"max_offsets_per_run": request.max_records})
-        batch = prepare_batch(config, properties, run_id=context["run_id"], run_state=run_state)
+        batch = prepare_batch(config, properties, run_id=context["run_id"], run_state=run_state,
+                              schemas=schema_registry(config))
     if batch.is_empty:
         log.info("pipeline '%s': nothing to read; the ingest task will be skipped (no Spark launch)", pipeline)
     return batch.to_json()

@@ -115,6 +115,13 @@ def _kafka_properties(config) -> dict[str, str]:
     return connections.kafka_properties(RESOLVER, config.kafka_conn_id, config.name)
 
 
+def _schema_registry(config):
+    """The Schema Registry client of an Avro pipeline (None for other formats)."""
+    from tidemark.schema_registry import client_for
+
+    return client_for(RESOLVER, config.schema_registry_conn_id, config.name) if config.value_format == "avro" else None
+
+
 def _pipeline(name: str):
     """A pipeline's configuration, with this process set up for its object store (if any)."""
     from tidemark import storage
@@ -193,7 +200,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     config = _pipeline(args.pipeline)
     properties = _kafka_properties(config)
-    plan = prepare_batch(config, properties)
+    plan = prepare_batch(config, properties, schemas=_schema_registry(config))
     if plan.is_empty:
         print(f"pipeline '{config.name}': nothing new; no Spark job started")
         mirror_to_consumer_group(config, properties)

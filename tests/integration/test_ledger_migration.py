@@ -45,13 +45,19 @@ def operations_since(uri: str, version: int) -> list[str]:
             if h["version"] > version]
 
 
+def steps(uri: str) -> list[str]:
+    """The commits migrating a version 1 fixture makes: to version 2 (adding topic_id when it lacks it), then
+    to version 3 (adding frozen_schemas)."""
+    return [*(["ADD COLUMN"] if "no_topic_id" in uri else []), "SET TBLPROPERTIES", "ADD COLUMN", "SET TBLPROPERTIES"]
+
+
 def snapshot(ledger: Ledger) -> dict[str, tuple]:
     return {p: (ledger.state(p), sorted(ledger.rows(p), key=repr)) for p in PIPELINES}
 
 
 def assert_current(uri: str) -> None:
     table = DeltaTable(uri)
-    assert table.metadata().configuration[m.VERSION_PROPERTY] == "2"
+    assert table.metadata().configuration[m.VERSION_PROPERTY] == str(m.CURRENT_VERSION)
     assert [f.name for f in table.schema().fields] == SCHEMA.names
 
 
@@ -99,8 +105,7 @@ def test_the_first_append_migrates_and_appends(old_ledger):
     ledger.append(rows, expected=before["clicks"][0].fingerprint)
 
     assert_current(old_ledger)
-    added = ["ADD COLUMN"] if "no_topic_id" in old_ledger else []
-    assert operations_since(old_ledger, version) == [*added, "SET TBLPROPERTIES", "WRITE"]
+    assert operations_since(old_ledger, version) == [*steps(old_ledger), "WRITE"]
     assert snapshot(ledger)["orders"] == before["orders"]
     assert sorted(ledger.rows("clicks"), key=repr) == sorted(before["clicks"][1] + rows, key=repr)
     state = ledger.state("clicks")
@@ -140,9 +145,8 @@ def test_two_concurrent_migrators_both_succeed(old_ledger):
         t.start()
     for t in threads:
         t.join(timeout=60)
-    assert outcomes == [2, 2]
-    added = ["ADD COLUMN"] if "no_topic_id" in old_ledger else []
-    assert sorted(operations_since(old_ledger, version)) == sorted([*added, "SET TBLPROPERTIES"])
+    assert outcomes == [m.CURRENT_VERSION] * 2
+    assert sorted(operations_since(old_ledger, version)) == sorted(steps(old_ledger))
     assert_current(old_ledger)
 
 
@@ -196,7 +200,8 @@ def test_a_ledger_from_a_newer_release_is_refused_and_left_untouched(tmp_path):
         with pytest.raises(m.LedgerVersionError) as refused:
             attempt()
         message = str(refused.value)
-        assert "has schema version 99" in message and "supports schema versions up to 2" in message, name
+        assert "has schema version 99" in message, name
+        assert f"supports schema versions up to {m.CURRENT_VERSION}" in message, name
         assert "Upgrade Tidemark" in message and isinstance(refused.value, ConfigError), name
     assert files(uri) == before
 
@@ -206,7 +211,8 @@ def test_a_new_ledger_is_created_at_the_current_version(tmp_path):
     ledger = Ledger(uri)
     rows = planned_rows("p", 1, [OffsetRange("t", 0, 0, 5)], "run")
     ledger.append(rows, expected=fingerprint([]))
-    assert DeltaTable(uri, version=0).metadata().configuration == {m.VERSION_PROPERTY: "2"}  # from the start
+    current = {m.VERSION_PROPERTY: str(m.CURRENT_VERSION)}
+    assert DeltaTable(uri, version=0).metadata().configuration == current  # from the start
     assert_current(uri)
     assert ledger.rows("p") == rows
     assert m.migrate(DeltaTable(uri)).version() == DeltaTable(uri).version()

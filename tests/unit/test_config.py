@@ -55,7 +55,7 @@ BROKEN = {
     "bad_spark_conf": r"'spark_conf': Input should be a valid dictionary",
     "bad_timeout": r"'kafka_timeout_seconds': Input should be greater than 0",
     "bad_mirror": r"'mirror_consumer_group': Input should be a valid boolean",
-    "bad_format": r"'value_format': Input should be 'raw' or 'json'",
+    "bad_format": r"'value_format': Input should be 'raw', 'json' or 'avro'",
     "json_without_schema": r"value_format 'json' needs a value_schema",
     "schema_without_json": r"value_schema is only used with value_format: json",
     "bad_field_type": r"value_schema: field 'id': unknown type 'integerish' \(accepted: bigint",

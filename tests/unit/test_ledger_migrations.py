@@ -27,8 +27,8 @@ def test_the_property_holds_the_version():
 
 
 def test_a_new_ledger_starts_at_the_current_version():
-    assert m.new_table_configuration() == {"tidemark.ledger.schemaVersion": "2"}
-    assert m.version_of(m.new_table_configuration()) == m.CURRENT_VERSION == 2
+    assert m.new_table_configuration() == {"tidemark.ledger.schemaVersion": "3"}
+    assert m.version_of(m.new_table_configuration()) == m.CURRENT_VERSION == 3
 
 
 @pytest.mark.parametrize("raw", ["two", "", "0", "-1", "2.0"])
@@ -45,16 +45,17 @@ def test_a_newer_version_is_refused_with_what_to_do():
         m.check_supported(99, "file:///lake/_tidemark/offsets")
     message = str(refused.value)
     assert "file:///lake/_tidemark/offsets has schema version 99" in message
-    assert "supports schema versions up to 2" in message
+    assert f"supports schema versions up to {m.CURRENT_VERSION}" in message
     assert "Upgrade Tidemark" in message and "Nothing was read or written" in message
     assert isinstance(refused.value, ConfigError) and not refused.value.transient  # terminal
 
 
 def test_the_current_and_older_versions_are_supported():
+    m.check_supported(3)
     m.check_supported(2)
     m.check_supported(1)
     with pytest.raises(m.LedgerVersionError):
-        m.check_supported(3)
+        m.check_supported(4)
 
 
 # --- the chain -----------------------------------------------------------------------------------
@@ -70,7 +71,7 @@ def chain(*pairs: tuple[int, int]) -> list[m.Migration]:
 
 def test_the_shipped_chain_leads_from_version_1_to_the_current_one():
     m.validate_chain(m.MIGRATIONS)
-    assert [(s.from_version, s.to_version) for s in m.MIGRATIONS] == [(1, 2)]
+    assert [(s.from_version, s.to_version) for s in m.MIGRATIONS] == [(1, 2), (2, 3)]
 
 
 @pytest.mark.parametrize(("pairs", "current"), [
@@ -91,7 +92,8 @@ def test_pending_steps_are_the_rest_of_the_chain_in_order():
     assert m.pending_steps(2, three, current=4) == three[1:]
     assert m.pending_steps(4, three, current=4) == []
     assert m.pending_steps(1) == m.MIGRATIONS
-    assert m.pending_steps(2) == []
+    assert m.pending_steps(2) == m.MIGRATIONS[1:]
+    assert m.pending_steps(3) == []
     with pytest.raises(m.LedgerVersionError, match="schema version 5"):
         m.pending_steps(5, three, current=4)
 
@@ -99,8 +101,8 @@ def test_pending_steps_are_the_rest_of_the_chain_in_order():
 def test_the_current_versions_columns_are_the_ledger_schema():
     """A column added to (or renamed in) ledger.SCHEMA is a new schema version: freeze its columns, add a
     migration step and raise CURRENT_VERSION (see ledger_migrations)."""
-    assert m.CURRENT_VERSION == 2
-    assert tuple(SCHEMA.names) == m.V2_COLUMNS
+    assert m.CURRENT_VERSION == 3
+    assert tuple(SCHEMA.names) == m.V3_COLUMNS
 
 
 def test_the_columns_version_1_may_lack_are_nullable_ledger_columns():
@@ -176,7 +178,7 @@ def test_migrate_continues_from_the_version_it_finds():
 def test_migrating_a_current_table_commits_nothing():
     applied: list[str] = []
     table = FakeTable({m.VERSION_PROPERTY: "2"})
-    m.migrate(table, [m.Migration(1, 2, recording(applied, "a"))])
+    m.migrate(table, [m.Migration(1, 2, recording(applied, "a"))], current=2)
     assert applied == [] and table.commits == []
 
 
@@ -184,7 +186,7 @@ def test_a_migrator_that_loses_the_race_rereads_and_finds_the_work_done():
     applied: list[str] = []
     table = FakeTable({}, conflicts=1)
     table.shared[m.VERSION_PROPERTY] = "2"  # another process migrated after this one read the table
-    m.migrate(table, [m.Migration(1, 2, recording(applied, "a"))])
+    m.migrate(table, [m.Migration(1, 2, recording(applied, "a"))], current=2)
     assert applied == ["a@1"]  # tried once, lost the commit, re-read: version 2, nothing more to do
     assert table.commits == [] and m.schema_version(table) == 2
 
@@ -194,12 +196,12 @@ def test_a_migrator_that_keeps_losing_gives_up_with_a_conflict():
 
     table = FakeTable({}, conflicts=10_000)
     with pytest.raises(LedgerConflictError, match="too busy to migrate"):
-        m.migrate(table, [m.Migration(1, 2, noop)])
+        m.migrate(table, [m.Migration(1, 2, noop)], current=2)
 
 
 def test_a_newer_table_is_refused_before_any_step_runs():
     applied: list[str] = []
     table = FakeTable({m.VERSION_PROPERTY: "99"})
     with pytest.raises(m.LedgerVersionError, match="schema version 99"):
-        m.migrate(table, [m.Migration(1, 2, recording(applied, "a"))])
+        m.migrate(table, [m.Migration(1, 2, recording(applied, "a"))], current=2)
     assert applied == [] and table.commits == []

@@ -18,12 +18,14 @@ from typing import Literal
 from tidemark import settings
 from tidemark.batch.ownership import RunStateLookup, cli_owner_id
 from tidemark.batch.plan import BatchPlan
+from tidemark.batch.prepare import freeze_schemas
 from tidemark.batch.recovery import plan_for, recover
 from tidemark.config import PipelineConfig
 from tidemark.errors import ConfigError, PipelineBusyError
 from tidemark.kafka_client import KafkaOffsets
 from tidemark.ledger import Ledger, planned_rows
 from tidemark.offsets import OffsetRange, TopicPartition
+from tidemark.schema_registry import SchemaSource
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +78,7 @@ def explicit_ranges(pipeline: str, offsets: Mapping[TopicPartition, tuple[int, i
 
 def prepare_backfill(config: PipelineConfig, kafka_properties: Mapping[str, str], request: BackfillRequest, *,
                      run_id: str | None = None, ledger_uri: str | None = None,
-                     run_state: RunStateLookup | None = None) -> BatchPlan:
+                     run_state: RunStateLookup | None = None, schemas: SchemaSource | None = None) -> BatchPlan:
     """Freeze a backfill batch (or re-execute this run's own unfinished one). Refused while another
     run's batch is pending."""
     run_id = run_id or cli_owner_id()
@@ -112,10 +114,12 @@ def prepare_backfill(config: PipelineConfig, kafka_properties: Mapping[str, str]
     if not ranges:
         log.info("pipeline '%s': the backfill window holds no records; nothing to do", config.name)
         return plan_for(config, ledger, 0, [], run_id=run_id)
-    plan = plan_for(config, ledger, state.last_batch_id + 1, ranges, run_id=run_id, dedupe=True)
+    frozen = freeze_schemas(config, schemas)
+    plan = plan_for(config, ledger, state.last_batch_id + 1, ranges, run_id=run_id, dedupe=True, frozen=frozen)
     what = (f"backfill {request.window[0].isoformat()} .. {request.window[1].isoformat()}" if request.window
             else "backfill of explicit offsets")
-    ledger.append(planned_rows(config.name, plan.batch_id, ranges, run_id, kind="backfill", reason=what),
+    ledger.append(planned_rows(config.name, plan.batch_id, ranges, run_id, kind="backfill", reason=what,
+                               frozen_schemas=frozen.to_json() if frozen else None),
                   expected=state.fingerprint, what="planning a backfill")
     log.info("pipeline '%s': backfill batch %d frozen (%s): %s", config.name, plan.batch_id, what,
              ", ".join(f"{r.tp} [{r.start}, {r.end})" for r in ranges))

@@ -14,10 +14,13 @@ from tidemark.batch.ownership import RunStateLookup, cli_owner_id
 from tidemark.batch.plan import BatchPlan
 from tidemark.batch.recovery import describe_ranges, plan_for, recover
 from tidemark.config import PipelineConfig
+from tidemark.errors import ConfigError
 from tidemark.kafka_client import KafkaOffsets
 from tidemark.ledger import Ledger, gap_rows, planned_rows
 from tidemark.offsets import OffsetRange, TopicPartition
 from tidemark.planner import check_topic_ids, plan_ranges
+from tidemark.schema_registry import SchemaSource
+from tidemark.schemas import FrozenSchemas, freeze_avro, subject_of
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +35,28 @@ def _starting_offsets(config: PipelineConfig, kafka: KafkaOffsets, new: list[Top
     return {tp: offset for tp, offset in found.items() if offset is not None}
 
 
+def freeze_schemas(config: PipelineConfig, source: SchemaSource | None) -> FrozenSchemas | None:
+    """The schemas a new batch freezes: for Avro, the subject's versions from the registry."""
+    if config.value_format != "avro":
+        return None
+    if source is None:
+        raise ConfigError("value_format 'avro' needs a Schema Registry connection to plan a batch",
+                          pipeline=config.name)
+    frozen = freeze_avro(config.name, subject_of(config.value_subject, config.topics), config.value_schema_version,
+                         source)
+    log.info("pipeline '%s': reader schema: subject '%s' version %d (id %d); writer schema ids %s%s", config.name,
+             frozen.subject, frozen.reader_version, frozen.reader_id, sorted(frozen.writers, key=int),
+             f"; unreadable ids {sorted(frozen.unreadable, key=int)}" if frozen.unreadable else "")
+    return frozen
+
+
 def prepare_batch(config: PipelineConfig, kafka_properties: Mapping[str, str], *, run_id: str | None = None,
-                  ledger_uri: str | None = None, run_state: RunStateLookup | None = None) -> BatchPlan:
+                  ledger_uri: str | None = None, run_state: RunStateLookup | None = None,
+                  schemas: SchemaSource | None = None) -> BatchPlan:
     """Recover, then plan and freeze the next batch. An empty plan (batch_id 0 and no ranges)
-    means there is nothing new and no Spark job is needed."""
+    means there is nothing new and no Spark job is needed. ``schemas`` (the Schema Registry) is
+    asked only for an Avro pipeline with something new to read, after Kafka's offsets are read: a
+    record inside the frozen ranges was produced after its schema was registered."""
     run_id = run_id or cli_owner_id()
     # Refused before anything is frozen: a Spark log store that is not put-if-absent on S3.
     storage.check_spark_commits({**storage.spark_conf(None, secrets=False), **config.spark_conf},
@@ -76,8 +97,11 @@ def prepare_batch(config: PipelineConfig, kafka_properties: Mapping[str, str], *
         log.info("pipeline '%s': nothing new in %s; no batch planned", config.name, config.topics_label)
         return plan_for(config, ledger, 0, [], run_id=run_id)
     dedupe = any(r.start < state.high_water.get(r.tp, 0) for r in ranges)
-    plan = plan_for(config, ledger, state.last_batch_id + 1 + bool(gaps), ranges, run_id=run_id, dedupe=dedupe)
-    ledger.append(gaps + planned_rows(config.name, plan.batch_id, ranges, run_id, topic_ids=topic_ids),
+    frozen = freeze_schemas(config, schemas)
+    plan = plan_for(config, ledger, state.last_batch_id + 1 + bool(gaps), ranges, run_id=run_id, dedupe=dedupe,
+                    frozen=frozen)
+    ledger.append(gaps + planned_rows(config.name, plan.batch_id, ranges, run_id, topic_ids=topic_ids,
+                                      frozen_schemas=frozen.to_json() if frozen else None),
                   expected=state.fingerprint)
     log.info("pipeline '%s': batch %d frozen (%d offsets%s): %s", config.name, plan.batch_id, plan.total_offsets,
              ", re-reading offsets already ingested: deduplicated" if dedupe else "", describe_ranges(plan))

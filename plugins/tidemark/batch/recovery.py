@@ -19,6 +19,7 @@ from tidemark.batch.plan import BatchPlan
 from tidemark.config import PipelineConfig
 from tidemark.errors import PipelineBusyError
 from tidemark.ledger import Ledger, LedgerState
+from tidemark.schemas import FrozenSchemas, batch_format
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +42,14 @@ def output_txn_version(table_uri: str, pipeline: str) -> int | None:
     return None if table is None else table.transaction_version(pipeline)
 
 
-def plan_for(config: PipelineConfig, ledger: Ledger, batch_id: int, ranges, **extra) -> BatchPlan:
-    """A BatchPlan with everything the ingest job needs from the pipeline config."""
-    return BatchPlan(config.name, batch_id, config.table_uri, ledger.uri, list(ranges),
-                     dead_letter_uri=config.dead_letter_uri, record_format=config.record_format.to_dict(),
+def plan_for(config: PipelineConfig, ledger: Ledger, batch_id: int, ranges, *, frozen: FrozenSchemas | None = None,
+             **extra) -> BatchPlan:
+    """A BatchPlan with everything the ingest job needs from the pipeline config, and for a batch
+    with offsets to read, the record format checked against the output table (``schemas``)."""
+    ranges = list(ranges)
+    fmt = batch_format(config, frozen) if any(r.size for r in ranges) else config.record_format
+    return BatchPlan(config.name, batch_id, config.table_uri, ledger.uri, ranges,
+                     dead_letter_uri=config.dead_letter_uri, record_format=fmt.to_dict(),
                      partition_by=list(config.partition_by), kafka_timeout_seconds=config.kafka_timeout_seconds,
                      max_offsets_per_task=config.max_offsets_per_spark_task, **extra)
 
@@ -62,8 +67,9 @@ def recover(config: PipelineConfig, ledger: Ledger, state: LedgerState, owner: s
         return None
     marker = output_txn_version(config.table_uri, config.name)
     dedupe = any(r.start < state.high_water.get(r.tp, 0) for r in state.pending_ranges)
+    frozen = FrozenSchemas.from_json(state.pending_schemas) if state.pending_schemas else None
     plan = plan_for(config, ledger, state.pending_batch_id, state.pending_ranges, recovered=True,
-                    run_id=state.pending_owner, dedupe=dedupe)
+                    run_id=state.pending_owner, dedupe=dedupe, frozen=frozen)
     if decide_recovery(state.pending_batch_id, marker) == "roll_forward":
         log.warning("pipeline '%s': batch %d is in the output table but not yet committed in the ledger; "
                     "rolling it forward", config.name, plan.batch_id)

@@ -1,0 +1,210 @@
+"""Plan-time schema knowledge: which schemas a batch decodes with, and whether the output table
+can take them.
+
+* ``freeze_avro``: for ``value_format: avro``, the reader schema (the subject's latest version, or
+  the pinned one) and every version's writer schema by id, with the ids whose records cannot be
+  read into the reader schema and why. The result is frozen in the ledger with the batch, so a
+  retry decodes with exactly the same schemas, registry or not.
+* ``check_changes``: the value fields against the output table's columns (JSON and Avro alike).
+  A new field adds a column (Delta schema evolution, ``mergeSchema`` on the output commit). A
+  field removed from the schema, or given another type, is refused under ``schema_changes:
+  additive`` (the default); under ``lenient`` a removed field's column stays (null in new rows)
+  and a retyped field is cast to the column's type, a value that does not fit being a bad record.
+
+Everything here runs before Spark starts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from tidemark import avro_schemas
+from tidemark.errors import SchemaChangeError, SchemaRegistryError
+from tidemark.records import BATCH_COLUMNS, DATE_COLUMN, KAFKA_COLUMNS, RESERVED_COLUMNS, Field, RecordFormat
+from tidemark.schema_registry import SchemaSource
+
+if TYPE_CHECKING:
+    from tidemark.config import PipelineConfig
+
+# --- Avro: what a batch freezes -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FrozenSchemas:
+    """The schemas one batch decodes with (JSON-ready: the ledger stores ``to_json()``)."""
+
+    subject: str
+    reader_id: int
+    reader_version: int
+    reader: str
+    writers: dict[str, str] = field(default_factory=dict)
+    """Schema id (as a string) -> writer schema text, for every id readable into the reader schema."""
+    unreadable: dict[str, str] = field(default_factory=dict)
+    """Schema id -> why its records cannot be read into the reader schema (they become bad records)."""
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> FrozenSchemas:
+        return cls(**json.loads(text))
+
+    def fields(self) -> tuple[Field, ...]:
+        return avro_schemas.reader_fields(avro_schemas.parse(self.reader))
+
+
+def subject_of(value_subject: str | None, topics: Sequence[str]) -> str:
+    """The subject a pipeline's values are registered under: ``value_subject``, or ``<topic>-value``
+    (Confluent's TopicNameStrategy) for a one-topic pipeline."""
+    return value_subject or f"{topics[0]}-value"
+
+
+def freeze_avro(pipeline: str, subject: str, pinned_version: int | None, source: SchemaSource) -> FrozenSchemas:
+    """Read the subject's versions and decide the batch's schemas. Raises SchemaRegistryError when
+    the subject, the pinned version or the reader schema cannot be used."""
+    registered = [s for s in source.versions(subject) if s.schema_type.upper() == "AVRO"]
+    if not registered:
+        raise SchemaRegistryError(f"subject '{subject}' has no Avro schema in the Schema Registry; register the "
+                                  f"value schema first", pipeline=pipeline)
+    if pinned_version is None:
+        reader = max(registered, key=lambda s: s.version)
+    else:
+        matching = [s for s in registered if s.version == pinned_version]
+        if not matching:
+            raise SchemaRegistryError(
+                f"value_schema_version {pinned_version} is not a version of subject '{subject}' (versions: "
+                f"{', '.join(str(s.version) for s in registered)})", pipeline=pipeline)
+        reader = matching[0]
+    try:
+        reader_schema = avro_schemas.parse(reader.schema)
+        avro_schemas.reader_fields(reader_schema)
+    except ValueError as exc:
+        raise SchemaRegistryError(f"the reader schema (subject '{subject}' version {reader.version}, id {reader.id}) "
+                                  f"cannot be written as columns: {exc}", pipeline=pipeline) from None
+    writers, unreadable = {}, {}
+    for schema in registered:
+        try:
+            reason = avro_schemas.incompatibility(avro_schemas.parse(schema.schema), reader_schema)
+        except ValueError as exc:
+            reason = str(exc)
+        if reason is None:
+            writers[str(schema.id)] = schema.schema
+        else:
+            unreadable[str(schema.id)] = (f"schema id {schema.id} (version {schema.version}) cannot be read into the "
+                                          f"reader schema (version {reader.version}): {reason}")
+    return FrozenSchemas(subject, reader.id, reader.version, reader.schema, writers, unreadable)
+
+
+# --- the output table's columns ------------------------------------------------------------------
+
+_SYNONYMS = [(r"\bbigint\b", "long"), (r"\bint\b", "integer"), (r"\bsmallint\b", "short"),
+             (r"\btinyint\b", "byte"), (r"\breal\b", "float")]
+
+
+def normalize_type(ddl: str) -> str:
+    """One spelling per Spark SQL type, to compare a schema's type with a Delta column's:
+    ``bigint`` and ``long`` are the same type, so are ``int`` and ``integer``."""
+    text = re.sub(r"[\s`]", "", ddl.lower())
+    for pattern, name in _SYNONYMS:
+        text = re.sub(pattern, name, text)
+    return text
+
+
+def delta_type(spec: str | Mapping) -> str:
+    """A Delta log's column type (``"long"``, or ``{"type": "struct", ...}``) as normalized DDL."""
+    if isinstance(spec, str):
+        return normalize_type(spec)
+    kind = spec["type"]
+    if kind == "struct":
+        return "struct<" + ",".join(f"{f['name']}:{delta_type(f['type'])}" for f in spec["fields"]) + ">"
+    if kind == "array":
+        return f"array<{delta_type(spec['elementType'])}>"
+    if kind == "map":
+        return f"map<{delta_type(spec['keyType'])},{delta_type(spec['valueType'])}>"
+    return normalize_type(str(kind))
+
+
+def table_columns(table_uri: str) -> dict[str, str] | None:
+    """The output table's columns and their normalized types, or None when it does not exist yet."""
+    from tidemark import storage
+
+    table = storage.open_table(table_uri)
+    if table is None:
+        return None
+    return {f["name"]: delta_type(f["type"]) for f in json.loads(table.schema().to_json())["fields"]}
+
+
+@dataclass(frozen=True)
+class SchemaChanges:
+    """What the value fields change in the output table."""
+
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    retyped: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Field -> (the table's type, the schema's type)."""
+
+
+def compare(fields: Sequence[Field], columns: Mapping[str, str]) -> SchemaChanges:
+    """The value fields against the table's columns (Tidemark's own columns aside)."""
+    payload = {n: t for n, t in columns.items() if n.lower() not in RESERVED_COLUMNS}
+    names = {f.name for f in fields}
+    added = tuple(f.name for f in fields if f.name not in columns)
+    removed = tuple(n for n in payload if n not in names)
+    retyped = {f.name: (columns[f.name], normalize_type(f.type)) for f in fields
+               if f.name in payload and normalize_type(f.type) != columns[f.name]}
+    return SchemaChanges(added, removed, retyped)
+
+
+def check_changes(pipeline: str, table_uri: str, changes: SchemaChanges, policy: str, source: str) -> dict[str, str]:
+    """Apply the ``schema_changes`` policy. Returns the casts a lenient policy makes (field -> the
+    column's type); raises SchemaChangeError, naming each field, when the additive policy meets a
+    removed or retyped field. ``source`` says where the schema came from, for the message."""
+    problems = [f"field '{n}' is no longer in the schema (the table's column '{n}' would be null from now on)"
+                for n in changes.removed]
+    problems += [f"field '{n}' is {new} in the schema but {old} in the table" for n, (old, new) in
+                 changes.retyped.items()]
+    if problems and policy != "lenient":
+        raise SchemaChangeError(
+            f"the value schema ({source}) does not fit the output table {table_uri}: {'; '.join(problems)}. Nothing "
+            f"was frozen. Only new fields are added to a table by default. Restore the field, write to a new table, "
+            f"or set 'schema_changes: lenient' to keep a removed field's column (null in new rows) and cast a "
+            f"retyped field to the column's type (values that do not fit become dead letters).", pipeline=pipeline)
+    return {n: old for n, (old, _) in changes.retyped.items()}
+
+
+# --- the format a batch is executed with ---------------------------------------------------------
+
+def batch_format(config: PipelineConfig, frozen: FrozenSchemas | None) -> RecordFormat:
+    """The pipeline's record format for one batch: the fields (the JSON ``value_schema``, or the
+    frozen Avro reader schema's) checked against the output table under ``schema_changes``, with the
+    columns to add and the casts to make. Reads the output table's schema (delta-rs), no JVM."""
+    base = config.record_format
+    if config.value_format == "raw":
+        return base
+    if config.value_format == "avro":
+        if frozen is None:
+            raise SchemaRegistryError("an Avro batch needs the schemas frozen with it; this batch has none (it was "
+                                      "planned under another value_format): finish or reset it under that format",
+                                      pipeline=config.name)
+        fields = frozen.fields()
+        names = {f.name for f in fields}
+        for column in config.partition_by:
+            if column not in names and column not in (*KAFKA_COLUMNS, *BATCH_COLUMNS, DATE_COLUMN):
+                raise SchemaRegistryError(f"partition_by: '{column}' is not a field of the reader schema (subject "
+                                          f"'{frozen.subject}' version {frozen.reader_version})", pipeline=config.name)
+        source = f"subject '{frozen.subject}' version {frozen.reader_version}"
+    else:
+        fields = base.fields
+        source = "value_schema"
+    columns = table_columns(config.table_uri)
+    add_columns, casts = False, {}
+    if columns is not None:
+        changes = compare(fields, columns)
+        casts = check_changes(config.name, config.table_uri, changes, config.schema_changes, source)
+        add_columns = bool(changes.added)
+    return replace(base, fields=fields, avro=dict(frozen.__dict__) if frozen else None, add_columns=add_columns,
+                   casts=casts)

@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# A local Confluent-compatible Schema Registry: Apicurio Registry 3 (its Quarkus app, from Maven
+# Central) on 127.0.0.1, with in-memory storage and no authentication.
+#   scripts/registry.sh up | down | status | wait | env
+# Clients use its Confluent-compatible API at http://127.0.0.1:<port>/apis/ccompat/v7 (`env` prints it
+# as SCHEMA_REGISTRY_URL); Apicurio's own API is at /apis/registry/v3.
+# Environment: REGISTRY_PORT (8081), REGISTRY_MANAGEMENT_PORT (REGISTRY_PORT+1: Quarkus's health and
+# metrics interface, also on 127.0.0.1), REGISTRY_HOME (.cache/registry-<port>: logs, pid),
+# REGISTRY_HEAP (256m), REGISTRY_COMPATIBILITY (BACKWARD, Confluent's default; Apicurio's own is NONE:
+# any change accepted), REGISTRY_JAVA_HOME (a JDK 21+; otherwise JAVA_HOME, `java` on PATH or
+# /usr/lib/jvm/*, the first that is 21 or newer), REGISTRY_START_TIMEOUT (90 s).
+# The app is downloaded once into .cache/registry (checked against Maven Central's .sha1) and unpacked there.
+# State lives in the server's memory (an in-memory H2 database): `down` (or a crash) forgets every schema.
+# `up` is idempotent: a live server is left alone, a stale pid file is cleared.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+port=${REGISTRY_PORT:-8081}
+mport=${REGISTRY_MANAGEMENT_PORT:-$((port + 1))}
+home=${REGISTRY_HOME:-$root/.cache/registry-$port}
+heap=${REGISTRY_HEAP:-256m}
+compatibility=${REGISTRY_COMPATIBILITY:-BACKWARD}
+version=3.3.3
+cache=$root/.cache/registry
+name=apicurio-registry-app-$version
+url=https://repo.maven.apache.org/maven2/io/apicurio/apicurio-registry-app/$version/$name-all.tar.gz
+tarball=$cache/$name-all.tar.gz
+app=$cache/$name
+pidfile=$home/server.pid
+base=http://127.0.0.1:$port
+ccompat=$base/apis/ccompat/v7
+
+is_running() { [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }
+
+fetch_app() {  # download (temp file + rename, sha1-checked) and unpack, once
+  mkdir -p "$cache"
+  if [ ! -f "$tarball" ]; then
+    echo "registry: downloading Apicurio Registry $version (about 160 MB) into $cache"
+    local started=$SECONDS part="$tarball.part"
+    rm -f "$part"
+    curl -fL --retry 3 --retry-delay 2 --connect-timeout 20 -sS -o "$part" "$url" \
+      || { rm -f "$part"; echo "registry: downloading $url failed" >&2; exit 1; }
+    local expected
+    if expected=$(curl -fsSL --retry 3 --connect-timeout 20 "$url.sha1" 2>/dev/null); then
+      expected=${expected%% *}
+      local actual; actual=$(sha1sum "$part" | cut -d' ' -f1)
+      if [ "$actual" != "$expected" ]; then
+        rm -f "$part"
+        echo "registry: the download's SHA-1 is $actual, Maven Central publishes $expected; removed, try again" >&2
+        exit 1
+      fi
+    else
+      echo "registry: no .sha1 next to $url; the download is unchecked" >&2
+    fi
+    mv "$part" "$tarball"
+    echo "registry: downloaded in $((SECONDS - started)) s"
+  fi
+  if [ ! -f "$app/.unpacked" ]; then
+    local tmp="$cache/.unpack.$$"
+    rm -rf "$tmp" "$app"
+    mkdir -p "$tmp"
+    tar -xzf "$tarball" -C "$tmp" \
+      || { rm -rf "$tmp"; echo "registry: unpacking $tarball failed; delete it to download again" >&2; exit 1; }
+    mv "$tmp" "$app"
+    touch "$app/.unpacked"
+  fi
+}
+
+runnable() {  # the Quarkus fast-jar launcher inside the unpacked app
+  local jar; jar=$(find "$app" -name quarkus-run.jar -path '*quarkus-app*' 2>/dev/null | head -1)
+  [ -n "$jar" ] || jar=$(find "$app" -name quarkus-run.jar 2>/dev/null | head -1)
+  [ -n "$jar" ] || { echo "registry: no quarkus-run.jar under $app; delete $cache and try again" >&2; exit 1; }
+  echo "$jar"
+}
+
+java_major() {  # java_major JAVA_BINARY: its feature version (8 for 1.8.0, 25 for 25.0.3), or nothing
+  local line v
+  line=$("$1" -version 2>&1 | grep -m1 -E 'version "' || true)
+  v=${line#*version \"}; v=${v%%\"*}
+  [ -n "$line" ] && [ -n "$v" ] || return 1
+  case "$v" in 1.*) v=${v#1.} ;; esac
+  echo "${v%%[.+-]*}"
+}
+
+find_java() {  # the first Java 21+ of: REGISTRY_JAVA_HOME, JAVA_HOME, `java` on PATH, /usr/lib/jvm/*
+  local tried=() candidates=() c major
+  [ -n "${REGISTRY_JAVA_HOME:-}" ] && candidates+=("$REGISTRY_JAVA_HOME/bin/java")
+  [ -n "${JAVA_HOME:-}" ] && candidates+=("$JAVA_HOME/bin/java")
+  command -v java >/dev/null 2>&1 && candidates+=("$(command -v java)")
+  for c in /usr/lib/jvm/*/bin/java; do [ -e "$c" ] && candidates+=("$c"); done
+  for c in "${candidates[@]}"; do
+    if [ -x "$c" ] && major=$(java_major "$c") && [ "${major:-0}" -ge 21 ] 2>/dev/null; then
+      echo "$c"; return 0
+    fi
+    tried+=("$c (${major:-not runnable})")
+    major=
+  done
+  {
+    echo "registry: Apicurio Registry $version needs Java 21 or newer; none found. Tried:"
+    if [ ${#tried[@]} -eq 0 ]; then echo "  (nothing: REGISTRY_JAVA_HOME and JAVA_HOME unset, no java on PATH, none in /usr/lib/jvm)"; fi
+    for c in "${tried[@]}"; do echo "  $c"; done
+    echo "registry: install a JDK 21+ (e.g. apt-get install openjdk-21-jdk-headless or Temurin 21/25),"
+    echo "registry: or point REGISTRY_JAVA_HOME at one (REGISTRY_JAVA_HOME=/path/to/jdk scripts/registry.sh up)"
+  } >&2
+  return 1
+}
+
+answers() { curl -fsS -o /dev/null --max-time 5 "$ccompat/subjects" 2>/dev/null; }
+
+wait_ready() {  # until the Confluent-compatible API answers, or fail loudly
+  local timeout=${REGISTRY_START_TIMEOUT:-90}
+  local deadline=$((SECONDS + timeout))
+  while [ $SECONDS -lt $deadline ]; do
+    if ! is_running; then
+      echo "registry: the server exited during start-up; last log lines:" >&2
+      tail -30 "$home/logs/server.log" 2>/dev/null >&2
+      return 1
+    fi
+    if answers; then return 0; fi
+    sleep 0.5
+  done
+  echo "registry: the server did not answer GET $ccompat/subjects within ${timeout}s; last log lines:" >&2
+  tail -30 "$home/logs/server.log" 2>/dev/null >&2
+  echo "registry: full log in $home/logs/server.log" >&2
+  return 1
+}
+
+print_env() {
+  echo "SCHEMA_REGISTRY_URL=$ccompat"
+}
+
+up() {
+  if is_running; then
+    echo "registry: already running on $base (pid $(cat "$pidfile")); SCHEMA_REGISTRY_URL=$ccompat"
+    return 0
+  fi
+  rm -f "$pidfile"
+  local p
+  for p in "$port" "$mport"; do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+      echo "registry: something else already listens on 127.0.0.1:$p; set REGISTRY_PORT (API) and" \
+        "REGISTRY_MANAGEMENT_PORT (health, metrics; REGISTRY_PORT+1 by default) to free ports" >&2
+      exit 1
+    fi
+  done
+  local java; java=$(find_java) || exit 1
+  fetch_app
+  local jar; jar=$(runnable)
+  mkdir -p "$home/logs" "$home/tmp"
+  local started=$SECONDS
+  # System properties override the app's application.properties:
+  #  - the API on 127.0.0.1:$port only; Quarkus's management interface (health, metrics), which the
+  #    app binds to 0.0.0.0:9000 (the local S3 server's port) by default, on 127.0.0.1:$mport;
+  #  - storage: SQL on an in-memory H2 database (Apicurio 3's default, spelled out), a small pool;
+  #  - no authentication (OIDC and basic auth off) and no authorization;
+  #  - a global compatibility rule, BACKWARD like Confluent's default (Apicurio's own default is none);
+  #  - a modest heap and a serial GC: the machine also runs Kafka, Spark and Airflow.
+  (cd "$home" && exec nohup "$java" -Xms64m -Xmx"$heap" -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+    -Djava.io.tmpdir="$home/tmp" \
+    -Dquarkus.http.host=127.0.0.1 -Dquarkus.http.port="$port" \
+    -Dquarkus.management.host=127.0.0.1 -Dquarkus.management.port="$mport" \
+    -Dapicurio.storage.kind=sql -Dapicurio.storage.sql.kind=h2 \
+    -Dapicurio.datasource.jdbc.initial-size=2 -Dapicurio.datasource.jdbc.min-size=2 \
+    -Dapicurio.datasource.jdbc.max-size=10 \
+    -Dquarkus.oidc.tenant-enabled=false -Dapicurio.authn.basic-client-credentials.enabled=false \
+    -Dapicurio.auth.role-based-authorization=false -Dapicurio.auth.owner-only-authorization=false \
+    -Dapicurio.rules.global.compatibility="$compatibility" \
+    -jar "$jar" >"$home/logs/server.log" 2>&1) &
+  echo $! >"$pidfile"
+  wait_ready || { down >/dev/null 2>&1; exit 1; }
+  echo "registry: Apicurio Registry $version ready on $base in $((SECONDS - started)) s (pid $(cat "$pidfile"), $java, logs in $home/logs)"
+  echo "registry: SCHEMA_REGISTRY_URL=$ccompat (Confluent-compatible API; in memory, no auth)"
+}
+
+down() {
+  if ! is_running; then echo "registry: not running"; rm -f "$pidfile"; return 0; fi
+  local pid; pid=$(cat "$pidfile")
+  kill "$pid"
+  for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+  kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
+  rm -f "$pidfile"
+  rm -rf "$home/tmp"
+  echo "registry: stopped (its schemas were in memory and are gone)"
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) down ;;
+  status) if is_running; then echo "registry: running on $base (pid $(cat "$pidfile")); SCHEMA_REGISTRY_URL=$ccompat"; else echo "registry: not running"; exit 1; fi ;;
+  wait) wait_ready ;;
+  env) print_env ;;
+  *) echo "usage: $0 up|down|status|wait|env" >&2; exit 2 ;;
+esac

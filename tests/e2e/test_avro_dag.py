@@ -1,0 +1,68 @@
+"""An Avro pipeline through the ingest DAG: schemas from the real Schema Registry, two schema versions,
+every kind of bad record in the dead-letter table, a batch that a crashed run left behind executed by the
+next run while the registry is unreachable (with the schemas frozen in the ledger), then a new column."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests import helpers
+from tidemark import crash
+
+pytestmark = pytest.mark.e2e
+
+V1 = {"type": "record", "name": "Payment", "fields": [{"name": "payment_id", "type": "long"},
+                                                       {"name": "amount", "type": "double"}]}
+V2 = {**V1, "fields": [*V1["fields"], {"name": "currency", "type": ["null", "string"], "default": None}]}
+
+
+def test_avro_through_the_dag_with_a_crash_a_registry_outage_and_an_added_field(stack, schema_registry, tmp_path):
+    topic = helpers.create_topic(helpers.unique("avro-dag"), partitions=2)
+    subject = f"{topic}-value"
+    dag_id = stack.add_pipeline(topic, [topic], value_format="avro", retries=0)
+    table, dead_letters = str(stack.lake / topic), str(stack.lake / f"{topic}_dead_letters")
+    stack.env["AIRFLOW_CONN_SCHEMA_REGISTRY_DEFAULT"] = helpers.registry_connection(schema_registry)
+    v1 = helpers.register_schema(subject, V1)
+    helpers.produce_values(topic, [helpers.avro_value(v1, V1, {"payment_id": i, "amount": i * 1.5})
+                                   for i in range(6)], partition=0)
+    bad = [b"\x05" + bytes(8), b"\x00\x01", helpers.avro_value(424242, V1, {"payment_id": 0, "amount": 0.0}),
+           b"\x00" + v1.to_bytes(4, "big") + b"\xff"]
+    helpers.produce_values(topic, bad, partition=1)
+
+    # 1. The Spark driver is killed mid-read: the run fails and leaves batch 1 frozen.
+    crashed = tmp_path / "crashed"
+    stack.env.update({"TIDEMARK_CRASH_AT": crash.DURING_READ, "TIDEMARK_CRASH_ONCE": str(crashed)})
+    run = stack.run_dag(dag_id)
+    assert crashed.exists() and run.task_states["ingest"] == "failed"
+    del stack.env["TIDEMARK_CRASH_AT"]
+
+    # 2. The registry changes and then becomes unreachable; the next run executes the frozen batch anyway.
+    v2 = helpers.register_schema(subject, V2)
+    stack.env["AIRFLOW_CONN_SCHEMA_REGISTRY_DEFAULT"] = helpers.registry_connection(
+        f"http://127.0.0.1:{helpers.free_port()}/apis/ccompat/v7")
+    run = stack.run_dag(dag_id)
+    assert run.state == "success" and run.task_states["ingest"] == "success", run.log[-3000:]
+    assert "was planned but never committed; executing it again" in run.log
+    assert helpers.query(table, "SELECT payment_id, amount, ingest_batch_id AS b FROM t ORDER BY payment_id") == [
+        {"payment_id": i, "amount": i * 1.5, "b": 1} for i in range(6)]
+    errors = [r["error"] for r in helpers.query(dead_letters, "SELECT error FROM t ORDER BY kafka_offset")]
+    assert len(errors) == 4
+    for error, expected in zip(errors, ["magic byte is 5", "shorter than the 5-byte Confluent header",
+                                        "schema id 424242 is not a version of subject",
+                                        f"does not decode with schema id {v1}"], strict=True):
+        assert expected in error, error
+
+    # 3. The registry is back; records of both versions: the reader (v2) adds the column 'currency'.
+    stack.env["AIRFLOW_CONN_SCHEMA_REGISTRY_DEFAULT"] = helpers.registry_connection(schema_registry)
+    helpers.produce_values(topic, [helpers.avro_value(v1, V1, {"payment_id": 6, "amount": 9.0}),
+                                   helpers.avro_value(v2, V2, {"payment_id": 7, "amount": 10.5, "currency": "EUR"})])
+    run = stack.run_dag(dag_id)
+    assert run.state == "success", run.log[-3000:]
+    assert helpers.query(table, "SELECT payment_id, currency, ingest_batch_id AS b FROM t WHERE payment_id >= 5 "
+                                "ORDER BY payment_id") == [{"payment_id": 5, "currency": None, "b": 1},
+                                                           {"payment_id": 6, "currency": None, "b": 2},
+                                                           {"payment_id": 7, "currency": "EUR", "b": 2}]
+    # Exactly once: every Kafka record is in the output or the dead letters, once.
+    total = helpers.query(table, "SELECT COUNT(*) AS n, COUNT(DISTINCT (kafka_partition, kafka_offset)) AS u FROM t")
+    assert total == [{"n": 8, "u": 8}]
+    assert sum(helpers.end_offsets(topic).values()) == 8 + 4
