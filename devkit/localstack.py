@@ -116,6 +116,17 @@ def produce_values(topic: str, values: list[bytes], partition: int = 0, timestam
     producer.close()
 
 
+def produce_pairs(topic: str, pairs: list[tuple[bytes | None, bytes | None]], partition: int = 0) -> None:
+    """Send exact (key, value) bytes to one partition; None sends no key (or a tombstone)."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap())
+    for key, value in pairs:
+        producer.send(topic, key=key, value=value, partition=partition)
+    producer.flush()
+    producer.close()
+
+
 def produce_at_times(topic: str, stamps: list[str], partitions: tuple[int, ...] = (0, 1)) -> None:
     """One JSON record ``{"i": n}`` per ISO-8601 time stamp (UTC) on each of ``partitions``, with that
     record timestamp: offsets n of every partition carry the n-th time."""

@@ -16,6 +16,7 @@ from devkit.localstack import (  # noqa: F401
     past_ms,
     produce,
     produce_at_times,
+    produce_pairs,
     produce_values,
     query,
     query_or_none,

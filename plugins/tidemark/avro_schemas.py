@@ -57,6 +57,21 @@ def parse(text: str) -> dict:
     return schema
 
 
+def parse_any(text: str) -> Schema:
+    """Parse a schema of any type (a key schema is often a plain ``"string"``). Raises ValueError
+    when it is not JSON or not well formed."""
+    try:
+        schema = json.loads(text)
+    except (TypeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"the Avro schema is not JSON: {exc}") from None
+    _collect(schema, "", {})
+    return schema
+
+
+def is_record(schema: Schema) -> bool:
+    return isinstance(schema, dict) and schema.get("type") == "record"
+
+
 def _require_record(schema: Schema) -> None:
     if not (isinstance(schema, dict) and schema.get("type") == "record"):
         raise ValueError(f"a value schema must be an Avro record at the top level (its fields become the "

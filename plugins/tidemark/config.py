@@ -120,6 +120,13 @@ class PipelineConfig(BaseModel):
     """For ``avro``: pin the reader schema to this version of the subject; default: its latest
     version when the batch is planned."""
 
+    key_format: Literal["raw", "avro"] = "raw"
+    """``raw`` keeps the key bytes in ``kafka_key`` only; ``avro`` also decodes them (Confluent wire
+    format, schemas from the registry) into a ``key`` column (a struct for a record key)."""
+
+    key_subject: str | None = None
+    """For ``key_format: avro``: the registry subject of the keys; default ``<topic>-key``."""
+
     schema_changes: Literal["additive", "lenient"] = "additive"
     """When the value schema no longer matches the output table (JSON and Avro): ``additive`` adds
     new fields as columns and refuses a removed or retyped field at plan time; ``lenient`` also
@@ -233,6 +240,11 @@ class PipelineConfig(BaseModel):
                              "several topics or a topic_pattern, name the subject with value_subject")
         if self.value_format != "avro" and (self.value_subject or self.value_schema_version):
             raise ValueError("value_subject and value_schema_version are only used with value_format: avro")
+        if self.key_format == "avro" and not self.key_subject and len(self.topics) != 1:
+            raise ValueError("key_format 'avro' reads the subject '<topic>-key' of a one-topic pipeline; with several "
+                             "topics or a topic_pattern, name the subject with key_subject")
+        if self.key_format != "avro" and self.key_subject:
+            raise ValueError("key_subject is only used with key_format: avro")
         for name, declared in (self.value_schema or {}).items():
             try:
                 parse_field_type(name, declared)

@@ -58,8 +58,9 @@ SCHEMA = pa.schema([
     # recreated). Added after the first release: a schema version 1 ledger may lack it (its rows read
     # null); migrating it to version 2 adds the column (ledger_migrations).
     pa.field("topic_id", pa.string()),
-    # The schemas the batch decodes with (Avro from a Schema Registry: ``schemas.FrozenSchemas`` as
-    # JSON), frozen with its planned rows so a retry decodes exactly as planned, registry or not.
+    # The schemas the batch decodes with (Avro values and keys from a Schema Registry:
+    # ``schemas.BatchSchemas`` as JSON), frozen with its planned rows so a retry decodes exactly as
+    # planned, registry or not.
     # Added in schema version 3 (ledger_migrations); null for other formats and older rows.
     pa.field("frozen_schemas", pa.string()),
 ])

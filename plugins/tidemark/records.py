@@ -32,7 +32,11 @@ class RecordFormat:
     max_value_bytes: int | None = None
     on_bad_record: Literal["dead_letter", "fail"] = "dead_letter"
     avro: dict | None = None
-    """For ``avro``: the batch's frozen schemas (``schemas.FrozenSchemas`` as a dict)."""
+    """For ``avro``: the batch's frozen value schemas (``schemas.FrozenSchemas`` as a dict)."""
+    key_avro: dict | None = None
+    """For ``key_format: avro``: the batch's frozen key schemas."""
+    key_type: str | None = None
+    """For ``key_format: avro``: the Spark type of the decoded ``key`` column."""
     add_columns: bool = False
     """The fields include columns the output table does not have yet: the output commit adds them."""
     casts: dict[str, str] = field(default_factory=dict)
@@ -41,7 +45,7 @@ class RecordFormat:
     @property
     def can_reject(self) -> bool:
         """Whether any record can be bad under this format (so a dead-letter table may be written)."""
-        return self.value_format != "raw" or self.max_value_bytes is not None
+        return self.value_format != "raw" or self.max_value_bytes is not None or self.key_avro is not None
 
     def spark_ddl(self) -> str:
         return ", ".join(f"`{f.name}` {f.type}" for f in self.fields)
@@ -53,7 +57,8 @@ class RecordFormat:
     @classmethod
     def from_dict(cls, data: dict) -> RecordFormat:
         return cls(data["value_format"], tuple(Field(**f) for f in data["fields"]), data["max_value_bytes"],
-                   data["on_bad_record"], data.get("avro"), data.get("add_columns", False), data.get("casts") or {})
+                   data["on_bad_record"], data.get("avro"), data.get("key_avro"), data.get("key_type"),
+                   data.get("add_columns", False), data.get("casts") or {})
 
 
 def parse_field_type(name: str, declared: str) -> Field:
@@ -83,5 +88,7 @@ def output_columns(fmt: RecordFormat, partition_by: list[str] | tuple[str, ...] 
     """The output table's columns: Kafka coordinates, the payload (raw ``value`` or the declared
     JSON fields), the batch id and ingestion time, and ``kafka_date`` when it partitions the table."""
     payload = ["value"] if fmt.value_format == "raw" else [f.name for f in fmt.fields]
+    if fmt.key_type:
+        payload = ["key", *payload]
     derived = [DATE_COLUMN] if DATE_COLUMN in partition_by else []
     return [*KAFKA_COLUMNS, *payload, *BATCH_COLUMNS, *derived]

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class FrozenSchemas:
-    """The schemas one batch decodes with (JSON-ready: the ledger stores ``to_json()``)."""
+    """The schemas of one subject that a batch decodes with (JSON-ready)."""
 
     subject: str
     reader_id: int
@@ -54,41 +54,70 @@ class FrozenSchemas:
         return cls(**json.loads(text))
 
     def fields(self) -> tuple[Field, ...]:
+        """The value reader schema's top-level fields, as columns."""
         return avro_schemas.reader_fields(avro_schemas.parse(self.reader))
 
-
-def subject_of(value_subject: str | None, topics: Sequence[str]) -> str:
-    """The subject a pipeline's values are registered under: ``value_subject``, or ``<topic>-value``
-    (Confluent's TopicNameStrategy) for a one-topic pipeline."""
-    return value_subject or f"{topics[0]}-value"
+    def spark_type(self) -> str:
+        """The key reader schema as one column's Spark type (a struct for a record)."""
+        return avro_schemas.spark_type(avro_schemas.parse_any(self.reader), field="key")
 
 
-def freeze_avro(pipeline: str, subject: str, pinned_version: int | None, source: SchemaSource) -> FrozenSchemas:
-    """Read the subject's versions and decide the batch's schemas. Raises SchemaRegistryError when
-    the subject, the pinned version or the reader schema cannot be used."""
+@dataclass(frozen=True)
+class BatchSchemas:
+    """Everything a batch freezes from the Schema Registry: the value's schemas (``value_format:
+    avro``) and the key's (``key_format: avro``). Stored as JSON in the ledger's ``frozen_schemas``."""
+
+    value: FrozenSchemas | None = None
+    key: FrozenSchemas | None = None
+
+    def to_json(self) -> str:
+        return json.dumps({"value": self.value.__dict__ if self.value else None,
+                           "key": self.key.__dict__ if self.key else None}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> BatchSchemas:
+        data = json.loads(text)
+        return cls(*(FrozenSchemas(**data[k]) if data.get(k) else None for k in ("value", "key")))
+
+
+def subject_of(subject: str | None, topics: Sequence[str], part: str = "value") -> str:
+    """The subject a pipeline's values (or keys) are registered under: the configured one, or
+    ``<topic>-value`` / ``<topic>-key`` (Confluent's TopicNameStrategy) for a one-topic pipeline."""
+    return subject or f"{topics[0]}-{part}"
+
+
+def freeze_avro(pipeline: str, subject: str, pinned_version: int | None, source: SchemaSource,
+                part: str = "value") -> FrozenSchemas:
+    """Read the subject's versions and decide the batch's schemas. A value's reader schema must be a
+    record (its fields become columns); a key's may be any type (one ``key`` column). Raises
+    SchemaRegistryError when the subject, the pinned version or the reader schema cannot be used."""
     registered = [s for s in source.versions(subject) if s.schema_type.upper() == "AVRO"]
     if not registered:
         raise SchemaRegistryError(f"subject '{subject}' has no Avro schema in the Schema Registry; register the "
-                                  f"value schema first", pipeline=pipeline)
+                                  f"{part} schema first", pipeline=pipeline)
     if pinned_version is None:
         reader = max(registered, key=lambda s: s.version)
     else:
         matching = [s for s in registered if s.version == pinned_version]
         if not matching:
             raise SchemaRegistryError(
-                f"value_schema_version {pinned_version} is not a version of subject '{subject}' (versions: "
+                f"{part}_schema_version {pinned_version} is not a version of subject '{subject}' (versions: "
                 f"{', '.join(str(s.version) for s in registered)})", pipeline=pipeline)
         reader = matching[0]
     try:
-        reader_schema = avro_schemas.parse(reader.schema)
-        avro_schemas.reader_fields(reader_schema)
+        if part == "value":
+            reader_schema = avro_schemas.parse(reader.schema)
+            avro_schemas.reader_fields(reader_schema)
+        else:
+            reader_schema = avro_schemas.parse_any(reader.schema)
+            avro_schemas.spark_type(reader_schema, field="key")
     except ValueError as exc:
-        raise SchemaRegistryError(f"the reader schema (subject '{subject}' version {reader.version}, id {reader.id}) "
-                                  f"cannot be written as columns: {exc}", pipeline=pipeline) from None
+        raise SchemaRegistryError(f"the {part} reader schema (subject '{subject}' version {reader.version}, id "
+                                  f"{reader.id}) cannot be written as columns: {exc}", pipeline=pipeline) from None
     writers, unreadable = {}, {}
     for schema in registered:
         try:
-            reason = avro_schemas.incompatibility(avro_schemas.parse(schema.schema), reader_schema)
+            reason = avro_schemas.incompatibility(avro_schemas.parse_any(schema.schema), reader_schema)
         except ValueError as exc:
             reason = str(exc)
         if reason is None:
@@ -178,33 +207,53 @@ def check_changes(pipeline: str, table_uri: str, changes: SchemaChanges, policy:
 
 # --- the format a batch is executed with ---------------------------------------------------------
 
-def batch_format(config: PipelineConfig, frozen: FrozenSchemas | None) -> RecordFormat:
+KEY_COLUMN = "key"
+"""The decoded key's column (``key_format: avro``); ``kafka_key`` keeps the key's bytes."""
+
+
+def batch_format(config: PipelineConfig, frozen: BatchSchemas | None) -> RecordFormat:
     """The pipeline's record format for one batch: the fields (the JSON ``value_schema``, or the
-    frozen Avro reader schema's) checked against the output table under ``schema_changes``, with the
-    columns to add and the casts to make. Reads the output table's schema (delta-rs), no JVM."""
+    frozen Avro reader schema's, and the decoded key) checked against the output table under
+    ``schema_changes``, with the columns to add and the casts to make. Reads the output table's schema
+    (delta-rs), no JVM."""
     base = config.record_format
-    if config.value_format == "raw":
+    frozen = frozen or BatchSchemas()
+    needs = {"value": config.value_format == "avro", "key": config.key_format == "avro"}
+    for part, needed in needs.items():
+        if needed and getattr(frozen, part) is None:
+            raise SchemaRegistryError(f"an Avro {part} needs the schemas frozen with the batch; this batch has none "
+                                      f"(it was planned under another {part}_format): finish or reset it under that "
+                                      f"format", pipeline=config.name)
+    if config.value_format == "raw" and config.key_format == "raw":
         return base
-    if config.value_format == "avro":
-        if frozen is None:
-            raise SchemaRegistryError("an Avro batch needs the schemas frozen with it; this batch has none (it was "
-                                      "planned under another value_format): finish or reset it under that format",
-                                      pipeline=config.name)
-        fields = frozen.fields()
-        names = {f.name for f in fields}
-        for column in config.partition_by:
-            if column not in names and column not in (*KAFKA_COLUMNS, *BATCH_COLUMNS, DATE_COLUMN):
-                raise SchemaRegistryError(f"partition_by: '{column}' is not a field of the reader schema (subject "
-                                          f"'{frozen.subject}' version {frozen.reader_version})", pipeline=config.name)
-        source = f"subject '{frozen.subject}' version {frozen.reader_version}"
+    if frozen.value is not None:
+        fields = frozen.value.fields()
+        source = f"subject '{frozen.value.subject}' version {frozen.value.reader_version}"
     else:
         fields = base.fields
         source = "value_schema"
+    key_type = None
+    if frozen.key is not None:
+        if KEY_COLUMN in {f.name.lower() for f in fields}:
+            raise SchemaRegistryError(f"a value field is named '{KEY_COLUMN}', the column of the decoded key "
+                                      f"(key_format: avro); rename the field", pipeline=config.name)
+        key_type = frozen.key.spark_type()
+        source += f" and key subject '{frozen.key.subject}' version {frozen.key.reader_version}"
+    names = {f.name for f in fields} | ({KEY_COLUMN} if key_type else set())
+    for column in config.partition_by:
+        if column not in names and column not in (*KAFKA_COLUMNS, *BATCH_COLUMNS, DATE_COLUMN, "value"):
+            raise SchemaRegistryError(f"partition_by: '{column}' is not an output column ({source})",
+                                      pipeline=config.name)
     columns = table_columns(config.table_uri)
     add_columns, casts = False, {}
     if columns is not None:
-        changes = compare(fields, columns)
+        checked = [*fields, *([Field(KEY_COLUMN, key_type, False)] if key_type else [])]
+        if config.value_format == "raw":  # only the key is checked: the raw value column is Tidemark's own
+            checked = checked[len(fields):]
+            columns = {n: t for n, t in columns.items() if n == KEY_COLUMN or n.lower() in RESERVED_COLUMNS}
+        changes = compare(checked, columns)
         casts = check_changes(config.name, config.table_uri, changes, config.schema_changes, source)
         add_columns = bool(changes.added)
-    return replace(base, fields=fields, avro=dict(frozen.__dict__) if frozen else None, add_columns=add_columns,
-                   casts=casts)
+    return replace(base, fields=fields, avro=dict(frozen.value.__dict__) if frozen.value else None,
+                   key_avro=dict(frozen.key.__dict__) if frozen.key else None, key_type=key_type,
+                   add_columns=add_columns, casts=casts)

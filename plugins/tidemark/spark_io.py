@@ -90,24 +90,26 @@ _DECODED = "__tidemark_decoded"
 when ``from_avro`` (PERMISSIVE) failed, which it reports as a struct of nulls, not as a null."""
 
 
-def _schema_id() -> Column:
+def _schema_id(column: str) -> Column:
     from pyspark.sql import functions as F
 
-    return F.conv(F.hex(F.substring("value", 2, 4)), 16, 10).cast("long")
+    return F.conv(F.hex(F.substring(column, 2, 4)), 16, 10).cast("long")
 
 
-def _avro_decoded(frozen: dict) -> Column:
-    """The value decoded with the writer schema of its own schema id, resolved into the reader
-    schema (Spark's ``from_avro`` with ``avroSchema``): one branch per readable id."""
+def _avro_decoded(frozen: dict, column: str = "value") -> Column:
+    """The value (or key) decoded with the writer schema of its own schema id, resolved into the
+    reader schema (Spark's ``from_avro`` with ``avroSchema``): one branch per readable id. A record
+    reader schema gets the ``_DECODED`` marker field."""
     import json
 
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro
 
     reader = json.loads(frozen["reader"])
-    reader["fields"] = [*reader["fields"], {"name": _DECODED, "type": "boolean", "default": True}]
+    if isinstance(reader, dict) and reader.get("type") == "record":
+        reader["fields"] = [*reader["fields"], {"name": _DECODED, "type": "boolean", "default": True}]
     options = {"mode": "PERMISSIVE", "avroSchema": json.dumps(reader)}
-    body, schema_id = F.expr("substring(value, 6)"), _schema_id()
+    body, schema_id = F.expr(f"substring({column}, 6)"), _schema_id(column)
     decoded = None
     for sid, writer in sorted(frozen["writers"].items()):
         branch = from_avro(body, writer, options)
@@ -116,26 +118,46 @@ def _avro_decoded(frozen: dict) -> Column:
     return decoded if decoded is not None else F.lit(None)
 
 
-def _avro_error(frozen: dict) -> Column:
-    """Why an Avro value is bad (null when it is good), checked in order: the header, the schema id
-    (frozen at plan time: unknown, or not readable into the reader schema), then the body."""
+def _avro_error(frozen: dict, column: str = "value", parsed: str = "_parsed") -> Column:
+    """Why an Avro value (or key) is bad (null when it is good), checked in order: the header, the
+    schema id (frozen at plan time: unknown, or not readable into the reader schema), then the body.
+    A null key is no error (records without a key); a null value is (a tombstone)."""
+    import json
+
     from pyspark.sql import functions as F
 
-    size, schema_id = F.octet_length("value"), _schema_id()
-    magic = F.conv(F.hex(F.substring("value", 1, 1)), 16, 10)
-    error = (F.when(F.col("value").isNull(), F.lit("value is null (a tombstone), not an Avro record"))
-             .when(size < 5, F.concat(F.lit("value of "), size.cast("string"),
-                                      F.lit(" bytes is shorter than the 5-byte Confluent header")))
-             .when(magic != "0", F.concat(F.lit("magic byte is "), magic,
+    size, schema_id = F.octet_length(column), _schema_id(column)
+    magic = F.conv(F.hex(F.substring(column, 1, 1)), 16, 10)
+    label = "" if column == "value" else f"{column}: "
+    if column == "value":
+        error = F.when(F.col(column).isNull(), F.lit("value is null (a tombstone), not an Avro record"))
+    else:
+        error = F.when(F.col(column).isNull(), F.lit(None).cast("string"))
+    error = (error.when(size < 5, F.concat(F.lit(f"{label}value of "), size.cast("string"),
+                                           F.lit(" bytes is shorter than the 5-byte Confluent header")))
+             .when(magic != "0", F.concat(F.lit(f"{label}magic byte is "), magic,
                                           F.lit(", not 0: not the Confluent wire format"))))
     for sid, reason in sorted(frozen["unreadable"].items()):
-        error = error.when(schema_id == int(sid), F.lit(reason))
+        error = error.when(schema_id == int(sid), F.lit(label + reason))
     known = [int(sid) for sid in frozen["writers"]]
     error = error.when(~schema_id.isin(known) if known else F.lit(True), F.concat(
-        F.lit("schema id "), schema_id.cast("string"),
+        F.lit(f"{label}schema id "), schema_id.cast("string"),
         F.lit(f" is not a version of subject '{frozen['subject']}' in the Schema Registry (as of plan time)")))
-    return error.when(F.col("_parsed")[_DECODED].isNull(), F.concat(
-        F.lit("the Avro body does not decode with schema id "), schema_id.cast("string")))
+    reader = json.loads(frozen["reader"])
+    failed = (F.col(parsed)[_DECODED].isNull() if isinstance(reader, dict) and reader.get("type") == "record"
+              else F.col(parsed).isNull())  # a primitive reader: null means the body did not decode
+    return error.when(failed, F.concat(
+        F.lit(f"{label}the Avro body does not decode with schema id "), schema_id.cast("string")))
+
+
+def _without_marker(column: Column, frozen: dict) -> Column:
+    """A decoded record without the ``_DECODED`` marker field."""
+    import json
+
+    reader = json.loads(frozen["reader"])
+    if not (isinstance(reader, dict) and reader.get("type") == "record"):
+        return column
+    return column.dropFields(_DECODED)
 
 
 def to_rows(raw: DataFrame, fmt: RecordFormat, batch_id: int, ingested_at: dt.datetime) -> DataFrame:
@@ -169,6 +191,10 @@ def to_rows(raw: DataFrame, fmt: RecordFormat, batch_id: int, ingested_at: dt.da
         errors.append(_avro_error(fmt.avro or {}))
     if fmt.value_format != "raw":
         fields = {f.name: F.col("_parsed")[f.name] for f in fmt.fields}
+    if fmt.key_avro:
+        rows = rows.withColumn("_key", _avro_decoded(fmt.key_avro, "kafka_key"))
+        errors.append(_avro_error(fmt.key_avro, "kafka_key", "_key"))
+        fields = {"key": _without_marker(F.col("_key"), fmt.key_avro), **fields}
     for name, column_type in fmt.casts.items():  # schema_changes: lenient: a field whose type changed
         cast = fields[name].try_cast(column_type)
         errors.append(F.when(fields[name].isNotNull() & cast.isNull(), F.lit(
@@ -179,7 +205,8 @@ def to_rows(raw: DataFrame, fmt: RecordFormat, batch_id: int, ingested_at: dt.da
         error = F.when(message == "", F.lit(None).cast("string")).otherwise(message).alias("error")
     else:
         error = F.lit(None).cast("string").alias("error")
-    return rows.select(*[c for c in rows.columns if c != "_parsed"], *[c.alias(n) for n, c in fields.items()], error)
+    kept = [c for c in rows.columns if c not in ("_parsed", "_key")]
+    return rows.select(*kept, *[c.alias(n) for n, c in fields.items()], error)
 
 
 def drop_already_written(spark: SparkSession, rows: DataFrame, plan: BatchPlan) -> DataFrame:

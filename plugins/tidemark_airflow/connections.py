@@ -52,7 +52,8 @@ def schema_registry(config):
     """The Schema Registry client of an Avro pipeline (None for other formats); its password is masked."""
     from tidemark.schema_registry import client_for
 
-    return client_for(RESOLVER, config.schema_registry_conn_id, config.name) if config.value_format == "avro" else None
+    avro = "avro" in (config.value_format, config.key_format)
+    return client_for(RESOLVER, config.schema_registry_conn_id, config.name) if avro else None
 
 
 def configure_storage(config) -> None:

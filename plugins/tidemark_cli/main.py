@@ -119,7 +119,8 @@ def _schema_registry(config):
     """The Schema Registry client of an Avro pipeline (None for other formats)."""
     from tidemark.schema_registry import client_for
 
-    return client_for(RESOLVER, config.schema_registry_conn_id, config.name) if config.value_format == "avro" else None
+    avro = "avro" in (config.value_format, config.key_format)
+    return client_for(RESOLVER, config.schema_registry_conn_id, config.name) if avro else None
 
 
 def _pipeline(name: str):

@@ -125,3 +125,38 @@ def test_on_bad_record_fail_names_the_first_bad_avro_record(kafka_bootstrap, sch
     with pytest.raises(BadRecordsError, match=rf"{topic}:0@1: magic byte is 7, not 0"):
         execute_batch(spark, plan, props())
     assert helpers.query_or_none(config.table_uri) is None and helpers.query_or_none(config.dead_letter_uri) is None
+
+
+KEY = {"type": "record", "name": "OrderKey", "fields": [{"name": "shop", "type": "string"},
+                                                       {"name": "order_id", "type": "long"}]}
+
+
+@pytest.mark.parametrize("key_schema", [KEY, "string"], ids=["record", "string"])
+def test_avro_keys_become_a_key_column_and_a_bad_key_is_a_dead_letter(kafka_bootstrap, schema_registry, spark, lake,
+                                                                       key_schema):
+    topic = helpers.create_topic(helpers.unique("avro-keys"), partitions=1)
+    value_id = helpers.register_schema(f"{topic}-value", V1)
+    key_id = helpers.register_schema(f"{topic}-key", key_schema)
+
+    def key(i: int):
+        return {"shop": "eu", "order_id": i} if key_schema is KEY else f"order-{i}"
+
+    def value(i: int) -> bytes:
+        return helpers.avro_value(value_id, V1, {"order_id": i, "amount": i + 1.0})
+
+    helpers.produce_pairs(topic, [(helpers.avro_value(key_id, key_schema, key(0)), value(0)),
+                                  (None, value(1)),  # no key: a null `key`
+                                  (b"\x09" + bytes(6), value(2)),
+                                  (helpers.avro_value(key_id, key_schema, key(3)), value(3))])
+    config = avro_pipeline(topic, key_format="avro")
+    plan = prepare_batch(config, props(), schemas=RegistryClient(schema_registry))
+    execute_batch(spark, plan, props())
+    out = spark.read.format("delta").load(config.table_uri)
+    assert out.columns[6:9] == ["key", "order_id", "amount"]
+    rows = out_rows(spark, config.table_uri)
+    decoded = [r.key.asDict() if key_schema is KEY and r.key is not None else r.key for r in rows]
+    assert decoded == [key(0), None, key(3)] and [r.order_id for r in rows] == [0, 1, 3]
+    assert rows[0].kafka_key == helpers.avro_value(key_id, key_schema, key(0))  # the bytes stay in kafka_key
+    dead = out_rows(spark, config.dead_letter_uri)
+    assert [(r.kafka_offset, r.error) for r in dead] == [(2, "kafka_key: magic byte is 9, not 0: not the Confluent "
+                                                             "wire format")]

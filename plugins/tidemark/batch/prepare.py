@@ -20,7 +20,7 @@ from tidemark.ledger import Ledger, gap_rows, planned_rows
 from tidemark.offsets import OffsetRange, TopicPartition
 from tidemark.planner import check_topic_ids, plan_ranges
 from tidemark.schema_registry import SchemaSource
-from tidemark.schemas import FrozenSchemas, freeze_avro, subject_of
+from tidemark.schemas import BatchSchemas, freeze_avro, subject_of
 
 log = logging.getLogger(__name__)
 
@@ -35,19 +35,27 @@ def _starting_offsets(config: PipelineConfig, kafka: KafkaOffsets, new: list[Top
     return {tp: offset for tp, offset in found.items() if offset is not None}
 
 
-def freeze_schemas(config: PipelineConfig, source: SchemaSource | None) -> FrozenSchemas | None:
-    """The schemas a new batch freezes: for Avro, the subject's versions from the registry."""
-    if config.value_format != "avro":
+def freeze_schemas(config: PipelineConfig, source: SchemaSource | None) -> BatchSchemas | None:
+    """The schemas a new batch freezes: for Avro values and keys, their subjects' versions from the
+    registry."""
+    if config.value_format != "avro" and config.key_format != "avro":
         return None
     if source is None:
-        raise ConfigError("value_format 'avro' needs a Schema Registry connection to plan a batch",
+        raise ConfigError("Avro values or keys need a Schema Registry connection to plan a batch",
                           pipeline=config.name)
-    frozen = freeze_avro(config.name, subject_of(config.value_subject, config.topics), config.value_schema_version,
-                         source)
-    log.info("pipeline '%s': reader schema: subject '%s' version %d (id %d); writer schema ids %s%s", config.name,
-             frozen.subject, frozen.reader_version, frozen.reader_id, sorted(frozen.writers, key=int),
-             f"; unreadable ids {sorted(frozen.unreadable, key=int)}" if frozen.unreadable else "")
-    return frozen
+    parts = {}
+    if config.value_format == "avro":
+        parts["value"] = freeze_avro(config.name, subject_of(config.value_subject, config.topics),
+                                     config.value_schema_version, source)
+    if config.key_format == "avro":
+        parts["key"] = freeze_avro(config.name, subject_of(config.key_subject, config.topics, "key"), None, source,
+                                   part="key")
+    for part, frozen in parts.items():
+        log.info("pipeline '%s': %s reader schema: subject '%s' version %d (id %d); writer schema ids %s%s",
+                 config.name, part, frozen.subject, frozen.reader_version, frozen.reader_id,
+                 sorted(frozen.writers, key=int),
+                 f"; unreadable ids {sorted(frozen.unreadable, key=int)}" if frozen.unreadable else "")
+    return BatchSchemas(**parts)
 
 
 def prepare_batch(config: PipelineConfig, kafka_properties: Mapping[str, str], *, run_id: str | None = None,

@@ -19,7 +19,7 @@ from tidemark.batch.plan import BatchPlan
 from tidemark.config import PipelineConfig
 from tidemark.errors import PipelineBusyError
 from tidemark.ledger import Ledger, LedgerState
-from tidemark.schemas import FrozenSchemas, batch_format
+from tidemark.schemas import BatchSchemas, batch_format
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def output_txn_version(table_uri: str, pipeline: str) -> int | None:
     return None if table is None else table.transaction_version(pipeline)
 
 
-def plan_for(config: PipelineConfig, ledger: Ledger, batch_id: int, ranges, *, frozen: FrozenSchemas | None = None,
+def plan_for(config: PipelineConfig, ledger: Ledger, batch_id: int, ranges, *, frozen: BatchSchemas | None = None,
              **extra) -> BatchPlan:
     """A BatchPlan with everything the ingest job needs from the pipeline config, and for a batch
     with offsets to read, the record format checked against the output table (``schemas``)."""
@@ -67,7 +67,7 @@ def recover(config: PipelineConfig, ledger: Ledger, state: LedgerState, owner: s
         return None
     marker = output_txn_version(config.table_uri, config.name)
     dedupe = any(r.start < state.high_water.get(r.tp, 0) for r in state.pending_ranges)
-    frozen = FrozenSchemas.from_json(state.pending_schemas) if state.pending_schemas else None
+    frozen = BatchSchemas.from_json(state.pending_schemas) if state.pending_schemas else None
     plan = plan_for(config, ledger, state.pending_batch_id, state.pending_ranges, recovered=True,
                     run_id=state.pending_owner, dedupe=dedupe, frozen=frozen)
     if decide_recovery(state.pending_batch_id, marker) == "roll_forward":
