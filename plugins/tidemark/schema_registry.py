@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from typing import Protocol
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from tidemark.connections import Connection, ConnectionResolver
 from tidemark.errors import ConfigError, SchemaRegistryError, SchemaRegistryUnavailableError
@@ -78,7 +78,7 @@ class RegistryClient:
                 f"the registry connection.", pipeline=self.pipeline)
         if response.status_code == 404:
             raise SchemaRegistryError(
-                f"the Schema Registry at {self.url} has no {what} (HTTP 404: {_message(response)}). Nothing was "
+                f"the Schema Registry at {self.url} does not have {what} (HTTP 404: {_message(response)}). Nothing was "
                 f"frozen: register the schema, or set value_subject / value_schema_version in the pipeline file.",
                 pipeline=self.pipeline)
         if response.status_code >= 500:
@@ -130,7 +130,10 @@ def registry_url(conn: Connection) -> str:
             raise ConfigError(f"connection '{conn.conn_id}' has no host: give the Schema Registry's URL "
                               f"(for example http://registry:8081) as its host or as extra 'url'")
         if "://" not in host:
-            host = f"http://{host}" + (f":{conn.port}" if conn.port else "")
+            host = f"http://{host}"
+        if conn.port and not urlsplit(host).port:
+            parts = urlsplit(host)
+            host = urlunsplit(parts._replace(netloc=f"{parts.netloc}:{conn.port}"))
         url = host
     return url
 

@@ -144,21 +144,22 @@ def normalize_type(ddl: str) -> str:
 
 
 def delta_type(spec: str | Mapping) -> str:
-    """A Delta log's column type (``"long"``, or ``{"type": "struct", ...}``) as normalized DDL."""
+    """A Delta log's column type (``"long"``, or ``{"type": "struct", ...}``) as Spark DDL, nested
+    field names as the table spells them (a cast to the column's type must keep them)."""
     if isinstance(spec, str):
-        return normalize_type(spec)
+        return spec
     kind = spec["type"]
     if kind == "struct":
-        return "struct<" + ",".join(f"{f['name']}:{delta_type(f['type'])}" for f in spec["fields"]) + ">"
+        return "struct<" + ",".join(f"`{f['name']}`:{delta_type(f['type'])}" for f in spec["fields"]) + ">"
     if kind == "array":
         return f"array<{delta_type(spec['elementType'])}>"
     if kind == "map":
         return f"map<{delta_type(spec['keyType'])},{delta_type(spec['valueType'])}>"
-    return normalize_type(str(kind))
+    return str(kind)
 
 
 def table_columns(table_uri: str) -> dict[str, str] | None:
-    """The output table's columns and their normalized types, or None when it does not exist yet."""
+    """The output table's columns and their types (Spark DDL), or None when it does not exist yet."""
     from tidemark import storage
 
     table = storage.open_table(table_uri)
@@ -178,13 +179,14 @@ class SchemaChanges:
 
 
 def compare(fields: Sequence[Field], columns: Mapping[str, str]) -> SchemaChanges:
-    """The value fields against the table's columns (Tidemark's own columns aside)."""
+    """The value fields against the table's columns (Tidemark's own columns aside). Types compare
+    in one spelling (``normalize_type``), nested names case-insensitively, as Spark resolves them."""
     payload = {n: t for n, t in columns.items() if n.lower() not in RESERVED_COLUMNS}
     names = {f.name for f in fields}
     added = tuple(f.name for f in fields if f.name not in columns)
     removed = tuple(n for n in payload if n not in names)
-    retyped = {f.name: (columns[f.name], normalize_type(f.type)) for f in fields
-               if f.name in payload and normalize_type(f.type) != columns[f.name]}
+    retyped = {f.name: (columns[f.name], f.type) for f in fields
+               if f.name in payload and normalize_type(f.type) != normalize_type(columns[f.name])}
     return SchemaChanges(added, removed, retyped)
 
 
