@@ -2,13 +2,18 @@
 in the Airflow connection. A random canary password carries the planner, the Spark read and the
 CLI end to end, and then appears zero times in task logs, XCom (and the rest of the metadata DB),
 the plan JSON, the command lines `ps` shows, Spark event logs, the output of every process, and the
-errors of runs with a wrong password. A control test plants a canary to prove the searches find one.
+errors of runs with a wrong password. The pipeline's values are Avro: a second canary, the password of
+the Schema Registry connection (basic auth), goes with the plan task's requests to the registry and
+appears nowhere either. A control test plants a canary to prove the searches find one.
 
 scripts/kafka.sh opens the SASL listener on KAFKA_PORT+2; the tests create their own SCRAM user
-with a random password through the PLAINTEXT listener (AdminClient, so it is on no command line)."""
+with a random password through the PLAINTEXT listener (AdminClient, so it is on no command line).
+The local registry (scripts/registry.sh) runs without auth and takes any credentials: the test checks,
+in this process (where dag.test() runs the plan task), that its requests carried them."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import secrets
@@ -28,6 +33,9 @@ pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
 JAAS = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="{user}" password="{password}";'
+REGISTRY_USER = "tm_registry"
+ORDER = {"type": "record", "name": "Order", "fields": [{"name": "order_id", "type": "long"},
+                                                        {"name": "amount", "type": "double"}]}
 
 
 def sasl_bootstrap() -> str:
@@ -59,6 +67,33 @@ def sasl_properties(user: str, password: str) -> dict[str, str]:
 def connection(properties: dict[str, str]) -> str:
     """An AIRFLOW_CONN_* value: the only place the tests put a password."""
     return json.dumps({"conn_type": "kafka", "extra": properties})
+
+
+def registry_connection(url: str, password: str) -> str:
+    """An AIRFLOW_CONN_* value for the Schema Registry, with basic-auth credentials."""
+    return json.dumps({"conn_type": "http", "host": url, "login": REGISTRY_USER, "password": password})
+
+
+def spy_on_registry_requests(monkeypatch, url: str) -> list[str | None]:
+    """The Authorization header of every HTTP request to ``url`` that this process sends from now
+    on (requests' transport adapter), in order. Nothing is written anywhere."""
+    from requests.adapters import HTTPAdapter
+
+    seen: list[str | None] = []
+    send = HTTPAdapter.send
+
+    def spying(self, request, *args, **kwargs):
+        if request.url.startswith(url):
+            seen.append(request.headers.get("Authorization"))
+        return send(self, request, *args, **kwargs)
+
+    monkeypatch.setattr(HTTPAdapter, "send", spying)
+    return seen
+
+
+def registry_lines(log: str, url: str, subject: str) -> list[str]:
+    """The log lines naming the registry a plan read ``subject`` from (RegistryClient.versions)."""
+    return [line for line in log.splitlines() if f"schema registry {url}: subject '{subject}'" in line]
 
 
 class CommandLines(threading.Thread):
@@ -163,6 +198,9 @@ def test_the_leak_searches_find_a_planted_canary(tmp_path):
     assert list(files_with(canary, [tmp_path / "airflow.db"]).values()) == [1]
     assert texts_with(canary, xcom_values(tmp_path, "d")) == {"plan/return_value": 1}
     assert list(texts_with(canary, event_logs(tmp_path / "events")).values()) == [1]
+    planted = f"INFO - schema registry http://r:1/api: subject 's-value' has versions [1] (ids [7]) {canary}\n"
+    assert [line for line in registry_lines(planted + f"other {canary}\n", "http://r:1/api", "s-value")
+            if canary in line] == [planted.strip()]
 
     sampler = CommandLines()
     sampler.start()
@@ -197,15 +235,24 @@ def event_log_conf(events: Path) -> dict[str, str]:
     return {"spark.eventLog.enabled": "true", "spark.eventLog.dir": events.as_uri(), "spark.eventLog.compress": "false"}
 
 
-def secured_pipeline(stack, topic: str, events: Path) -> str:
-    return stack.add_pipeline(topic, [topic], kafka_conn_id="kafka_sasl", retries=0, spark_conf=event_log_conf(events))
+def secured_pipeline(stack, topic: str, events: Path, **extra) -> str:
+    return stack.add_pipeline(topic, [topic], kafka_conn_id="kafka_sasl", retries=0, spark_conf=event_log_conf(events),
+                              **extra)
 
 
-def test_sasl_scram_end_to_end_and_the_password_appears_nowhere(sasl_stack, airflow_home):
+def test_sasl_scram_end_to_end_and_the_password_appears_nowhere(sasl_stack, airflow_home, schema_registry,
+                                                                 monkeypatch):
     stack, user, canary, events, sampler = sasl_stack
+    registry_canary = "canary" + secrets.token_hex(16)
+    stack.env.pop("AIRFLOW_CONN_SCHEMA_REGISTRY_DEFAULT", None)
+    stack.env["AIRFLOW_CONN_SCHEMA_REGISTRY_SASL"] = registry_connection(schema_registry, registry_canary)
     topic = helpers.create_topic(helpers.unique("sasl"), partitions=3)
-    dag_id = secured_pipeline(stack, topic, events)
-    helpers.produce(topic, 90)
+    dag_id = secured_pipeline(stack, topic, events, value_format="avro", schema_registry_conn_id="schema_registry_sasl")
+    schema_id = helpers.register_schema(f"{topic}-value", ORDER)
+    for p in range(3):
+        helpers.produce_values(topic, [helpers.avro_value(schema_id, ORDER, {"order_id": i, "amount": i * 1.5})
+                                       for i in range(p, 90, 3)], partition=p)
+    registry_auth = spy_on_registry_requests(monkeypatch, schema_registry)
 
     # The SASL listener takes no unauthenticated client: whatever worked below used the password.
     from tidemark.errors import KafkaUnavailableError
@@ -214,13 +261,22 @@ def test_sasl_scram_end_to_end_and_the_password_appears_nowhere(sasl_stack, airf
     with pytest.raises(KafkaUnavailableError):
         KafkaOffsets({"bootstrap.servers": sasl_bootstrap()}, timeout_ms=3000)
 
-    # 1. plan (kafka-python), ingest (Spark's Kafka source) and report, all through Airflow over SASL
+    # 1. plan (kafka-python; the registry's schemas with basic auth), ingest (Spark's Kafka source,
+    # from_avro) and report, all through Airflow over SASL
     run = stack.run_dag(dag_id)
     assert run.state == "success", run.log[-6000:]
     assert run.task_states == {"plan": "success", "has_new_records": "success", "ingest": "success",
                                "report": "success"}
     assert helpers.query(str(stack.lake / topic), "SELECT COUNT(*) AS n, COUNT(DISTINCT (kafka_partition, "
-                                                  "kafka_offset)) AS u FROM t") == [{"n": 90, "u": 90}]
+                                                  "kafka_offset)) AS u, SUM(order_id) AS s FROM t") == \
+        [{"n": 90, "u": 90, "s": sum(range(90))}]
+    expected_auth = "Basic " + base64.b64encode(f"{REGISTRY_USER}:{registry_canary}".encode()).decode()
+    assert registry_auth, "the plan task sent no request to the Schema Registry"
+    assert all(auth == expected_auth for auth in registry_auth), "a registry request without the connection's login"
+    # the plan task names the registry it read: by its URL, without the password (not even masked)
+    named = registry_lines(run.log, schema_registry, f"{topic}-value")
+    assert named, f"no log line names the registry {schema_registry}"
+    assert not [line for line in named if registry_canary in line or "***" in line], named
     ends = helpers.end_offsets(topic)
     assert helpers.describe_group(topic) == {p: (end, 0) for p, end in ends.items()}  # mirrored over SASL
 
@@ -247,10 +303,11 @@ def test_sasl_scram_end_to_end_and_the_password_appears_nowhere(sasl_stack, airf
                       "total lag: 0"):
         assert task_line in run.log, task_line
     assert metadata_db(airflow_home) in airflow_files(airflow_home)
-    assert files_with(canary, [*airflow_files(airflow_home), stack.lake, events]) == {}
-    assert texts_with(canary, {**xcoms, "plan": json.dumps(plan), "ps": "\n".join(lines), **events_text,
-                               "task logs": run.log, "offsets show": process_output(shown),
-                               "lag": process_output(lag)}) == {}
+    for secret in (canary, registry_canary):
+        assert files_with(secret, [*airflow_files(airflow_home), stack.lake, events]) == {}
+        assert texts_with(secret, {**xcoms, "plan": json.dumps(plan), "ps": "\n".join(lines), **events_text,
+                                   "task logs": run.log, "offsets show": process_output(shown),
+                                   "lag": process_output(lag)}) == {}
     assert not [line for line in submits if "required username=" in line or user in line]
 
 
