@@ -228,23 +228,67 @@ def drop_already_written(spark: SparkSession, rows: DataFrame, plan: BatchPlan) 
     return rows
 
 
-def write_output_counting(rows: DataFrame, plan: BatchPlan, wait_s: float = 10.0) -> int | None:
-    """Write the output in one pass over Kafka while Spark counts the records it read (an
-    ``Observation`` of the same job). Returns the count, or None when Delta skipped the write
-    because the output already holds the batch (its marker): then no job ran to count anything."""
+def _write_observed(rows: DataFrame, plan: BatchPlan, *aggregates: Column, wait_s: float = 10.0) -> dict | None:
+    """Write the output in one pass over Kafka while Spark computes ``aggregates`` over the rows it
+    reads (an ``Observation`` of the same job). Returns their values, or None when Delta skipped the
+    write because the output already holds the batch (its marker): then no job ran to observe."""
     import time
 
     from pyspark.sql import Observation
-    from pyspark.sql import functions as F
 
     observation = Observation(f"tidemark-{plan.pipeline}-{plan.batch_id}")
-    write_output(rows.observe(observation, F.count(F.lit(1)).alias("records")), plan)
+    write_output(rows.observe(observation, *aggregates), plan)
     deadline = time.monotonic() + wait_s
     while not observation._jo.future().isCompleted():  # get() would block for ever after a skipped write
         if time.monotonic() > deadline:
             return None
         time.sleep(0.1)
-    return int(observation.get["records"])
+    return dict(observation.get)
+
+
+def write_output_counting(rows: DataFrame, plan: BatchPlan) -> int | None:
+    """Write the output in one pass while Spark counts the records it read (None: Delta skipped it)."""
+    from pyspark.sql import functions as F
+
+    observed = _write_observed(rows, plan, F.count(F.lit(1)).alias("records"))
+    return None if observed is None else int(observed["records"])
+
+
+BAD_RECORD_MARK = "TIDEMARK-BAD-RECORD"
+"""Starts the message of the error a bad record raises inside the write under ``on_bad_record: fail``."""
+
+
+def fail_on_bad_records(rows: DataFrame) -> DataFrame:
+    """The rows, made to fail the Spark job at the first bad record it meets (``raise_error`` in a
+    task: the job fails and Delta commits nothing), naming its coordinates and why."""
+    from pyspark.sql import functions as F
+
+    message = F.concat(F.lit(f"{BAD_RECORD_MARK} "), F.col("kafka_topic"), F.lit(":"),
+                       F.col("kafka_partition").cast("string"), F.lit("@"), F.col("kafka_offset").cast("string"),
+                       F.lit(": "), F.col("error"))
+    return rows.where(F.coalesce(F.when(F.col("error").isNotNull(), F.raise_error(message)), F.lit(True)))
+
+
+def write_output_tallying(rows: DataFrame, plan: BatchPlan) -> tuple[dict[TopicPartition, Tally], int] | None:
+    """Write the batch's good rows in one pass over Kafka while Spark tallies every row it read, good
+    and bad, per partition of the plan (records, bad records, offset span): one aggregate per
+    partition and measure, so nothing is grouped or shuffled. Also returns how many records belong to
+    no partition of the plan (never expected). None when Delta skipped the write (the output already
+    holds the batch)."""
+    from pyspark.sql import functions as F
+
+    aggregates = [F.count(F.lit(1)).alias("total")]
+    for i, r in enumerate(plan.ranges):
+        here = (F.col("kafka_topic") == r.topic) & (F.col("kafka_partition") == r.partition)
+        offset = F.when(here, F.col("kafka_offset"))
+        aggregates += [F.count_if(here).alias(f"n{i}"), F.count_if(here & F.col("error").isNotNull()).alias(f"b{i}"),
+                       F.min(offset).alias(f"lo{i}"), F.max(offset).alias(f"hi{i}")]
+    observed = _write_observed(rows, plan, *aggregates)
+    if observed is None:
+        return None
+    tallies = {r.tp: Tally(int(observed[f"n{i}"]), int(observed[f"b{i}"]), observed[f"lo{i}"], observed[f"hi{i}"])
+               for i, r in enumerate(plan.ranges) if observed[f"n{i}"]}
+    return tallies, int(observed["total"]) - sum(t.records for t in tallies.values())
 
 
 def tally(rows: DataFrame) -> dict[TopicPartition, Tally]:
@@ -280,10 +324,15 @@ def _append_once(frame: DataFrame, table_uri: str, plan: BatchPlan, partition_by
 
 
 def write_dead_letters(rows: DataFrame, plan: BatchPlan) -> None:
+    """The batch's bad rows, in one Delta commit of the dead-letter table with the batch's marker."""
     from pyspark.sql import functions as F
 
     bad = rows.where("error IS NOT NULL").withColumn("pipeline", F.lit(plan.pipeline))
     _append_once(bad.select(*DEAD_LETTER_COLUMNS), plan.dead_letter_uri, plan)
+
+
+def has_bad_rows(rows: DataFrame) -> bool:
+    return bool(rows.where("error IS NOT NULL").limit(1).count())
 
 
 def write_output(rows: DataFrame, plan: BatchPlan) -> None:

@@ -23,7 +23,10 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 # The kill lands before the output commit: recovery takes the batch over and re-executes its frozen ranges.
-BEFORE_OUTPUT = (crash.AFTER_PLAN_FROZEN, crash.DURING_READ, crash.AFTER_DEAD_LETTERS)
+# Raw values have no dead letters (the point is passed before the output write); values that can be bad
+# write their dead letters after the output commit.
+BEFORE_OUTPUT = {"raw": (crash.AFTER_PLAN_FROZEN, crash.DURING_READ, crash.AFTER_DEAD_LETTERS),
+                 "json": (crash.AFTER_PLAN_FROZEN, crash.DURING_READ)}
 
 
 def tidemark_run(env: dict, pipeline: str) -> tuple[subprocess.CompletedProcess, int]:
@@ -86,21 +89,23 @@ def check_invariants(lake: Path, pipeline: str, topic: str, poison: dict[int, in
         assert sum(r.dead_letter_count for r in rows if r.partition == partition) == bad.get(partition, 0)
 
 
-def check_recovery(point: str, killed, marker: int | None, recovery, pid: int) -> None:
+def check_recovery(point: str, value_format: str, killed, marker: int | None, recovery, pid: int) -> None:
     """What the kill left (the ledger state ``killed`` and the output's batch ``marker``), and the path
     the first run after it took, are those the protocol prescribes for that point: re-execute the dead
-    owner's batch with the same frozen ranges (taken over by this process's owner id), or roll a batch
+    owner's batch with the same frozen ranges (taken over by this process's owner id), or, for a batch in
+    the output whose dead letters may be missing, execute it again to complete them, or roll a batch
     already in the output forward (nothing left to execute), or find nothing pending."""
-    if point in BEFORE_OUTPUT:
-        assert killed.pending_batch_id == 1 and marker is None, (killed, marker)
+    if point in BEFORE_OUTPUT[value_format] or (point, value_format) == (crash.AFTER_OUTPUT_COMMIT, "json"):
+        before = point in BEFORE_OUTPUT[value_format]
+        assert killed.pending_batch_id == 1 and marker == (None if before else 1), (killed, marker)
         assert killed.pending_owner.startswith(f"cli:{socket.gethostname()}:{pid}:"), killed.pending_owner
         assert recovery.recovered and recovery.batch_id == 1, recovery
         assert sorted(recovery.ranges) == killed.pending_ranges, "the retry must read the same frozen ranges"
         assert recovery.run_id.startswith(f"cli:{socket.gethostname()}:{os.getpid()}:"), (
             f"the dead owner's batch is taken over by this process's own owner id, not {recovery.run_id}")
-    elif point == crash.AFTER_OUTPUT_COMMIT:
+    elif point in (crash.AFTER_OUTPUT_COMMIT, crash.AFTER_DEAD_LETTERS):
         assert killed.pending_batch_id == 1 and marker == 1, (killed, marker)
-        assert recovery.is_empty, "the batch in the output is rolled forward, not read again"
+        assert recovery.is_empty, "the batch in the output (with its dead letters) is rolled forward, not read again"
     elif point == crash.DURING_LEDGER_COMMIT:  # the kill lands before or after the ledger flip
         assert killed.pending_batch_id in (None, 1) and marker == 1, (killed, marker)
         assert recovery.is_empty
@@ -146,8 +151,8 @@ def test_kill_at_each_step_then_rerun_gives_exactly_once(crash_env, spark, point
     killed = Ledger(str(lake / "_tidemark" / "offsets")).state(topic)
     marker = helpers.txn_version(str(lake / topic), topic)
 
-    if point in BEFORE_OUTPUT:
-        helpers.produce(topic, 120, start=300)  # arrives before the recovery run re-executes the frozen batch
+    if point in BEFORE_OUTPUT[value_format] or (point, value_format) == (crash.AFTER_OUTPUT_COMMIT, "json"):
+        helpers.produce(topic, 120, start=300)  # arrives before the recovery run executes the frozen batch again
     runs = []
     for _ in range(3):  # recovery, then runs until nothing is left
         runs.append(run_in_process(spark, topic, env))
@@ -155,5 +160,5 @@ def test_kill_at_each_step_then_rerun_gives_exactly_once(crash_env, spark, point
             break
     else:
         pytest.fail("the pipeline did not converge to 'nothing new' in three runs after the crash")
-    check_recovery(point, killed, marker, runs[0], pid)
+    check_recovery(point, value_format, killed, marker, runs[0], pid)
     check_invariants(lake, topic, topic, poison=poison)

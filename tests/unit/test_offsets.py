@@ -35,16 +35,18 @@ def test_plan_json_round_trip_and_commit_metadata():
     assert meta == {"pipeline": "orders", "batch_id": 3, "ranges": ranges}
 
 
-@pytest.mark.parametrize(("pending", "marker", "expected"), [
-    (None, None, "none"),
-    (None, 4, "none"),
-    (5, None, "re_execute"),
-    (5, 4, "re_execute"),
-    (5, 5, "roll_forward"),
-    (5, 6, "roll_forward"),
+@pytest.mark.parametrize(("pending", "marker", "dead_letters_done", "expected"), [
+    (None, None, True, "none"),
+    (None, 4, False, "none"),
+    (5, None, True, "re_execute"),
+    (5, 4, True, "re_execute"),
+    (5, 5, True, "roll_forward"),
+    (5, 6, True, "roll_forward"),
+    (5, 5, False, "re_execute"),  # in the output, its dead letters maybe not: the job completes them
+    (5, None, False, "re_execute"),
 ])
-def test_recovery_decision(pending, marker, expected):
-    assert decide_recovery(pending, marker) == expected
+def test_recovery_decision(pending, marker, dead_letters_done, expected):
+    assert decide_recovery(pending, marker, dead_letters_done) == expected
 
 
 def test_only_ranges_over_the_task_size_are_split_and_the_split_covers_every_long_range():

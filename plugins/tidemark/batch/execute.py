@@ -3,19 +3,26 @@ writes dead letters and the output with the batch's idempotency marker (the outp
 commit point), then finalizes. The Spark job (``tidemark_spark.ingest``) only parses its arguments,
 builds the session and calls ``execute_batch``; tests call it with their own session.
 
-Two write paths, chosen by the record format:
+Three write paths:
 
-* values that can be bad (JSON with a schema, size limits): cache, count good and bad records per
+* raw values: one pass over Kafka writes the output while Spark counts what it read;
+* values that can be bad (JSON or Avro, size limits): one pass over Kafka writes the good records
+  (the commit point) while Spark tallies good and bad records per partition; under
+  ``on_bad_record: fail`` the first bad record fails that job, so Delta commits nothing. Then only
+  the partitions that held bad records are read again, to write their dead letters. A crash
+  between the two leaves the dead letters to the next attempt: recovery executes such a batch
+  again, and the job completes the dead letters without touching the output (``complete_dead_letters``);
+* re-reads that are deduplicated (backfills, replays): cache, count good and bad records per
   partition and check them against the frozen ranges before anything is written; then dead
-  letters, then the output;
-* raw values: one pass over Kafka writes the output while Spark counts what it read.
+  letters, then the output.
 
-Either way ``finalize_batch`` checks what the tables hold before the ledger commit.
+Every path ends with ``finalize_batch``, which checks what the tables hold before the ledger commit.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import logging
 from collections.abc import Mapping
@@ -30,6 +37,7 @@ from tidemark.errors import (
     KafkaUnavailableError,
     PipelineBusyError,
     PlanMismatchError,
+    ReconciliationError,
 )
 from tidemark.ledger import Ledger
 from tidemark.offsets import TopicPartition
@@ -82,20 +90,27 @@ def execute_batch(spark, plan: BatchPlan, properties: Mapping[str, str], isolati
     commit). A batch whose marker is already in the output is only finalized. Idempotent."""
     marker = output_txn_version(plan.table_uri, plan.pipeline)
     if marker is not None and marker >= plan.batch_id:
-        log.warning("pipeline '%s': batch %d is already in the output table; only the ledger is "
-                    "brought up to date", plan.pipeline, plan.batch_id)
+        log.warning("pipeline '%s': batch %d is already in the output table; only %sthe ledger %s brought up to "
+                    "date", plan.pipeline, plan.batch_id, "the dead letters and " if plan.format.can_reject else "",
+                    "are" if plan.format.can_reject else "is")
+        if plan.format.can_reject:
+            complete_dead_letters(spark, plan, properties, isolation_level)
         finalize_batch(plan)
     else:
         check_plan_is_frozen(plan)
         log.info("pipeline '%s': batch %d: reading %d offsets of %d partition(s) from Kafka", plan.pipeline,
                  plan.batch_id, plan.total_offsets, len(plan.ranges))
         crash.crash_when_spark_is_busy(crash.DURING_READ, spark)
-        raw = spark_io.read_ranges(spark, spark_io.kafka_source_options(plan, properties, isolation_level))
-        rows = spark_io.to_rows(raw, plan.format, plan.batch_id, dt.datetime.now(dt.UTC))
+        rows = _read_rows(spark, plan, properties, isolation_level)
         if plan.dedupe:
             rows = spark_io.drop_already_written(spark, rows, plan)
-        if plan.format.can_reject or plan.dedupe:
+        if plan.dedupe:
             finalize_batch(plan, tallies=write_counted_first(rows, plan))
+        elif plan.format.can_reject:
+            tallies = write_checked_in_one_pass(spark, rows, plan, properties, isolation_level)
+            if tallies is None:  # another attempt committed the output meanwhile
+                complete_dead_letters(spark, plan, properties, isolation_level)
+            finalize_batch(plan, tallies=tallies)
         else:
             finalize_batch(plan, records_read=write_in_one_pass(rows, plan))
     crash.crash_point(crash.AFTER_LEDGER_COMMIT)
@@ -121,10 +136,7 @@ def write_counted_first(rows, plan: BatchPlan) -> dict[TopicPartition, Tally]:
                      "letters; no table is written", plan.pipeline, plan.batch_id)
             return tallies
         if bad and plan.format.on_bad_record == "fail":
-            raise BadRecordsError(
-                f"batch {plan.batch_id} has {bad} bad record(s) and on_bad_record is 'fail'; nothing was "
-                f"written. First: {'; '.join(spark_io.bad_examples(rows))}. Fix the producer, or set "
-                f"'on_bad_record: dead_letter' to divert them to {plan.dead_letter_uri}.", pipeline=plan.pipeline)
+            raise _bad_records_error(plan, rows)
         if bad:
             spark_io.write_dead_letters(rows, plan)
             log.info("pipeline '%s': %d dead letters written to %s", plan.pipeline, bad, plan.dead_letter_uri)
@@ -135,6 +147,78 @@ def write_counted_first(rows, plan: BatchPlan) -> dict[TopicPartition, Tally]:
     finally:
         rows.unpersist()
     return tallies
+
+
+def _read_rows(spark, plan: BatchPlan, properties: Mapping[str, str], isolation_level: str):
+    raw = spark_io.read_ranges(spark, spark_io.kafka_source_options(plan, properties, isolation_level))
+    return spark_io.to_rows(raw, plan.format, plan.batch_id, dt.datetime.now(dt.UTC))
+
+
+def _bad_records_error(plan: BatchPlan, rows) -> BadRecordsError:
+    """The error of ``on_bad_record: fail``: how many bad records and the first ones (a second read
+    of the batch, made only once the batch has failed)."""
+    bad = rows.where("error IS NOT NULL").count()
+    return BadRecordsError(
+        f"batch {plan.batch_id} has {bad} bad record(s) and on_bad_record is 'fail'; nothing was "
+        f"written. First: {'; '.join(spark_io.bad_examples(rows))}. Fix the producer, or set "
+        f"'on_bad_record: dead_letter' to divert them to {plan.dead_letter_uri}.", pipeline=plan.pipeline)
+
+
+def write_checked_in_one_pass(spark, rows, plan: BatchPlan, properties: Mapping[str, str],
+                              isolation_level: str) -> dict[TopicPartition, Tally] | None:
+    """Values that can be bad: one pass over Kafka writes the good records (the commit point) while
+    Spark tallies every record per partition; under ``on_bad_record: fail`` a bad record fails the
+    job before Delta commits. Then the dead letters: only the partitions that held bad records are
+    read again. Returns the tallies for the reconciliation (None when the output already held the
+    batch, so no job ran to count)."""
+    good = spark_io.fail_on_bad_records(rows) if plan.format.on_bad_record == "fail" else rows
+    try:
+        with kafka_errors(plan):
+            written = spark_io.write_output_tallying(good, plan)
+    except Exception as exc:
+        if spark_io.BAD_RECORD_MARK not in str(exc):
+            raise
+        raise _bad_records_error(plan, rows) from None
+    if written is None:
+        log.warning("pipeline '%s': batch %d was already in %s (Delta skipped the write by its marker)",
+                    plan.pipeline, plan.batch_id, plan.table_uri)
+        return None
+    tallies, outside = written
+    check_read(plan, tallies, outcome="the output was committed, the ledger was not: investigate before re-running")
+    if outside:
+        raise ReconciliationError(f"batch {plan.batch_id}: Spark returned {outside} records of partitions the batch "
+                                  f"does not read; the ledger was not committed", pipeline=plan.pipeline)
+    bad = {tp: t.bad for tp, t in tallies.items() if t.bad}
+    log.info("pipeline '%s': batch %d committed to %s (%d records read, %d bad, from %d offsets)", plan.pipeline,
+             plan.batch_id, plan.table_uri, sum(t.records for t in tallies.values()), sum(bad.values()),
+             plan.total_offsets)
+    crash.crash_point(crash.AFTER_OUTPUT_COMMIT)
+    if bad:
+        only = dataclasses.replace(plan, ranges=[r for r in plan.ranges if r.tp in bad])
+        with kafka_errors(plan):
+            spark_io.write_dead_letters(_read_rows(spark, only, properties, isolation_level), plan)
+        log.info("pipeline '%s': %d dead letters written to %s (from %d partition(s) read again)", plan.pipeline,
+                 sum(bad.values()), plan.dead_letter_uri, len(bad))
+    crash.crash_point(crash.AFTER_DEAD_LETTERS)
+    return tallies
+
+
+def complete_dead_letters(spark, plan: BatchPlan, properties: Mapping[str, str], isolation_level: str) -> None:
+    """The output holds the batch; its dead letters may not (an attempt died between the two commits).
+    Unless the dead-letter table's marker shows them written, read the batch again (only this batch's
+    owner may) and write its bad records, if any. Idempotent: Delta skips a second write by the marker."""
+    if (output_txn_version(plan.dead_letter_uri, plan.pipeline) or 0) >= plan.batch_id:
+        return
+    check_plan_is_frozen(plan)
+    rows = _read_rows(spark, plan, properties, isolation_level)
+    if plan.dedupe:
+        rows = spark_io.drop_already_written(spark, rows, plan)
+    with kafka_errors(plan):
+        if spark_io.has_bad_rows(rows):
+            spark_io.write_dead_letters(rows, plan)
+            log.warning("pipeline '%s': batch %d: the dead letters an earlier attempt did not write are written to "
+                        "%s", plan.pipeline, plan.batch_id, plan.dead_letter_uri)
+    crash.crash_point(crash.AFTER_DEAD_LETTERS)
 
 
 def write_in_one_pass(rows, plan: BatchPlan) -> int | None:

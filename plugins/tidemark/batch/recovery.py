@@ -26,12 +26,15 @@ log = logging.getLogger(__name__)
 Recovery = Literal["none", "roll_forward", "re_execute"]
 
 
-def decide_recovery(pending_batch_id: int | None, output_txn_version: int | None) -> Recovery:
-    """What to do with an unfinished batch, from the ledger's pending batch and the output
-    table's idempotency marker for the pipeline."""
+def decide_recovery(pending_batch_id: int | None, output_txn_version: int | None,
+                    dead_letters_done: bool = True) -> Recovery:
+    """What to do with an unfinished batch, from the ledger's pending batch, the output table's
+    idempotency marker for the pipeline, and whether its dead letters are known to be written (values
+    that can be bad are written output first, then dead letters: a batch in the output whose dead
+    letters may be missing is executed again, and the job only completes the dead letters)."""
     if pending_batch_id is None:
         return "none"
-    if output_txn_version is not None and output_txn_version >= pending_batch_id:
+    if output_txn_version is not None and output_txn_version >= pending_batch_id and dead_letters_done:
         return "roll_forward"
     return "re_execute"
 
@@ -70,7 +73,9 @@ def recover(config: PipelineConfig, ledger: Ledger, state: LedgerState, owner: s
     frozen = BatchSchemas.from_json(state.pending_schemas) if state.pending_schemas else None
     plan = plan_for(config, ledger, state.pending_batch_id, state.pending_ranges, recovered=True,
                     run_id=state.pending_owner, dedupe=dedupe, frozen=frozen)
-    if decide_recovery(state.pending_batch_id, marker) == "roll_forward":
+    dead_letters_done = not plan.format.can_reject or (
+        (output_txn_version(config.dead_letter_uri, config.name) or 0) >= state.pending_batch_id)
+    if decide_recovery(state.pending_batch_id, marker, dead_letters_done) == "roll_forward":
         log.warning("pipeline '%s': batch %d is in the output table but not yet committed in the ledger; "
                     "rolling it forward", config.name, plan.batch_id)
         finalize_batch(plan)
