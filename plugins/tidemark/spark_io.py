@@ -278,8 +278,11 @@ def write_output_tallying(rows: DataFrame, plan: BatchPlan) -> tuple[dict[TopicP
     from pyspark.sql import functions as F
 
     aggregates = [F.count(F.lit(1)).alias("total")]
+    one_topic = len({r.topic for r in plan.ranges}) == 1  # then the partition number alone tells them apart
     for i, r in enumerate(plan.ranges):
-        here = (F.col("kafka_topic") == r.topic) & (F.col("kafka_partition") == r.partition)
+        here = F.col("kafka_partition") == r.partition
+        if not one_topic:
+            here = (F.col("kafka_topic") == r.topic) & here
         offset = F.when(here, F.col("kafka_offset"))
         aggregates += [F.count_if(here).alias(f"n{i}"), F.count_if(here & F.col("error").isNotNull()).alias(f"b{i}"),
                        F.min(offset).alias(f"lo{i}"), F.max(offset).alias(f"hi{i}")]
