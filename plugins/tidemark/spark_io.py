@@ -72,6 +72,24 @@ def read_ranges(spark: SparkSession, options: Mapping[str, str]) -> DataFrame:
     return spark.read.format("kafka").options(**options).load()
 
 
+_CORRUPT = "__tidemark_corrupt"
+"""The field ``from_json`` fills with the text of a value it could not parse whole."""
+
+
+def _json_error(text: Column, parsed: Column, fmt: RecordFormat) -> Column:
+    """Why a JSON value is bad, null when it is good. ``from_json`` parses every value once; only a
+    value that looks bad (not an object, a field it could not convert, a required field missing)
+    goes through the checks that say why (``_json_errors``, which parse it again per field)."""
+    from pyspark.sql import functions as F
+
+    suspicious = parsed.isNull() | parsed[_CORRUPT].isNotNull() | ~F.ltrim(text).startswith("{")
+    for f in fmt.fields:
+        if f.required:
+            suspicious = suspicious | parsed[f.name].isNull()
+    why = F.concat_ws("; ", *_json_errors(text, parsed, fmt))
+    return F.when(suspicious & (why != ""), why)
+
+
 def _json_errors(text: Column, parsed: Column, fmt: RecordFormat) -> list[Column]:
     from pyspark.sql import functions as F
 
@@ -184,8 +202,9 @@ def to_rows(raw: DataFrame, fmt: RecordFormat, batch_id: int, ingested_at: dt.da
     fields: dict[str, Column] = {}
     if fmt.value_format == "json":
         text = F.col("value").cast("string")
-        rows = rows.withColumn("_parsed", F.from_json(text, fmt.spark_ddl(), {"mode": "PERMISSIVE"}))
-        errors += _json_errors(text, F.col("_parsed"), fmt)
+        rows = rows.withColumn("_parsed", F.from_json(text, f"{fmt.spark_ddl()}, `{_CORRUPT}` string", {
+            "mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT, "allowNonNumericNumbers": "false"}))
+        errors.append(_json_error(text, F.col("_parsed"), fmt))
     elif fmt.value_format == "avro":
         rows = rows.withColumn("_parsed", _avro_decoded(fmt.avro or {}))
         errors.append(_avro_error(fmt.avro or {}))

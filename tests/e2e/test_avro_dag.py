@@ -1,6 +1,7 @@
 """An Avro pipeline through the ingest DAG: schemas from the real Schema Registry, two schema versions,
-every kind of bad record in the dead-letter table, a batch that a crashed run left behind executed by the
-next run while the registry is unreachable (with the schemas frozen in the ledger), then a new column."""
+every kind of bad record in the dead-letter table (a schema id the reader schema cannot read included), a
+batch that a crashed run left behind executed by the next run while the registry is unreachable (with the
+schemas frozen in the ledger), then a new column."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ pytestmark = pytest.mark.e2e
 V1 = {"type": "record", "name": "Payment", "fields": [{"name": "payment_id", "type": "long"},
                                                        {"name": "amount", "type": "double"}]}
 V2 = {**V1, "fields": [*V1["fields"], {"name": "currency", "type": ["null", "string"], "default": None}]}
+UNREADABLE = {**V1, "fields": [{"name": "payment_id", "type": "long"}, {"name": "amount", "type": "string"}]}
 
 
 def test_avro_through_the_dag_with_a_crash_a_registry_outage_and_an_added_field(stack, schema_registry, tmp_path):
@@ -36,7 +38,10 @@ def test_avro_through_the_dag_with_a_crash_a_registry_outage_and_an_added_field(
     assert crashed.exists() and run.task_states["ingest"] == "failed"
     del stack.env["TIDEMARK_CRASH_AT"]
 
-    # 2. The registry changes and then becomes unreachable; the next run executes the frozen batch anyway.
+    # 2. The registry changes (a version whose amount is a string, then the version that adds 'currency')
+    # and then becomes unreachable; the next run executes the frozen batch anyway.
+    helpers.set_compatibility(subject, "NONE")  # the registry's BACKWARD rule would refuse the string amount
+    unreadable = helpers.register_schema(subject, UNREADABLE)
     v2 = helpers.register_schema(subject, V2)
     stack.env["AIRFLOW_CONN_SCHEMA_REGISTRY_DEFAULT"] = helpers.registry_connection(
         f"http://127.0.0.1:{helpers.free_port()}/apis/ccompat/v7")
@@ -52,10 +57,12 @@ def test_avro_through_the_dag_with_a_crash_a_registry_outage_and_an_added_field(
                                         f"does not decode with schema id {v1}"], strict=True):
         assert expected in error, error
 
-    # 3. The registry is back; records of both versions: the reader (v2) adds the column 'currency'.
+    # 3. The registry is back; records of every version: the reader (the latest, v2) adds the column
+    # 'currency', and the version whose amount is a string cannot be read into it: a dead letter.
     stack.env["AIRFLOW_CONN_SCHEMA_REGISTRY_DEFAULT"] = helpers.registry_connection(schema_registry)
     helpers.produce_values(topic, [helpers.avro_value(v1, V1, {"payment_id": 6, "amount": 9.0}),
-                                   helpers.avro_value(v2, V2, {"payment_id": 7, "amount": 10.5, "currency": "EUR"})])
+                                   helpers.avro_value(v2, V2, {"payment_id": 7, "amount": 10.5, "currency": "EUR"}),
+                                   helpers.avro_value(unreadable, UNREADABLE, {"payment_id": 8, "amount": "ten"})])
     run = stack.run_dag(dag_id)
     assert run.state == "success", run.log[-3000:]
     assert helpers.query(table, "SELECT payment_id, currency, ingest_batch_id AS b FROM t WHERE payment_id >= 5 "
@@ -63,6 +70,12 @@ def test_avro_through_the_dag_with_a_crash_a_registry_outage_and_an_added_field(
                                                            {"payment_id": 6, "currency": None, "b": 2},
                                                            {"payment_id": 7, "currency": "EUR", "b": 2}]
     # Exactly once: every Kafka record is in the output or the dead letters, once.
-    total = helpers.query(table, "SELECT COUNT(*) AS n, COUNT(DISTINCT (kafka_partition, kafka_offset)) AS u FROM t")
-    assert total == [{"n": 8, "u": 8}]
-    assert sum(helpers.end_offsets(topic).values()) == 8 + 4
+    late = helpers.query(dead_letters, "SELECT error, ingest_batch_id AS b FROM t WHERE ingest_batch_id = 2")
+    assert len(late) == 1 and f"schema id {unreadable} (version 2) cannot be read into the reader schema" in \
+        late[0]["error"] and "field 'amount'" in late[0]["error"], late
+    for name in (table, dead_letters):
+        total = helpers.query(name, "SELECT COUNT(*) AS n, COUNT(DISTINCT (kafka_partition, kafka_offset)) AS u FROM t")
+        assert total[0]["n"] == total[0]["u"], f"duplicates in {name}: {total}"
+    counted = helpers.query(table, "SELECT COUNT(*) AS n FROM t")[0]["n"] + helpers.query(
+        dead_letters, "SELECT COUNT(*) AS n FROM t")[0]["n"]
+    assert counted == sum(helpers.end_offsets(topic).values()) == 8 + 5

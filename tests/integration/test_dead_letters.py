@@ -71,3 +71,45 @@ def test_on_bad_record_fail_writes_nothing_and_names_the_first_bad_record(kafka_
     assert helpers.query_or_none(config.table_uri) is None
     assert helpers.query_or_none(config.dead_letter_uri) is None
     assert Ledger(settings.ledger_uri()).state(topic).pending_batch_id == 1
+
+
+ODD_VALUES = ['{"order_id": 1, "amount": 2.5}', '{not json', '[1,2,3]', '[{"order_id": 1, "amount": 2.5}]', '5', '"s"',
+              'null', '', '{"amount": 3.5}', '{"order_id": "abc", "amount": 1.0}', '{"order_id": "12", "amount": 1.0}',
+              '{"order_id": 1, "amount": "2.5"}', '{"order_id": 1.5, "amount": 1}', '{"order_id": null, "amount": 1}',
+              '{"order_id": 1, "amount": 1, "note": 5}', '{"order_id": 1, "amount": 1, "note": {"a": 1}}',
+              '{"order_id": 1, "amount": 1, "at": "nope"}',
+              '{"order_id": 1, "amount": 1, "at": "2024-01-01T00:00:00Z"}',
+              '{"order_id": 1, "amount": 1, "price": "x"}', '{"order_id": 1, "amount": 1, "price": 12.345}',
+              '{"order_id": 1, "amount": 1, "ok": "yes"}', '{"order_id": 1, "amount": 1, "ok": 1}',
+              '  {"order_id": 1, "amount": 1}  ', '{"order_id": 1, "amount": 1} trailing',
+              '{"order_id": 99999999999999999999, "amount": 1}', '{"order_id": 1, "amount": 1, "extra": [1,2]}',
+              '{"ORDER_ID": 1, "amount": 1}', '{"order_id": 1, "amount": 1, "order_id": 2}',
+              '{"order_id": true, "amount": 1}', '{"order_id": 1, "amount": NaN}', '{"order_id": 1, "amount": 1e400}',
+              '{"order_id": [1], "amount": 1}', '{"order_id": 1, "amount": 1,}', None]
+
+
+def test_the_one_parse_flags_exactly_the_values_the_full_checks_reject(spark):
+    """Values are parsed once; only those that look bad go through the per-field checks that say why.
+    The outcome must be the per-field checks' own, on every kind of odd value."""
+    import datetime as dt
+
+    from pyspark.sql import functions as F
+
+    from tidemark import spark_io
+    from tidemark.records import RecordFormat, parse_field_type
+
+    schema = {"order_id": "bigint", "amount": "double", "note": "string?", "at": "timestamp?",
+              "price": "decimal(10,2)?", "ok": "boolean?"}
+    fmt = RecordFormat("json", tuple(parse_field_type(n, t) for n, t in schema.items()))
+    raw = spark.createDataFrame([(None if v is None else v.encode(),) for v in ODD_VALUES], "value binary")
+    kafka = raw.select(F.lit("t").alias("topic"), F.lit(0).alias("partition"),
+                       F.monotonically_increasing_id().alias("offset"), F.current_timestamp().alias("timestamp"),
+                       F.lit(None).cast("binary").alias("key"),
+                       F.lit(None).cast("array<struct<key:string,value:binary>>").alias("headers"), "value")
+    got = {r.kafka_offset: r.error for r in spark_io.to_rows(kafka, fmt, 1, dt.datetime.now(dt.UTC)).collect()}
+    text = F.col("value").cast("string")
+    full = kafka.withColumn("_parsed", F.from_json(text, fmt.spark_ddl(), {"mode": "PERMISSIVE"}))
+    message = F.concat_ws("; ", *spark_io._json_errors(text, F.col("_parsed"), fmt))
+    expected = {r.offset: r.e for r in full.select("offset", F.when(message != "", message).alias("e")).collect()}
+    assert got == expected
+    assert sum(e is not None for e in got.values()) == 24  # the table above: 10 good values, 24 bad
