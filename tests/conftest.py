@@ -17,11 +17,26 @@ TESTS = Path(__file__).resolve().parent
 TIERS = {"unit": "unit", "dags": "unit", "integration": "integration", "e2e": "e2e"}
 # Tests over 30 s whose module does not mark them ``slow`` itself (the module is being reworked elsewhere).
 SLOW = {"integration/test_standalone_cluster.py::test_tidemark_run_on_a_standalone_cluster"}
+# The longest modules, longest first (minutes on 2 cores). `make test` runs two pytest-xdist workers that each
+# take whole modules in collection order, so the long ones go first and no worker is left with one at the end.
+LONGEST_FIRST = ["integration/test_crash_points.py", "e2e/test_local_airflow.py", "e2e/test_manual_modes.py",
+                 "e2e/test_native_backfill.py", "integration/test_lake_on_s3.py", "e2e/test_ingest_dag.py",
+                 "integration/test_object_store_server.py", "e2e/test_security.py", "e2e/test_cluster_on_s3.py",
+                 "e2e/test_avro_dag.py", "e2e/test_retry.py", "e2e/test_replay_dag.py"]
+
+
+def _module_rank(item) -> int:
+    try:
+        module = Path(str(item.path)).resolve().relative_to(TESTS).as_posix()
+    except ValueError:
+        return len(LONGEST_FIRST)
+    return LONGEST_FIRST.index(module) if module in LONGEST_FIRST else len(LONGEST_FIRST)
 
 
 def pytest_collection_modifyitems(config, items) -> None:
     """Mark every test with the tier of its folder (tests/unit and tests/dags are ``unit``), and the
-    known slow tests listed in SLOW with ``slow``."""
+    known slow tests listed in SLOW with ``slow``; run the longest modules first (LONGEST_FIRST)."""
+    items.sort(key=_module_rank)  # stable: the order within and after them is unchanged
     for item in items:
         try:
             relative = Path(str(item.path)).resolve().relative_to(TESTS)
