@@ -86,8 +86,10 @@ def _json_error(text: Column, parsed: Column, fmt: RecordFormat) -> Column:
     for f in fmt.fields:
         if f.required:
             suspicious = suspicious | parsed[f.name].isNull()
-    why = F.concat_ws("; ", *_json_errors(text, parsed, fmt))
-    return F.when(suspicious & (why != ""), why)
+    # Each check appears once, inside its own conditional branch: an expression that also appeared where it
+    # is always evaluated would be hoisted by Spark's subexpression elimination and computed for every row.
+    why = F.concat_ws("; ", *(F.when(suspicious, check) for check in _json_errors(text, parsed, fmt)))
+    return F.when(why != "", why)
 
 
 def _json_errors(text: Column, parsed: Column, fmt: RecordFormat) -> list[Column]:
