@@ -38,7 +38,7 @@ import time
 import uuid
 from pathlib import Path
 
-from bench import contenders, data, machine, stack
+from bench import contenders, data, machine, side, stack
 from bench.measure import Measurement, check, run_measured
 from bench.settings import RESULTS, ROOT, BenchSettings, _int
 from devkit import localstack
@@ -257,48 +257,11 @@ def run_one(settings: BenchSettings, name: str, backlog: dict, registry: str, fi
 
 # --- summary -------------------------------------------------------------------------------------
 
-def chosen() -> tuple[str, ...]:
-    wanted = [n.strip() for n in os.environ.get("BENCH_AVRO_CONTENDERS", "").split(",") if n.strip()]
-    unknown = sorted(set(wanted) - set(CONTENDERS))
-    if unknown:
-        raise SystemExit(f"BENCH_AVRO_CONTENDERS: unknown contender(s) {', '.join(unknown)}; "
-                         f"choose from {', '.join(CONTENDERS)}")
-    return tuple(n for n in CONTENDERS if not wanted or n in wanted)
-
-
-def check_same_values(runs: list[dict]) -> None:
-    """Every contender decoded the same values into the same column types."""
-    first = runs[0]
-    for run in runs[1:]:
-        for key in ("fingerprint", "column_types"):
-            mine = {k: v for k, v in run[key].items() if key != "column_types" or k in first[key]}
-            theirs = {k: v for k, v in first[key].items() if key != "column_types" or k in run[key]}
-            if mine != theirs:
-                raise RuntimeError(f"{run['contender']} (repetition {run['repetition']}) {key} {mine} differs from "
-                                   f"{first['contender']}'s {theirs}")
-
-
 def summarize(runs: list[dict], settings: BenchSettings) -> dict:
-    contenders_summary = {}
-    for name in CONTENDERS:
-        mine = [r for r in runs if r["contender"] == name]
-        if not mine:
-            continue
-        median = statistics.median(r["seconds"] for r in mine)
-        contenders_summary[name] = {
-            "label": LABELS[name], "runs": len(mine), "median_seconds": round(median, 2),
-            "min_seconds": round(min(r["seconds"] for r in mine), 2),
-            "max_seconds": round(max(r["seconds"] for r in mine), 2),
-            "median_records_per_second": round(settings.records / median),
-            "median_mb_per_second": round(settings.megabytes / median, 2),
-            "median_peak_tree_rss_mb": round(statistics.median(r["peak_tree_rss_mb"] for r in mine))}
-    summary: dict = {"contenders": contenders_summary, "ratios": {}}
-    rps = {n: c["median_records_per_second"] for n, c in contenders_summary.items()}
-    for key, (a, b) in {"tidemark_avro/available_now_avro": (TIDEMARK, AVAILABLE_NOW),
-                        "fastavro_batch/from_avro_batch": (FASTAVRO_BATCH, FROM_AVRO_BATCH),
-                        "tidemark_avro/from_avro_batch": (TIDEMARK, FROM_AVRO_BATCH)}.items():
-        if a in rps and b in rps:
-            summary["ratios"][key] = round(rps[a] / rps[b], 3)
+    summary = side.contender_summary(runs, {n: LABELS[n] for n in CONTENDERS}, settings.records, settings.megabytes, {
+        "tidemark_avro/available_now_avro": (TIDEMARK, AVAILABLE_NOW),
+        "fastavro_batch/from_avro_batch": (FASTAVRO_BATCH, FROM_AVRO_BATCH),
+        "tidemark_avro/from_avro_batch": (TIDEMARK, FROM_AVRO_BATCH)})
     tidemark_runs = [r for r in runs if r["contender"] == TIDEMARK]
     if tidemark_runs:
         summary["tidemark_plan_seconds"] = round(statistics.median(r["plan_seconds"] for r in tidemark_runs), 3)
@@ -322,7 +285,7 @@ def main() -> None:
     base = BenchSettings.from_env()
     work = Path(os.environ.get("BENCH_AVRO_WORK", str(ROOT / ".cache" / "bench-avro")))
     settings = dataclasses.replace(base, records=_int("BENCH_AVRO_RECORDS", 1_000_000), work=work)
-    names = chosen()
+    names = side.chosen("BENCH_AVRO_CONTENDERS", CONTENDERS)
     registry = localstack.schema_registry_url()
     require_registry(registry)
     stack.reset_work(settings)
@@ -347,7 +310,7 @@ def main() -> None:
             log.info("repetition %d/%d: %s: %.1f s, %.0f records/s, peak RSS %.0f MB, load %.2f", rep,
                      settings.repeats, name, row["seconds"], row["records_per_second"], row["peak_tree_rss_mb"],
                      row["load_1m"])
-    check_same_values(runs)
+    side.check_same_values(runs)
     out = {"date": dt.date.today().isoformat(), "machine": machine.describe(), "load_at_end": machine.load(),
            "settings": {"records": settings.records, "record_bytes": settings.record_bytes,
                         "partitions": settings.partitions, "repeats": settings.repeats, "master": settings.master,

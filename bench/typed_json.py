@@ -40,7 +40,7 @@ import time
 import uuid
 from pathlib import Path
 
-from bench import contenders, data, machine, stack
+from bench import contenders, data, machine, side, stack
 from bench.measure import Measurement, check, run_measured
 from bench.settings import RESULTS, ROOT, BenchSettings, _int
 from devkit import localstack
@@ -245,48 +245,10 @@ def run_one(settings: BenchSettings, name: str, backlog: dict, rep: int) -> dict
 
 # --- summary -------------------------------------------------------------------------------------
 
-def chosen() -> tuple[str, ...]:
-    wanted = [n.strip() for n in os.environ.get("BENCH_JSON_CONTENDERS", "").split(",") if n.strip()]
-    unknown = sorted(set(wanted) - set(CONTENDERS))
-    if unknown:
-        raise SystemExit(f"BENCH_JSON_CONTENDERS: unknown contender(s) {', '.join(unknown)}; "
-                         f"choose from {', '.join(CONTENDERS)}")
-    return tuple(n for n in CONTENDERS if not wanted or n in wanted)
-
-
-def check_same_values(runs: list[dict]) -> None:
-    """Every contender parsed the same values of the good records into the same column types."""
-    first = runs[0]
-    for run in runs[1:]:
-        for key in ("fingerprint", "column_types"):
-            mine = {k: v for k, v in run[key].items() if key != "column_types" or k in first[key]}
-            theirs = {k: v for k, v in first[key].items() if key != "column_types" or k in run[key]}
-            if mine != theirs:
-                raise RuntimeError(f"{run['contender']} (repetition {run['repetition']}) {key} {mine} differs from "
-                                   f"{first['contender']}'s {theirs}")
-
-
 def summarize(runs: list[dict], backlog: dict) -> dict:
-    contenders_summary = {}
-    for name in CONTENDERS:
-        mine = [r for r in runs if r["contender"] == name]
-        if not mine:
-            continue
-        median = statistics.median(r["seconds"] for r in mine)
-        contenders_summary[name] = {
-            "label": LABELS[name], "runs": len(mine), "median_seconds": round(median, 2),
-            "min_seconds": round(min(r["seconds"] for r in mine), 2),
-            "max_seconds": round(max(r["seconds"] for r in mine), 2),
-            "median_records_per_second": round(backlog["records"] / median),
-            "median_mb_per_second": round(megabytes(backlog) / median, 2),
-            "median_peak_tree_rss_mb": round(statistics.median(r["peak_tree_rss_mb"] for r in mine))}
-    summary: dict = {"contenders": contenders_summary, "ratios": {}}
-    rps = {n: c["median_records_per_second"] for n, c in contenders_summary.items()}
-    for key, (a, b) in {f"{TIDEMARK}/{AVAILABLE_NOW}": (TIDEMARK, AVAILABLE_NOW),
-                        f"{TIDEMARK}/{PLAIN_BATCH}": (TIDEMARK, PLAIN_BATCH),
-                        f"{AVAILABLE_NOW}/{PLAIN_BATCH}": (AVAILABLE_NOW, PLAIN_BATCH)}.items():
-        if a in rps and b in rps:
-            summary["ratios"][key] = round(rps[a] / rps[b], 3)
+    pairs = ((TIDEMARK, AVAILABLE_NOW), (TIDEMARK, PLAIN_BATCH), (AVAILABLE_NOW, PLAIN_BATCH))
+    summary = side.contender_summary(runs, {n: LABELS[n] for n in CONTENDERS}, backlog["records"], megabytes(backlog),
+                                     {f"{a}/{b}": (a, b) for a, b in pairs})
     tidemark_runs = [r for r in runs if r["contender"] == TIDEMARK]
     if tidemark_runs:
         summary["tidemark_plan_seconds"] = round(statistics.median(r["plan_seconds"] for r in tidemark_runs), 3)
@@ -304,7 +266,7 @@ def main() -> None:
     base = BenchSettings.from_env()
     work = os.environ.get("BENCH_JSON_WORK", str(ROOT / ".cache" / "bench-json"))
     settings = dataclasses.replace(base, records=_int("BENCH_JSON_RECORDS", 1_000_000), work=Path(work))
-    names = chosen()
+    names = side.chosen("BENCH_JSON_CONTENDERS", CONTENDERS)
     stack.reset_work(settings)
     stack.configure_environment(settings)
     topic = f"bench_json_{uuid.uuid4().hex[:6]}"
@@ -324,7 +286,7 @@ def main() -> None:
             log.info("repetition %d/%d: %s: %.1f s, %.0f records/s, peak RSS %.0f MB, load %.2f", rep,
                      settings.repeats, name, row["seconds"], row["records_per_second"], row["peak_tree_rss_mb"],
                      row["load_1m"])
-    check_same_values(runs)
+    side.check_same_values(runs)
     out = {"date": dt.date.today().isoformat(), "machine": machine.describe(), "load_at_end": machine.load(),
            "settings": {"records": backlog["records"], "good_records": settings.records,
                         "record_bytes": settings.record_bytes, "partitions": settings.partitions,
