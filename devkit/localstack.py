@@ -182,6 +182,18 @@ def avro_value(schema_id: int, schema: dict, record: dict) -> bytes:
     return b"\x00" + schema_id.to_bytes(4, "big") + body.getvalue()
 
 
+def spark_connect_url() -> str:
+    """The local Spark Connect server (scripts/connect.sh) of this run."""
+    return os.environ.get("SPARK_CONNECT_URL") or f"sc://127.0.0.1:{os.environ.get('CONNECT_PORT', '15002')}"
+
+
+def spark_connect_connection(url: str | None = None) -> str:
+    """A ``spark_connect`` Airflow connection (JSON) to a Spark Connect server: the local one by default."""
+    address = (url or spark_connect_url()).removeprefix("sc://").rstrip("/")
+    host, port = address.rsplit(":", 1)
+    return json.dumps({"conn_type": "spark_connect", "host": host, "port": int(port)})
+
+
 def end_offsets(topic: str) -> dict[int, int]:
     from kafka import KafkaConsumer, TopicPartition
 

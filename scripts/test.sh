@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `make test`: lint, then the unit, integration and end-to-end tests against services of their own,
 # started fresh and stopped afterwards: a Kafka broker (port TEST_KAFKA_PORT, default 19092) and the
-# local S3-compatible server (port TEST_S3_PORT, default 19000) and the local Schema Registry (port
-# TEST_REGISTRY_PORT, default 18081; its URL in SCHEMA_REGISTRY_URL). Extra arguments go to pytest instead
+# local S3-compatible server (port TEST_S3_PORT, default 19000), the local Schema Registry (port
+# TEST_REGISTRY_PORT, default 18081; its URL in SCHEMA_REGISTRY_URL) and a Spark Connect server for the
+# warm path (port TEST_CONNECT_PORT, default 15012; its URL in SPARK_CONNECT_URL). Extra arguments go to pytest instead
 # of the default `tests` (for example: scripts/test.sh -q tests/integration -k replay).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -15,12 +16,17 @@ shift
 scripts/lint.sh
 export S3_PORT=${TEST_S3_PORT:-19000}
 export REGISTRY_PORT=${TEST_REGISTRY_PORT:-18081}
+export CONNECT_PORT=${TEST_CONNECT_PORT:-15012}
 scripts/storage.sh down >/dev/null 2>&1 || true
 scripts/registry.sh down >/dev/null 2>&1 || true
-trap 'scripts/registry.sh down >/dev/null 2>&1 || true; scripts/storage.sh down >/dev/null 2>&1 || true' EXIT
+scripts/connect.sh down >/dev/null 2>&1 || true
+trap 'scripts/connect.sh down >/dev/null 2>&1 || true; scripts/registry.sh down >/dev/null 2>&1 || true;
+      scripts/storage.sh down >/dev/null 2>&1 || true' EXIT
 scripts/storage.sh up
 scripts/registry.sh up
+scripts/connect.sh up
 export "$(scripts/registry.sh env)"
+export "$(scripts/connect.sh env)"
 echo "tidemark: tests (unit, integration, e2e) against the broker on 127.0.0.1:$KAFKA_PORT, S3 on 127.0.0.1:$S3_PORT" \
   "and the Schema Registry at $SCHEMA_REGISTRY_URL"
 if [ $# -eq 0 ]; then set -- tests; fi

@@ -76,6 +76,21 @@ def schema_registry() -> str:
 
 
 @pytest.fixture(scope="session")
+def spark_connect() -> str:
+    """The Spark Connect server's URL (`make test` starts one: scripts/connect.sh), for the warm path."""
+    import socket
+
+    url = helpers.spark_connect_url()
+    host, port = url.removeprefix("sc://").rstrip("/").rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as exc:
+        pytest.fail(f"no Spark Connect server answers at {url} ({exc}); `make test` starts one, or run "
+                    f"`scripts/connect.sh up` and export SPARK_CONNECT_URL")
+    return url
+
+
+@pytest.fixture(scope="session")
 def spark():
     """One local SparkSession for the whole run, with the cached Kafka-source and Delta jars."""
     from pyspark.sql import SparkSession

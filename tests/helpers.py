@@ -27,6 +27,8 @@ from devkit.localstack import (  # noqa: F401
     schema_registry_url,
     service_env,
     set_compatibility,
+    spark_connect_connection,
+    spark_connect_url,
     start_holding_run,
     table_version,
     txn_version,

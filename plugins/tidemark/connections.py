@@ -101,9 +101,40 @@ def kafka_properties(resolver: ConnectionResolver, conn_id: str, pipeline: str |
     return props
 
 
+SPARK_CONNECT_PORT = 15002
+
+
+def spark_connect_url(conn: Connection, pipeline: str | None = None) -> str:
+    """The ``sc://`` URL of a ``spark_connect`` connection, as the Spark provider's SparkConnectHook
+    builds it: host (``sc://`` optional), port (default 15002), login as ``user_id``, password as
+    ``token``, extra ``use_ssl``. The token is masked."""
+    from urllib.parse import quote
+
+    host = (conn.host or "").strip()
+    if not host:
+        raise ConfigError(f"Spark Connect connection '{conn.conn_id}' has no host; set it to the server's address "
+                          f"(e.g. 127.0.0.1, port {SPARK_CONNECT_PORT})", pipeline=pipeline)
+    address = host.removeprefix("sc://").rstrip("/")
+    if ":" not in address:
+        address = f"{address}:{conn.port or SPARK_CONNECT_PORT}"
+    params = []
+    if conn.login:
+        params.append(f"user_id={quote(conn.login)}")
+    if conn.password:
+        params.append(f"token={quote(conn.password)}")
+    if (conn.extra or {}).get("use_ssl") is not None:
+        params.append(f"use_ssl={quote(str(conn.extra['use_ssl']))}")
+    return f"sc://{address}/" + (";" + ";".join(params) if params else "")
+
+
 def spark_master(resolver: ConnectionResolver, conn_id: str, pipeline: str | None = None) -> str:
-    """The Spark master URL of a Spark connection, as the Spark provider reads it."""
+    """The Spark master URL of a Spark connection, as the Spark provider reads it; for a
+    ``spark_connect`` connection, the server's ``sc://`` URL (the warm path: no spark-submit)."""
     conn = resolver.get(conn_id, pipeline)
+    if conn.conn_type == "spark_connect":
+        if conn.password:
+            resolver.mask([conn.password])
+        return spark_connect_url(conn, pipeline)
     host = conn.host or "local[*]"
     if conn.port and (host.startswith("spark://") or "://" not in host and not host.startswith("local")):
         return f"{host}:{conn.port}"

@@ -85,6 +85,16 @@ def crash_when_spark_is_busy(point: str, spark) -> None:
     """Die as soon as Spark has a stage running (the Kafka read happens inside the write's stage)."""
     if not _armed(point):
         return
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        # Spark Connect: no status tracker on the client; the server reports each operation's progress
+        # (every 2 s by default: often enough here to land inside a small test batch's read)
+        def on_progress(stages, inflight_tasks, operation_id, done) -> None:
+            if not done and (inflight_tasks or any(not stage.done for stage in stages or ())):
+                _kill(point)
+
+        spark.conf.set("spark.connect.progress.reportInterval", "50ms")
+        spark.registerProgressHandler(on_progress)
+        return
 
     def watch() -> None:
         tracker = spark.sparkContext.statusTracker()

@@ -86,6 +86,15 @@ class LedgerConflictError(TidemarkError):
     transient = True
 
 
+class ConcurrentBatchWriteError(TidemarkError):
+    """Another writer committed the same batch to the table while this one wrote it (Delta refused
+    the second commit by the batch's marker): a stale driver, or on Spark Connect a killed job's
+    last write that the server finished. Transient: nothing was committed twice; the next run finds
+    the batch in the table and rolls it forward."""
+
+    transient = True
+
+
 class PipelineBusyError(TidemarkError):
     """Another run of the same pipeline holds it (it froze a batch, or changed the ledger first).
     Terminal for this run, which wrote nothing."""
@@ -129,3 +138,13 @@ class SchemaRegistryError(ConfigError):
 class SchemaChangeError(ConfigError):
     """The pipeline's value schema removes or retypes a column the output table already has, and
     ``schema_changes`` is ``additive``. Terminal, checked at plan time: nothing was frozen."""
+
+
+# --- Spark ------------------------------------------------------------------------------------
+
+class SparkConnectUnavailableError(TidemarkError):
+    """The Spark Connect server of the warm path did not answer when the ingest job opened its
+    session. Transient: nothing was read or written; the batch stays planned and a retry (or the
+    next run) executes the same frozen ranges once the server is up."""
+
+    transient = True

@@ -233,8 +233,9 @@ def to_rows(raw: DataFrame, fmt: RecordFormat, batch_id: int, ingested_at: dt.da
 def drop_already_written(spark: SparkSession, rows: DataFrame, plan: BatchPlan) -> DataFrame:
     """Remove records whose Kafka coordinates the output or dead-letter table already holds
     (re-reads after a reset back in time, backfills). Only the batch's ranges are looked up."""
-    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
+
+    from tidemark import storage
 
     within = None
     for r in plan.ranges:
@@ -243,7 +244,7 @@ def drop_already_written(spark: SparkSession, rows: DataFrame, plan: BatchPlan) 
         within = cond if within is None else within | cond
     keys = ["kafka_topic", "kafka_partition", "kafka_offset"]
     for uri in (plan.table_uri, plan.dead_letter_uri):
-        if uri and DeltaTable.isDeltaTable(spark, uri):
+        if uri and storage.open_table(uri) is not None:  # delta-rs: works with a Spark Connect session too
             existing = spark.read.format("delta").load(uri).where(within).select(*keys)
             rows = rows.join(existing, on=keys, how="left_anti")
     return rows
@@ -259,6 +260,8 @@ def _write_observed(rows: DataFrame, plan: BatchPlan, *aggregates: Column, wait_
 
     observation = Observation(f"tidemark-{plan.pipeline}-{plan.batch_id}")
     write_output(rows.observe(observation, *aggregates), plan)
+    if not hasattr(observation, "_jo"):  # Spark Connect: the metrics came back with the write's reply
+        return dict(observation.get) or None  # none at all: Delta skipped the write
     deadline = time.monotonic() + wait_s
     while not observation._jo.future().isCompleted():  # get() would block for ever after a skipped write
         if time.monotonic() > deadline:
@@ -337,14 +340,29 @@ def _append_once(frame: DataFrame, table_uri: str, plan: BatchPlan, partition_by
     txnVersion = batch id) and its ranges in userMetadata. Delta skips the write if the table's
     marker is already at or above this batch. ``add_columns``: the plan found new fields, which this
     commit adds to the table's schema (Delta schema evolution)."""
+    from tidemark.errors import ConcurrentBatchWriteError
+
     writer = frame.write.format("delta").mode("append")
     if add_columns:
         writer = writer.option("mergeSchema", "true")
-    (writer.partitionBy(*(partition_by or []))
-        .option("txnAppId", plan.pipeline)
-        .option("txnVersion", str(plan.batch_id))
-        .option("userMetadata", plan.commit_metadata())
-        .save(table_uri))
+    try:
+        (writer.partitionBy(*(partition_by or []))
+            .option("txnAppId", plan.pipeline)
+            .option("txnVersion", str(plan.batch_id))
+            .option("userMetadata", plan.commit_metadata())
+            .save(table_uri))
+    except Exception as exc:
+        if not any(code in str(exc) for code in _CONCURRENT_WRITE_ERRORS):
+            raise
+        raise ConcurrentBatchWriteError(
+            f"batch {plan.batch_id}: another writer committed to {table_uri} while this run wrote the batch (a stale "
+            f"driver, or a killed job's last write that the Spark Connect server finished); Delta refused this "
+            f"commit, so the batch is there at most once. The next run finds it there and commits the ledger, or "
+            f"reads it again.", pipeline=plan.pipeline) from None
+
+
+_CONCURRENT_WRITE_ERRORS = ("DELTA_CONCURRENT_TRANSACTION", "DELTA_PROTOCOL_CHANGED", "DELTA_METADATA_CHANGED")
+"""Delta's refusals of a commit that lost to a concurrent one (the same marker; or both creating the table)."""
 
 
 def write_dead_letters(rows: DataFrame, plan: BatchPlan) -> None:

@@ -16,7 +16,7 @@ from tidemark.errors import ConfigError
 from tidemark.settings import require_spark_jars
 from tidemark_airflow.connections import kafka_properties, object_store, spark_master
 from tidemark_spark.ingest import TERMINAL_EXIT_CODE
-from tidemark_spark.submit import INGEST_SCRIPT, core_archive, local_spark_env
+from tidemark_spark.submit import INGEST_SCRIPT, core_archive, is_spark_connect, local_spark_env
 
 
 def refuse_credentials_on_the_command_line(master: str, properties: dict[str, str], pipeline: str,
@@ -84,7 +84,10 @@ class TidemarkIngestOperator(SparkSubmitOperator):
         if store is not None:
             self.env_vars[storage.ENV_VAR] = store.to_json()
         try:
-            result = super().execute(context)
+            if is_spark_connect(master):
+                result = self.run_on_spark_connect(plan, master, properties)
+            else:
+                result = super().execute(context)
         except AirflowException as exc:
             if f"Error code is: {TERMINAL_EXIT_CODE}." in str(exc):
                 raise AirflowFailException(
@@ -97,6 +100,32 @@ class TidemarkIngestOperator(SparkSubmitOperator):
         storage.configure(store)
         self.describe_asset_events(context, plan)
         return result
+
+    def run_on_spark_connect(self, plan: BatchPlan, url: str, properties: dict[str, str]) -> None:
+        """The warm path (a ``spark_connect`` Spark connection): the job runs as a Spark Connect
+        client in a child process of this task (its own interpreter, so a kill -9 of the job is what
+        it would be under spark-submit), its output in this task's log; no JVM is started."""
+        import subprocess
+
+        from tidemark_spark.submit import connect_command, job_environment
+
+        self.log.info("pipeline '%s': running the ingest job on the Spark Connect server %s (no spark-submit)",
+                      plan.pipeline, url.split("/;")[0])
+        env = job_environment(properties, url, self.env_vars)
+        self._connect_job = subprocess.Popen(connect_command(plan, self.isolation_level), env=env,
+                                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for line in self._connect_job.stdout:
+            self.log.info("%s", line.rstrip())
+        code = self._connect_job.wait()
+        if code != 0:
+            raise AirflowException(f"the ingest job on Spark Connect failed. Error code is: {code}.")
+
+    def on_kill(self) -> None:
+        job = getattr(self, "_connect_job", None)
+        if job is None:
+            super().on_kill()
+        elif job.poll() is None:
+            job.kill()
 
     def describe_asset_events(self, context, plan: BatchPlan) -> None:
         """The output table's asset event (emitted when this task succeeds) carries what the batch

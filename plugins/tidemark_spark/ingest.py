@@ -8,11 +8,20 @@ TIDEMARK_KAFKA_PROPERTIES (JSON), never from the command line; so do the object-
 (TIDEMARK_STORAGE_OPTIONS), which this job turns into S3A and Delta log store configuration of its
 own session. The batch protocol itself is
 ``tidemark.batch.execute.execute_batch``.
+
+The warm path: with TIDEMARK_SPARK_REMOTE set (a Spark Connect URL, ``sc://host:port/;token=...``,
+kept off the command line because it may hold a token), the same script runs under a plain Python
+interpreter and talks to a long-running Spark Connect server instead of starting a JVM:
+
+    TIDEMARK_SPARK_REMOTE=sc://127.0.0.1:15002 python .../tidemark_spark/ingest.py --plan '<JSON>'
+
+The protocol steps, the markers and the crash points are the same; only the JVM is shared.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -25,6 +34,9 @@ from tidemark.errors import TidemarkError
 from tidemark.spark_io import error_chain
 
 log = logging.getLogger("tidemark.ingest")
+
+REMOTE_ENV_VAR = "TIDEMARK_SPARK_REMOTE"
+"""The Spark Connect URL of the warm path (unset: the job runs in spark-submit's own JVM)."""
 
 TERMINAL_EXIT_CODE = 3
 """The job's exit code for a terminal error (``TidemarkError.transient`` false): spark-submit passes
@@ -69,6 +81,28 @@ def build_session(pipeline: str = "ingest", defaults: dict[str, str] | None = No
             .getOrCreate())
 
 
+def connect_session(url: str, pipeline: str):
+    """A session on a Spark Connect server. The server fixes the SQL extensions (Delta), the
+    catalog and the object-store settings when it starts (scripts/connect.sh); a session can only
+    set its runtime options."""
+    from pyspark.sql import SparkSession
+
+    from tidemark.errors import SparkConnectUnavailableError
+
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    try:
+        spark.conf.set("spark.sql.session.timeZone", "UTC")  # the first call to the server
+    except Exception as exc:
+        with contextlib.suppress(Exception):
+            spark.stop()
+        address = url.split("/;")[0]  # never the token
+        raise SparkConnectUnavailableError(
+            f"the Spark Connect server at {address} did not answer ({error_chain(exc)[:300]}). Nothing was read or "
+            f"written; the batch stays planned. Start it (scripts/connect.sh up) or fix the Spark connection's "
+            f"host and port.", pipeline=pipeline) from None
+    return spark
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = parse_args(sys.argv[1:] if argv is None else argv)
@@ -78,8 +112,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         storage.configure_from_env()
         on_object_store = any(storage.is_object_store(uri) for uri in tables)
-        spark = build_session(plan.pipeline, storage.spark_conf(storage.configured(), secrets=True)
-                              if on_object_store else None)
+        remote = os.environ.get(REMOTE_ENV_VAR)
+        if remote:
+            spark = connect_session(remote, plan.pipeline)
+        else:
+            spark = build_session(plan.pipeline, storage.spark_conf(storage.configured(), secrets=True)
+                                  if on_object_store else None)
         try:
             storage.check_spark_commits(
                 {key: spark.conf.get(key, None) for scheme in ("s3a", "s3")

@@ -68,10 +68,37 @@ def spark_submit_command(plan: BatchPlan, master: str, isolation_level: str,
     return command + [INGEST_SCRIPT, "--plan", plan.to_json(), "--isolation-level", isolation_level]
 
 
+def is_spark_connect(master: str) -> bool:
+    """A Spark Connect URL (``sc://host:port``): the warm path, no spark-submit."""
+    return master.startswith("sc://")
+
+
+def connect_command(plan: BatchPlan, isolation_level: str) -> list[str]:
+    """The ingest job on the warm path: this interpreter runs the same script as a Spark Connect
+    client (the URL travels in TIDEMARK_SPARK_REMOTE: it may hold a token)."""
+    return [sys.executable, INGEST_SCRIPT, "--plan", plan.to_json(), "--isolation-level", isolation_level]
+
+
+def job_environment(kafka_properties: Mapping[str, str], master: str,
+                    extra_env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The job's environment: Kafka properties (and the Spark Connect URL) in variables, never on
+    the command line."""
+    from tidemark_spark.ingest import REMOTE_ENV_VAR
+
+    env = {**os.environ, **local_spark_env(), **(extra_env or {}),
+           "TIDEMARK_KAFKA_PROPERTIES": json.dumps(dict(kafka_properties))}
+    env.pop(REMOTE_ENV_VAR, None)
+    if is_spark_connect(master):
+        env[REMOTE_ENV_VAR] = master
+    return env
+
+
 def run_ingest_job(plan: BatchPlan, kafka_properties: Mapping[str, str], master: str, isolation_level: str,
                    conf: Mapping[str, str] | None = None, extra_env: Mapping[str, str] | None = None) -> int:
     """Run the ingest job to completion; its output streams to this process's stdout/stderr.
-    Kafka properties travel in the environment, never on the command line."""
-    env = {**os.environ, **local_spark_env(), **(extra_env or {}),
-           "TIDEMARK_KAFKA_PROPERTIES": json.dumps(dict(kafka_properties))}
+    Kafka properties travel in the environment, never on the command line. A Spark Connect
+    master (``sc://...``) runs the job as a client of that server (``conf`` is the server's then)."""
+    env = job_environment(kafka_properties, master, extra_env)
+    if is_spark_connect(master):
+        return subprocess.call(connect_command(plan, isolation_level), env=env)
     return subprocess.call(spark_submit_command(plan, master, isolation_level, conf), env=env)

@@ -162,6 +162,11 @@ class Stack:
                                                                        "table": name, **extra}))
         return f"tidemark_ingest__{name}"
 
+    def use_spark_connect(self, url: str) -> None:
+        """Run the ingest task on the warm path: the Spark connection is the Spark Connect server at
+        ``url`` (the test run's one: scripts/connect.sh), so no DAG run of this stack starts a JVM."""
+        self.env["AIRFLOW_CONN_SPARK_DEFAULT"] = helpers.spark_connect_connection(url)
+
     def airflow(self, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
         return subprocess.run([AIRFLOW, *args], env=self.env, capture_output=True, text=True, timeout=timeout)
 

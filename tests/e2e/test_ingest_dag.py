@@ -122,3 +122,23 @@ def test_a_failing_spark_job_shows_the_spark_error_in_the_task_log_and_commits_n
     assert helpers.query_or_none(str(stack.lake / topic)) is None
     offsets = json.loads(stack.tidemark("offsets", "show", topic, "--json").stdout)
     assert [o["committed_offset"] for o in offsets] == [None]
+
+
+def test_the_warm_path_runs_the_ingest_task_on_a_spark_connect_server_exactly_once(stack, spark_connect):
+    """A `spark_connect` Spark connection: the ingest task sends the batch to the long-running server
+    instead of starting spark-submit; same plan, same ledger commit, same output."""
+    stack.use_spark_connect(spark_connect)
+    topic = helpers.create_topic(helpers.unique("warm"), partitions=3)
+    dag_id = stack.add_pipeline(topic, [topic], value_format="json",
+                                value_schema={"order_id": "bigint", "amount": "double"})
+    helpers.produce(topic, 90)
+    helpers.produce_values(topic, [b"{not json"], partition=2)
+    run = stack.run_dag(dag_id)
+    assert run.state == "success", run.log[-4000:]
+    assert "on the Spark Connect server" in run.log and "spark-submit --master" not in run.log
+    assert "batch 1 committed 90 records and 1 dead letters" in run.log
+    assert output_stats(str(stack.lake / topic)) == {"n": 90, "uniq": 90}
+    helpers.produce(topic, 30, start=90)
+    assert stack.run_dag(dag_id).state == "success"
+    assert output_stats(str(stack.lake / topic)) == {"n": 120, "uniq": 120}
+    assert helpers.query(str(stack.lake / f"{topic}_dead_letters"), "SELECT COUNT(*) AS n FROM t") == [{"n": 1}]

@@ -58,3 +58,27 @@ def test_kafka_properties_from_extra_or_from_host_and_port():
 ])
 def test_spark_master_as_the_spark_provider_reads_it(conn, master):
     assert connections.spark_master(resolver(spark_default=json.dumps(conn)), "spark_default") == master
+
+
+@pytest.mark.parametrize(("conn", "url"), [
+    ({"host": "127.0.0.1"}, "sc://127.0.0.1:15002/"),
+    ({"host": "sc://spark.internal", "port": 15010}, "sc://spark.internal:15010/"),
+    ({"host": "h", "port": 1, "login": "etl", "password": "t/k", "extra": {"use_ssl": True}},
+     "sc://h:1/;user_id=etl;token=t/k;use_ssl=True"),
+])
+def test_a_spark_connect_connection_is_the_servers_url_as_the_spark_provider_builds_it(conn, url):
+    """The warm path's master: what the provider's SparkConnectHook.get_connection_url makes of it
+    (which leaves a missing port to pyspark's default, 15002, where Tidemark spells it out)."""
+    from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+    value = json.dumps({"conn_type": "spark_connect", **conn})
+    assert connections.spark_master(resolver(spark=value), "spark") == url
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AIRFLOW_CONN_SPARK_CHECK", value)
+        provider = SparkConnectHook("spark_check").get_connection_url()
+    assert provider == (url if "port" in conn else url.replace(":15002", ""))
+
+
+def test_a_spark_connect_connection_without_a_host_is_refused():
+    with pytest.raises(ConfigError, match="no host"):
+        connections.spark_master(resolver(spark=json.dumps({"conn_type": "spark_connect"})), "spark")
