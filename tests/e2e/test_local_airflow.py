@@ -87,7 +87,7 @@ class LocalAirflow:
 
 
 @pytest.fixture(scope="module")
-def local_airflow(tmp_path_factory, kafka_bootstrap):
+def local_airflow(tmp_path_factory, kafka_bootstrap, spark_connect):
     base = tmp_path_factory.mktemp("local_airflow")
     pipelines, lake, home = base / "pipelines", base / "lake", base / "home"
     pipelines.mkdir()
@@ -102,7 +102,9 @@ def local_airflow(tmp_path_factory, kafka_bootstrap):
                PG_PORT=str(helpers.free_port()),
                KAFKA_PORT=os.environ["KAFKA_PORT"], TIDEMARK_LAKE_ROOT=str(lake),
                TIDEMARK_PIPELINES_DIR=str(pipelines), AIRFLOW_USER="operator",
-               TIDEMARK_JAR_CACHE=os.environ.get("TIDEMARK_JAR_CACHE", str(ROOT / ".cache" / "jars")))
+               TIDEMARK_JAR_CACHE=os.environ.get("TIDEMARK_JAR_CACHE", str(ROOT / ".cache" / "jars")),
+               # its ingest jobs on the warm path (the test run's Spark Connect server): the console is the subject
+               AIRFLOW_CONN_SPARK_DEFAULT=helpers.spark_connect_connection(spark_connect))
     started = time.monotonic()
     up = subprocess.run([str(SCRIPT), "up"], env=env, capture_output=True, text=True, timeout=400)
     try:

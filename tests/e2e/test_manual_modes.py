@@ -14,7 +14,8 @@ from tidemark.ledger import Ledger
 pytestmark = pytest.mark.e2e
 
 
-def test_window_backfill_twice_then_capped_and_incremental_runs(stack):
+def test_window_backfill_twice_then_capped_and_incremental_runs(stack, spark_connect):
+    stack.use_spark_connect(spark_connect)  # four ingest jobs: on the warm path (the run modes are the subject)
     topic = helpers.create_topic(helpers.unique("modes"), partitions=2)
     dag_id = stack.add_pipeline(topic, [topic])
     table = str(stack.lake / topic)

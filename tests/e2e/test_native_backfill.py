@@ -104,7 +104,7 @@ def pipeline_name() -> str:
 
 
 @pytest.fixture(scope="module")
-def running_airflow(airflow_home, tmp_path_factory, kafka_bootstrap, pipeline_name):
+def running_airflow(airflow_home, tmp_path_factory, kafka_bootstrap, spark_connect, pipeline_name):
     base = tmp_path_factory.mktemp("native_backfill")
     home, pipelines, lake = base / "home", base / "pipelines", base / "lake"
     home.mkdir()
@@ -131,7 +131,10 @@ def running_airflow(airflow_home, tmp_path_factory, kafka_bootstrap, pipeline_na
                               # A real login (the Tidemark page must refuse requests without one).
                               AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS=f"{LOGIN[0]}:viewer",
                               AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE=str(home / "passwords.json"),
-                              TIDEMARK_EXAMPLE_UPSTREAM=pipeline_name)  # the example DAG scheduled on its table
+                              TIDEMARK_EXAMPLE_UPSTREAM=pipeline_name,  # the example DAG scheduled on its table
+                              # The scheduler's task processes send their ingest jobs to the warm Spark
+                              # (the test run's Spark Connect server): the warm path under a real scheduler.
+                              AIRFLOW_CONN_SPARK_DEFAULT=helpers.spark_connect_connection(spark_connect))
     airflow = Airflow(home, env)
     airflow.start(port)
     try:

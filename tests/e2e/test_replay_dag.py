@@ -12,7 +12,8 @@ from tidemark.offsets import TopicPartition as TP
 pytestmark = pytest.mark.e2e
 
 
-def test_replay_dag_dry_run_then_execute_then_ingest_without_duplicates(stack):
+def test_replay_dag_dry_run_then_execute_then_ingest_without_duplicates(stack, spark_connect):
+    stack.use_spark_connect(spark_connect)  # the ingest jobs on the warm path (the replay DAG is the subject)
     topic = helpers.create_topic(helpers.unique("replaydag"), partitions=2)
     ingest_dag = stack.add_pipeline(topic, [topic])
     replay_dag = f"tidemark_replay__{topic}"
