@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export KAFKA_PORT ?= 9092
 
 .DEFAULT_GOAL := help
-.PHONY: help setup venv jars kafka-up kafka-down storage-up storage-down registry-up registry-down demo test test-unit lint soak bench bench-s3 bench-skew bench-json bench-avro bench-page airflow airflow-down browser lock clean
+.PHONY: help setup venv jars kafka-up kafka-down storage-up storage-down registry-up registry-down demo test test-unit lint soak bench bench-s3 bench-skew bench-json bench-avro bench-small bench-page connect-up connect-down airflow airflow-down browser lock clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -41,6 +41,12 @@ registry-up: ## start a local Confluent-compatible Schema Registry (Apicurio 3, 
 registry-down: ## stop the local Schema Registry (its schemas are in memory and go with it)
 	scripts/registry.sh down
 
+connect-up: jars ## start a Spark Connect server (the warm path: no JVM per batch) on 127.0.0.1:$CONNECT_PORT (15002; idempotent)
+	scripts/connect.sh up
+
+connect-down: ## stop the Spark Connect server
+	scripts/connect.sh down
+
 demo: setup ## set everything up and run the demo pipeline end to end through Airflow
 	scripts/demo.sh
 
@@ -59,7 +65,7 @@ soak: setup ## kill -9 and concurrent-run trials with exactly-once checks (SOAK_
 lint: venv ## ruff, and the layer contract (the core imports no adapter and no Airflow: lint-imports)
 	scripts/lint.sh
 
-bench: setup ## Tidemark vs AvailableNow, plain Spark batch, consumer perf; fixed costs; ledger growth (BENCH_RECORDS=2000000); then bench-json and bench-avro (BENCH_SKIP=json,avro: not); not in make test
+bench: setup ## Tidemark vs AvailableNow, plain Spark batch, consumer perf; fixed costs; ledger growth (BENCH_RECORDS=2000000); then bench-json, bench-avro and bench-small (BENCH_SKIP=json,avro,small: not); not in make test
 	scripts/bench.sh
 
 bench-s3: setup ## one batch (BENCH_RECORDS=2000000) to the local disk vs to the local S3 server; bench/results/object_storage.json
@@ -73,6 +79,9 @@ bench-json: setup ## JSON values with a declared schema (BENCH_JSON_RECORDS=1000
 
 bench-avro: setup ## Avro values (BENCH_AVRO_RECORDS=1000000): Tidemark vs AvailableNow with from_avro, from_avro vs fastavro; a private Schema Registry; bench/results/avro.json
 	scripts/bench_avro.sh
+
+bench-small: setup ## a 10,000-record batch (BENCH_SMALL_RECORDS) by spark-submit vs on the warm path (a Spark Connect server); bench/results/small_batch.json
+	scripts/bench_small.sh
 
 bench-page: setup ## the Tidemark page's response time as the ledger grows to 10,000 batches; bench/results/console.json
 	scripts/with_broker.sh bench $${BENCH_KAFKA_PORT:-19292} .venv/bin/python -m bench.console

@@ -266,6 +266,10 @@ def placeholders(results: dict) -> dict[str, str]:
         values["empty_plan_callable"] = _n(empty["dag"]["breakdown_plan_callable"]["median"], 2)
     if "available_now" in empty:
         values["empty_available_now_wall"] = _n(empty["available_now"]["wall_seconds"]["median"], 1)
+    if small := _side("small_batch.json"):
+        values["small_warm_seconds"] = str(small["summary"]["spark-connect"]["median_seconds"])
+        values["small_submit_seconds"] = str(small["summary"]["spark-submit"]["median_seconds"])
+        values["small_warm_speedup"] = str(small["summary"]["warm_speedup"])
     ledger = summary["ledger"]
     for key in ("plan_ratio", "state_ratio", "full_read_ratio"):
         if key in ledger:
@@ -294,7 +298,8 @@ def markdown(results: dict) -> str:
         "`scripts/bench.sh` starts a private broker (`scripts/with_broker.sh bench ${BENCH_KAFKA_PORT:-19292}`) and "
         "runs `python -m bench.run`. Knobs: `BENCH_RECORDS`, `BENCH_RECORD_BYTES`, `BENCH_PARTITIONS` (8), "
         "`BENCH_REPEATS` (3), `BENCH_LEDGER_SIZES` (10,1000,10000), `BENCH_LEDGER_SMALL_COMMITS` (1000), "
-        "`BENCH_DRIVER_MEMORY` (1g), `BENCH_SKIP` (`contenders`, `ledger`). Work files go to `.cache/bench` "
+        "`BENCH_DRIVER_MEMORY` (1g), `BENCH_SKIP` (`contenders`, `ledger`, `json`, `avro`, `small`: the parts "
+        "not to run). Work files go to `.cache/bench` "
         "(its own lake, pipelines folder and Airflow home), results to `bench/results/bench.json`, this page and "
         "`docs/benchmarks.png`.",
         "## Method",
@@ -427,6 +432,22 @@ def other_measurements() -> list[str]:
                         "core, no Arrow round trip of every row's columns), resolves each writer schema into the "
                         "reader schema by Avro's rules, and types the columns exactly as the plan computes them.")
         parts += ["### Avro (`make bench-avro`, `bench/results/avro.json`)", " ".join(text), "\n".join(rows)]
+    if small := _side("small_batch.json"):
+        m = small["summary"]
+        submit, warm = m["spark-submit"], m["spark-connect"]
+        rows = ["| launcher | median job time | range | JVMs started per batch | peak RSS of the job's processes |",
+                "|---|---|---|---|---|"]
+        rows += [f"| {label} | {c['median_seconds']} s | {c['min_seconds']}–{c['max_seconds']} s | "
+                 f"{c['jvms_started_per_batch']} | {c['median_peak_tree_rss_mb']:,} MB |"
+                 for label, c in (("spark-submit (default)", submit), ("warm path (Spark Connect server)", warm))]
+        parts += ["### Small batches: the warm path (`make bench-small`, `bench/results/small_batch.json`)",
+                  f"{small['date']}: batches of {small['records_per_batch']:,} records ({small['record_bytes']} bytes) "
+                  f"on {small['partitions']} partitions, the ingest job alone (plan excluded), "
+                  f"{submit['runs']} batches per launcher, alternating; spark-submit on `{small['master']}`, the Spark Connect server on "
+                  f"`{small['server']['master']}` (its memory is not in the job's RSS). The warm path is "
+                  f"**x{m['warm_speedup']}** faster; the server's first batch after it started took "
+                  f"{m['first_warm_batch_seconds']:.1f} s (class loading, JIT). Target: at most 3 s on the warm path; "
+                  "see the findings for where the rest goes.", "\n".join(rows)]
     if page := _side("console.json"):
         rows = ["| ledger | batches | " + " | ".join(page["ledgers"][0]["routes"]) + " |",
                 "|---|---|" + "---|" * len(page["ledgers"][0]["routes"])]

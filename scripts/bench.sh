@@ -2,10 +2,11 @@
 # `make bench`: bench/run.py against a fresh private broker (port BENCH_KAFKA_PORT, default 19292),
 # stopped afterwards; then the JSON benchmark (bench/typed_json.py, against a fresh broker) unless
 # BENCH_SKIP names `json`, and the Avro benchmark (scripts/bench_avro.sh: bench/avro.py against a fresh
-# broker and a private Schema Registry) unless BENCH_SKIP names `avro`. Knobs (BENCH_RECORDS,
+# broker and a private Schema Registry) unless BENCH_SKIP names `avro`, and the small-batch warm-path
+# benchmark (scripts/bench_small.sh: a private Spark Connect server) unless it names `small`. Knobs (BENCH_RECORDS,
 # BENCH_RECORD_BYTES, BENCH_REPEATS, ...): bench/run.py, bench/typed_json.py and bench/avro.py.
 # Writes bench/results/bench.json, docs/BENCHMARKS.md, docs/benchmarks.png, bench/results/typed_json.json
-# and bench/results/avro.json.
+# bench/results/avro.json and bench/results/small_batch.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 skipped() { case ",${BENCH_SKIP:-}," in *,"$1",*) return 0 ;; esac; return 1; }
@@ -15,6 +16,9 @@ if ! skipped json; then
 fi
 if ! skipped avro; then
   scripts/bench_avro.sh
+fi
+if ! skipped small; then
+  scripts/bench_small.sh
 fi
 # bench.run wrote docs/BENCHMARKS.md before typed_json.json and avro.json were new: write it again
 # (from the stored JSON).
