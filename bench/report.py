@@ -443,7 +443,8 @@ def other_measurements() -> list[str]:
         parts += ["### Small batches: the warm path (`make bench-small`, `bench/results/small_batch.json`)",
                   f"{small['date']}: batches of {small['records_per_batch']:,} records ({small['record_bytes']} bytes) "
                   f"on {small['partitions']} partitions, the ingest job alone (plan excluded), "
-                  f"{submit['runs']} batches per launcher, alternating; spark-submit on `{small['master']}`, the Spark Connect server on "
+                  f"{submit['runs']} batches per launcher, alternating; spark-submit on `{small['master']}`, "
+                  f"the Spark Connect server on "
                   f"`{small['server']['master']}` (its memory is not in the job's RSS). The warm path is "
                   f"**x{m['warm_speedup']}** faster; the server's first batch after it started took "
                   f"{m['first_warm_batch_seconds']:.1f} s (class loading, JIT). Target: at most 3 s on the warm path; "
