@@ -25,6 +25,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import sys
 
 from tidemark import storage
@@ -85,19 +86,31 @@ def connect_session(url: str, pipeline: str):
     """A session on a Spark Connect server. The server fixes the SQL extensions (Delta), the
     catalog and the object-store settings when it starts (scripts/connect.sh); a session can only
     set its runtime options."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")  # pyspark 4.2 on pandas 3
     from pyspark.sql import SparkSession
+    from pyspark.sql.connect.client.retries import DefaultPolicy
 
     from tidemark.errors import SparkConnectUnavailableError
 
     spark = SparkSession.builder.remote(url).getOrCreate()
+    # pyspark retries an unreachable server for at least 10 minutes by default: the first call (which
+    # opens the session) gets about 10 s, and the job's own calls the default policies again.
+    policies = spark.client.get_retry_policies()
+    spark.client.set_retry_policies([DefaultPolicy(max_retries=7, backoff_multiplier=2.0, initial_backoff=100,
+                                                   max_backoff=5000)])
     try:
         spark.conf.set("spark.sql.session.timeZone", "UTC")  # the first call to the server
+        spark.client.set_retry_policies(policies)
     except Exception as exc:
         with contextlib.suppress(Exception):
             spark.stop()
-        address = url.split("/;")[0]  # never the token
+        address = url.split(";")[0].rstrip("/")  # never the token
+        details = re.search(r'details = "([^"]*)"', str(exc))  # gRPC's own words, else the exception's
+        cause = details.group(1) if details else error_chain(exc)[:300]
         raise SparkConnectUnavailableError(
-            f"the Spark Connect server at {address} did not answer ({error_chain(exc)[:300]}). Nothing was read or "
+            f"the Spark Connect server at {address} did not answer ({cause}). Nothing was read or "
             f"written; the batch stays planned. Start it (scripts/connect.sh up) or fix the Spark connection's "
             f"host and port.", pipeline=pipeline) from None
     return spark

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 
 import pytest
 
@@ -12,6 +13,13 @@ from tidemark.batch.ownership import cli_owner_id, is_owner_alive
 def test_cli_owner_is_alive_while_its_process_is():
     assert is_owner_alive(cli_owner_id())
     assert not is_owner_alive(f"cli:{socket.gethostname()}:{2**22 + 12345}:0")
+
+
+def test_a_cli_owner_whose_pid_now_belongs_to_a_newer_process_is_gone():
+    """pids are reused: a live process that started after the owner id was made is not the owner."""
+    host = socket.gethostname()
+    assert is_owner_alive(f"cli:{host}:{os.getpid()}:{int(time.time())}")
+    assert not is_owner_alive(f"cli:{host}:{os.getpid()}:1000000000")  # 2001: this process is younger
 
 
 def test_cli_owner_on_another_host_is_assumed_alive():

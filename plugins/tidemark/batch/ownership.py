@@ -13,6 +13,7 @@ import os
 import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 log = logging.getLogger(__name__)
 
@@ -28,10 +29,21 @@ def cli_owner_id() -> str:
     return f"{CLI_PREFIX}{socket.gethostname()}:{os.getpid()}:{int(time.time())}"
 
 
+def process_start_time(pid: int) -> float | None:
+    """When process ``pid`` started (seconds since the epoch), from Linux's /proc; None elsewhere."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+        return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22 (starttime), after pid and comm
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
 def is_owner_alive(owner: str, run_state: RunStateLookup | None = None) -> bool:
     """Whether the run that owns a pending batch may still be working on it. Unknown means alive."""
     if owner.startswith(CLI_PREFIX):
-        _, host, pid, _ = owner.split(":", 3)
+        _, host, pid, stamp = owner.split(":", 3)
         if host != socket.gethostname():
             return True
         try:
@@ -40,7 +52,10 @@ def is_owner_alive(owner: str, run_state: RunStateLookup | None = None) -> bool:
             return False
         except PermissionError:
             return True
-        return True
+        started = process_start_time(int(pid))
+        # pids are reused (32,768 of them, shared with every JVM thread): a process that started after
+        # the owner id was made is another process
+        return started is None or not stamp.isdigit() or started <= int(stamp) + 1
     if run_state is None:
         return True
     try:
