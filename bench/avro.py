@@ -40,7 +40,7 @@ from pathlib import Path
 
 from bench import contenders, data, machine, side, stack
 from bench.measure import Measurement, check, run_measured
-from bench.settings import RESULTS, ROOT, BenchSettings, _int
+from bench.settings import ROOT, BenchSettings, _int, save_result
 from devkit import localstack
 from tidemark.batch.prepare import prepare_batch
 from tidemark.schema_registry import RegistryClient
@@ -317,8 +317,7 @@ def main() -> None:
                         "driver_memory": settings.driver_memory, "megabytes": round(settings.megabytes, 1),
                         "contenders": list(names)},
            "schema": ORDER_SCHEMA, "backlog": backlog, "runs": runs, "summary": summarize(runs, settings)}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "avro.json").write_text(json.dumps(out, indent=2, default=str) + "\n")
+    save_result("avro.json", out)
     print(json.dumps(out["summary"], indent=2))
 
 

@@ -18,7 +18,7 @@ import uuid
 
 from bench import data, machine, stack
 from bench.measure import check, run_measured
-from bench.settings import RESULTS, BenchSettings
+from bench.settings import BenchSettings, save_result
 from devkit import localstack
 from tidemark import storage
 from tidemark.batch.prepare import prepare_batch
@@ -69,8 +69,7 @@ def main() -> None:
     summary["s3_over_local"] = round(summary["s3"]["median_seconds"] / summary["local"]["median_seconds"], 2)
     out = {"date": dt.date.today().isoformat(), "machine": machine.describe(), "backlog": backlog,
            "runs": runs, "summary": summary}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "object_storage.json").write_text(json.dumps(out, indent=2) + "\n")
+    save_result("object_storage.json", out)
     print(json.dumps(summary, indent=2))
 
 

@@ -12,7 +12,6 @@ available_now, plain_batch, consumer_perf; for a quick look at one of them).
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import os
 import time
@@ -20,7 +19,7 @@ from collections.abc import Callable
 
 from bench import contenders, data, ledger_growth, machine, report, stack
 from bench.contenders import Result
-from bench.settings import RESULTS, BenchSettings
+from bench.settings import BenchSettings, save_result
 
 log = logging.getLogger("bench")
 
@@ -76,10 +75,7 @@ def run_contenders(settings: BenchSettings, topic: str) -> tuple[list[dict], lis
 def save(results: dict) -> str:
     """Write what there is so far (with its summary) to bench/results/bench.json."""
     results["summary"] = report.summarize(results)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / "bench.json"
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    return str(out)
+    return str(save_result("bench.json", results))
 
 
 def main() -> None:

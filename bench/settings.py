@@ -11,6 +11,16 @@ BIN = ROOT / ".venv" / "bin"
 RESULTS = ROOT / "bench" / "results"
 
 
+def save_result(name: str, out: dict) -> Path:
+    """Write one benchmark's results to bench/results/<name> (indented JSON)."""
+    import json
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / name
+    path.write_text(json.dumps(out, indent=2, default=str) + "\n")
+    return path
+
+
 def _int(name: str, default: int) -> int:
     return int(os.environ.get(name, str(default)).replace("_", "").replace(",", ""))
 

@@ -19,7 +19,7 @@ import uuid
 
 from bench import data, machine, stack
 from bench.measure import check, run_measured
-from bench.settings import RESULTS, BenchSettings
+from bench.settings import BenchSettings, save_result
 from devkit import localstack
 from tidemark.batch.prepare import prepare_batch
 from tidemark.config import PipelineConfig
@@ -87,8 +87,7 @@ def main() -> None:
                                      / summary["split"]["median_seconds"], 2)
     out = {"date": dt.date.today().isoformat(), "machine": machine.describe(), "master": settings.master,
            "backlog": backlog, "runs": runs, "summary": summary}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "skew.json").write_text(json.dumps(out, indent=2) + "\n")
+    save_result("skew.json", out)
     print(json.dumps(summary, indent=2))
 
 

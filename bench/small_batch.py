@@ -22,7 +22,7 @@ import uuid
 
 from bench import data, machine, stack
 from bench.measure import check, run_measured
-from bench.settings import RESULTS, BenchSettings
+from bench.settings import BenchSettings, save_result
 from devkit import localstack
 from tidemark.batch.prepare import prepare_batch
 from tidemark_spark.ingest import REMOTE_ENV_VAR
@@ -87,8 +87,7 @@ def main() -> None:
            "server": {"url": url, "master": os.environ.get("CONNECT_MASTER", "local[2]")},
            "records_per_batch": records, "record_bytes": settings.record_bytes, "partitions": settings.partitions,
            "first_warm_batch": first_warm, "runs": runs, "summary": summary}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "small_batch.json").write_text(json.dumps(out, indent=2) + "\n")
+    save_result("small_batch.json", out)
     print(json.dumps(summary, indent=2))
 
 

@@ -42,7 +42,7 @@ from pathlib import Path
 
 from bench import contenders, data, machine, side, stack
 from bench.measure import Measurement, check, run_measured
-from bench.settings import RESULTS, ROOT, BenchSettings, _int
+from bench.settings import ROOT, BenchSettings, _int, save_result
 from devkit import localstack
 from tidemark.batch.prepare import prepare_batch
 from tidemark.records import RecordFormat, parse_field_type
@@ -295,8 +295,7 @@ def main() -> None:
                         "contenders": list(names)},
            "value_schema": VALUE_SCHEMA, "spark_ddl": spark_ddl(), "backlog": backlog, "runs": runs,
            "summary": summarize(runs, backlog)}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "typed_json.json").write_text(json.dumps(out, indent=2, default=str) + "\n")
+    save_result("typed_json.json", out)
     print(json.dumps(out["summary"], indent=2))
 
 

@@ -127,6 +127,11 @@ def spark_connect_url(conn: Connection, pipeline: str | None = None) -> str:
     return f"sc://{address}/" + (";" + ";".join(params) if params else "")
 
 
+def spark_connect_address(url: str) -> str:
+    """A Spark Connect URL without its parameters (``user_id``, ``token``): what logs and errors show."""
+    return url.split(";")[0].rstrip("/")
+
+
 def spark_master(resolver: ConnectionResolver, conn_id: str, pipeline: str | None = None) -> str:
     """The Spark master URL of a Spark connection, as the Spark provider reads it; for a
     ``spark_connect`` connection, the server's ``sc://`` URL (the warm path: no spark-submit)."""

@@ -12,11 +12,12 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from tidemark import storage
 from tidemark.batch import BatchPlan, batch_summary
+from tidemark.connections import spark_connect_address
 from tidemark.errors import ConfigError
 from tidemark.settings import require_spark_jars
 from tidemark_airflow.connections import kafka_properties, object_store, spark_master
 from tidemark_spark.ingest import TERMINAL_EXIT_CODE
-from tidemark_spark.submit import INGEST_SCRIPT, core_archive, is_spark_connect, local_spark_env
+from tidemark_spark.submit import INGEST_SCRIPT, core_archive, is_spark_connect, job_arguments, local_spark_env
 
 
 def refuse_credentials_on_the_command_line(master: str, properties: dict[str, str], pipeline: str,
@@ -66,7 +67,7 @@ class TidemarkIngestOperator(SparkSubmitOperator):
                       plan.batch_id, plan.pipeline, plan.total_offsets, len(plan.ranges),
                       " (recovered batch, same frozen ranges)" if plan.recovered else "")
         os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
-        self.application_args = ["--plan", plan.to_json(), "--isolation-level", self.isolation_level]
+        self.application_args = job_arguments(plan, self.isolation_level)
         self.py_files = core_archive()  # the core for executors on other machines
         self.jars = ",".join(require_spark_jars())
         properties = kafka_properties(self.kafka_conn_id, plan.pipeline)
@@ -110,7 +111,7 @@ class TidemarkIngestOperator(SparkSubmitOperator):
         from tidemark_spark.submit import connect_command, job_environment
 
         self.log.info("pipeline '%s': running the ingest job on the Spark Connect server %s (no spark-submit)",
-                      plan.pipeline, url.split("/;")[0])
+                      plan.pipeline, spark_connect_address(url))
         env = job_environment(properties, url, self.env_vars)
         self._connect_job = subprocess.Popen(connect_command(plan, self.isolation_level), env=env,
                                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -92,6 +92,7 @@ def connect_session(url: str, pipeline: str):
     from pyspark.sql import SparkSession
     from pyspark.sql.connect.client.retries import DefaultPolicy
 
+    from tidemark.connections import spark_connect_address
     from tidemark.errors import SparkConnectUnavailableError
 
     spark = SparkSession.builder.remote(url).getOrCreate()
@@ -106,11 +107,10 @@ def connect_session(url: str, pipeline: str):
     except Exception as exc:
         with contextlib.suppress(Exception):
             spark.stop()
-        address = url.split(";")[0].rstrip("/")  # never the token
         details = re.search(r'details = "([^"]*)"', str(exc))  # gRPC's own words, else the exception's
         cause = details.group(1) if details else error_chain(exc)[:300]
         raise SparkConnectUnavailableError(
-            f"the Spark Connect server at {address} did not answer ({cause}). Nothing was read or "
+            f"the Spark Connect server at {spark_connect_address(url)} did not answer ({cause}). Nothing was read or "
             f"written; the batch stays planned. Start it (scripts/connect.sh up) or fix the Spark connection's "
             f"host and port.", pipeline=pipeline) from None
     return spark

@@ -58,6 +58,11 @@ def core_archive() -> str:
     return str(target)
 
 
+def job_arguments(plan: BatchPlan, isolation_level: str) -> list[str]:
+    """The ingest script's arguments, whichever launcher runs it."""
+    return ["--plan", plan.to_json(), "--isolation-level", isolation_level]
+
+
 def spark_submit_command(plan: BatchPlan, master: str, isolation_level: str,
                          conf: Mapping[str, str] | None = None, driver_memory: str = "1g") -> list[str]:
     spark_submit = str(Path(local_spark_env()["SPARK_HOME"]) / "bin" / "spark-submit")
@@ -65,7 +70,7 @@ def spark_submit_command(plan: BatchPlan, master: str, isolation_level: str,
                f"tidemark-{plan.pipeline}", "--jars", ",".join(spark_jars()), "--py-files", core_archive()]
     for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
         command += ["--conf", f"{key}={value}"]
-    return command + [INGEST_SCRIPT, "--plan", plan.to_json(), "--isolation-level", isolation_level]
+    return command + [INGEST_SCRIPT, *job_arguments(plan, isolation_level)]
 
 
 def is_spark_connect(master: str) -> bool:
@@ -76,7 +81,7 @@ def is_spark_connect(master: str) -> bool:
 def connect_command(plan: BatchPlan, isolation_level: str) -> list[str]:
     """The ingest job on the warm path: this interpreter runs the same script as a Spark Connect
     client (the URL travels in TIDEMARK_SPARK_REMOTE: it may hold a token)."""
-    return [sys.executable, INGEST_SCRIPT, "--plan", plan.to_json(), "--isolation-level", isolation_level]
+    return [sys.executable, INGEST_SCRIPT, *job_arguments(plan, isolation_level)]
 
 
 def job_environment(kafka_properties: Mapping[str, str], master: str,
