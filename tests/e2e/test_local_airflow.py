@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -96,8 +97,11 @@ def local_airflow(tmp_path_factory, kafka_bootstrap, spark_connect):
     (pipelines / f"{pipeline}.yaml").write_text(yaml.safe_dump(
         {"name": pipeline, "topics": [pipeline], "table": pipeline, "schedule": "@yearly", "retries": 0}))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "TIDEMARK_"))}
-    # PostgreSQL runs as 'nobody' when the tests run as root: its folder must be reachable, pytest's is not.
-    pg_home = ROOT / ".cache" / f"postgres-{pipeline}"
+    # PostgreSQL runs as 'nobody' when the tests run as root: its folder must be reachable, and neither
+    # pytest's nor a checkout in a private folder (`mktemp -d`) is: a folder of its own under the system's
+    # temporary folder, which every user can traverse.
+    pg_home = Path(tempfile.mkdtemp(prefix=f"tidemark-postgres-{pipeline}-"))
+    pg_home.chmod(0o755)
     env.update(AIRFLOW_LOCAL_HOME=str(home), PG_HOME=str(pg_home), AIRFLOW_PORT=str(helpers.free_port()),
                PG_PORT=str(helpers.free_port()),
                KAFKA_PORT=os.environ["KAFKA_PORT"], TIDEMARK_LAKE_ROOT=str(lake),
