@@ -23,16 +23,31 @@ class Measurement:
     peak_jvm_rss_mb: float
     jvm_pids: list[int] = field(default_factory=list)
     output: str = ""
+    tree_cpu_seconds: float = 0.0
+    """CPU time (user + system) of the process tree, as last sampled per process."""
+    machine_busy_share: float = 0.0
+    """The share of all the machine's cores that was busy during the run (1.0: every core all the time)."""
+    peak_python_rss_mb: float = 0.0
+    """The largest single Python process of the tree (a PySpark job's driver)."""
 
     def summary(self) -> dict:
         return {"wall_seconds": round(self.wall_seconds, 3), "returncode": self.returncode,
                 "peak_tree_rss_mb": round(self.peak_tree_rss_mb, 1), "peak_jvm_rss_mb": round(self.peak_jvm_rss_mb, 1),
-                "jvms_started": len(self.jvm_pids)}
+                "jvms_started": len(self.jvm_pids), "tree_cpu_seconds": round(self.tree_cpu_seconds, 1),
+                "machine_busy_share": round(self.machine_busy_share, 3),
+                "peak_python_rss_mb": round(self.peak_python_rss_mb, 1)}
 
 
 def _is_jvm(proc: psutil.Process) -> bool:
     try:
         return proc.name() == "java"
+    except psutil.Error:
+        return False
+
+
+def _is_python(proc: psutil.Process) -> bool:
+    try:
+        return proc.name().startswith("python")
     except psutil.Error:
         return False
 
@@ -45,7 +60,9 @@ class TreeSampler(threading.Thread):
         self.root = psutil.Process(pid)
         self.peak_tree = 0
         self.peak_jvm = 0
+        self.peak_python = 0
         self.jvm_pids: set[int] = set()
+        self.cpu: dict[int, float] = {}
         self._stop_event = threading.Event()
 
     def _sample(self) -> None:
@@ -57,12 +74,16 @@ class TreeSampler(threading.Thread):
         for proc in procs:
             try:
                 rss = proc.memory_info().rss
+                times = proc.cpu_times()
             except psutil.Error:
                 continue
+            self.cpu[proc.pid] = times.user + times.system
             total += rss
             if _is_jvm(proc):
                 self.jvm_pids.add(proc.pid)
                 self.peak_jvm = max(self.peak_jvm, rss)
+            elif _is_python(proc):
+                self.peak_python = max(self.peak_python, rss)
         self.peak_tree = max(self.peak_tree, total)
 
     def run(self) -> None:
@@ -74,11 +95,23 @@ class TreeSampler(threading.Thread):
         self._stop_event.set()
         self.join()
 
+    @property
+    def cpu_seconds(self) -> float:
+        return sum(self.cpu.values())
+
+
+def busy_share(before, after) -> float:
+    """The busy share of every core between two ``psutil.cpu_times()``."""
+    total = sum(after) - sum(before)
+    idle = (after.idle + getattr(after, "iowait", 0)) - (before.idle + getattr(before, "iowait", 0))
+    return 0.0 if total <= 0 else 1 - idle / total
+
 
 def run_measured(command: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 3600,
                  cwd: str | None = None) -> Measurement:
     """Run ``command`` to completion (output captured) and measure it."""
     started = time.perf_counter()
+    cpu_before = psutil.cpu_times()
     proc = subprocess.Popen(list(command), env=dict(env) if env is not None else None, cwd=cwd,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     sampler = TreeSampler(proc.pid)
@@ -92,7 +125,8 @@ def run_measured(command: Sequence[str], env: Mapping[str, str] | None = None, t
         sampler.stop()
     wall = time.perf_counter() - started
     return Measurement(wall, proc.returncode, sampler.peak_tree / 2**20, sampler.peak_jvm / 2**20,
-                       sorted(sampler.jvm_pids), output or "")
+                       sorted(sampler.jvm_pids), output or "", sampler.cpu_seconds,
+                       busy_share(cpu_before, psutil.cpu_times()), sampler.peak_python / 2**20)
 
 
 def check(measurement: Measurement, what: str) -> Measurement:

@@ -4,7 +4,8 @@ runs; ledger growth; results to bench/results/bench.json, then docs/BENCHMARKS.m
 Environment: BENCH_RECORDS (2,000,000), BENCH_RECORD_BYTES (300), BENCH_PARTITIONS (8),
 BENCH_REPEATS (3), BENCH_LEDGER_SIZES (10,1000,10000), BENCH_LEDGER_SMALL_COMMITS (1000),
 BENCH_SPARK_MASTER (local[2]), BENCH_DRIVER_MEMORY (1g), BENCH_WORK (.cache/bench), KAFKA_PORT (set
-by scripts/with_broker.sh), BENCH_SKIP (comma-separated parts to leave out: contenders, ledger),
+by scripts/with_broker.sh), BENCH_SKIP (comma-separated parts to leave out: contenders, ledger,
+scheduler, skew, scale; a part left out keeps its results from the last bench.json, with their date),
 BENCH_CONTENDERS (comma-separated contenders to run, default all: tidemark_job, tidemark_dag,
 available_now, plain_batch, consumer_perf; for a quick look at one of them).
 """
@@ -12,14 +13,15 @@ available_now, plain_batch, consumer_perf; for a quick look at one of them).
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import os
 import time
 from collections.abc import Callable
 
-from bench import contenders, data, ledger_growth, machine, report, stack
+from bench import contenders, data, ledger_growth, machine, report, scale, scheduler, skew, stack
 from bench.contenders import Result
-from bench.settings import BenchSettings, save_result
+from bench.settings import RESULTS, BenchSettings, save_result
 
 log = logging.getLogger("bench")
 
@@ -78,12 +80,27 @@ def save(results: dict) -> str:
     return str(save_result("bench.json", results))
 
 
+def _previous() -> dict:
+    path = RESULTS / "bench.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _kept(results: dict, previous: dict, keys: tuple[str, ...]) -> None:
+    """A part left out keeps its last results, marked with the run they came from."""
+    for key in keys:
+        if key in previous:
+            results[key] = previous[key]
+            origin = previous.get("kept_from", {}).get(key, previous.get("started_at"))
+            results.setdefault("kept_from", {})[key] = origin
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="[bench %(asctime)s] %(message)s", datefmt="%H:%M:%S")
-    for noisy in ("kafka", "py4j", "deltalake", "tidemark"):  # the benchmark logs what it measures
+    for noisy in ("kafka", "py4j", "deltalake", "tidemark", "httpx"):  # the benchmark logs what it measures
         logging.getLogger(noisy).setLevel(logging.ERROR)
     settings = BenchSettings.from_env()
     skip = set(filter(None, os.environ.get("BENCH_SKIP", "").split(",")))
+    previous = _previous()
     started = time.monotonic()
     stack.reset_work(settings)
     stack.configure_environment(settings)
@@ -94,6 +111,7 @@ def main() -> None:
                                   "master": settings.master, "driver_memory": settings.driver_memory,
                                   "megabytes": round(settings.megabytes, 1)}}
     log.info("machine: %s", results["machine"])
+    topic = None
     if "contenders" not in skip:
         log.info("migrating the benchmark's Airflow database in %s", settings.airflow_home)
         stack.migrate_airflow()
@@ -104,10 +122,29 @@ def main() -> None:
         log.info("backlog ready: %s", results["backlog"])
         results["runs"], results["empty_runs"] = run_contenders(settings, topic)
         save(results)
+    else:
+        _kept(results, previous, ("backlog", "runs", "empty_runs"))
+    if "scheduler" not in skip and topic is not None:
+        log.info("the DAG under a running scheduler (scripts/airflow.sh: LocalExecutor on PostgreSQL)")
+        results["scheduler"] = scheduler.run(settings, topic, settings.records)
+        save(results)
+    else:
+        _kept(results, previous, ("scheduler",))
     if "ledger" not in skip:
         log.info("ledger growth: sizes %s, and %d batches written as runs write them", settings.ledger_sizes,
                  settings.ledger_small_commits)
         results["ledger_growth"] = ledger_growth.run(settings)
+        save(results)
+    else:
+        _kept(results, previous, ("ledger_growth",))
+    for name, part in (("skew", skew), ("scale", scale)):
+        if name in skip:
+            _kept(results, previous, (name,))
+            continue
+        log.info("%s ...", name)
+        results[name] = part.run(settings)
+        save(results)
+    results["parts"] = previous.get("parts", {})
     results["load_at_end"] = machine.load()
     results["wall_minutes"] = round((time.monotonic() - started) / 60, 1)
     log.info("results: %s", save(results))

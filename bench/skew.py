@@ -15,6 +15,7 @@ import datetime as dt
 import json
 import logging
 import os
+import statistics
 import uuid
 
 from bench import data, machine, stack
@@ -68,11 +69,8 @@ def one_batch(settings: BenchSettings, topic: str, split: bool, rep: int) -> dic
             **measured.summary()}
 
 
-def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    settings = BenchSettings.from_env()
-    stack.reset_work(settings)
-    stack.configure_environment(settings)
+def run(settings: BenchSettings) -> dict:
+    """The skewed backlog on a topic of its own, then ``settings.repeats`` pairs of batches."""
     share = float(os.environ.get("BENCH_SKEW", "0.8"))
     backlog = skewed_backlog(settings, f"bench_skew_{uuid.uuid4().hex[:6]}", share)
     log.info("skewed backlog: %s", backlog)
@@ -80,15 +78,29 @@ def main() -> None:
             for split in ((True, False) if rep % 2 else (False, True))]
     summary = {}
     for split, label in ((True, "split"), (False, "one_task_per_partition")):
-        mine = sorted(r["spark_submit_seconds"] for r in runs if r["split"] == split)
-        summary[label] = {"median_seconds": mine[len(mine) // 2], "runs": len(mine),
-                          "median_records_per_second": round(settings.records / mine[len(mine) // 2])}
+        mine = sorted((r for r in runs if r["split"] == split), key=lambda r: r["spark_submit_seconds"])
+        middle = mine[len(mine) // 2]
+        summary[label] = {"median_seconds": middle["spark_submit_seconds"], "runs": len(mine),
+                          "min_seconds": mine[0]["spark_submit_seconds"],
+                          "max_seconds": mine[-1]["spark_submit_seconds"],
+                          "median_records_per_second": round(settings.records / middle["spark_submit_seconds"]),
+                          "median_machine_busy_share": statistics.median(r["machine_busy_share"] for r in mine),
+                          "median_job_cpu_seconds": statistics.median(r["tree_cpu_seconds"] for r in mine)}
     summary["split_speedup"] = round(summary["one_task_per_partition"]["median_seconds"]
                                      / summary["split"]["median_seconds"], 2)
-    out = {"date": dt.date.today().isoformat(), "machine": machine.describe(), "master": settings.master,
-           "backlog": backlog, "runs": runs, "summary": summary}
+    return {"date": dt.date.today().isoformat(), "machine": machine.describe(), "master": settings.master,
+            "split_offsets": int(os.environ.get("BENCH_SPLIT_OFFSETS", "500000")), "backlog": backlog, "runs": runs,
+            "summary": summary}
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    settings = BenchSettings.from_env()
+    stack.reset_work(settings)
+    stack.configure_environment(settings)
+    out = run(settings)
     save_result("skew.json", out)
-    print(json.dumps(summary, indent=2))
+    print(json.dumps(out["summary"], indent=2))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make bench`: bench/run.py against a fresh private broker (port BENCH_KAFKA_PORT, default 19292),
-# stopped afterwards; then the JSON benchmark (bench/typed_json.py, against a fresh broker) unless
+# stopped afterwards (the contenders, the DAG under a running scheduler, ledger growth, skew, scale); then the JSON benchmark (bench/typed_json.py, against a fresh broker) unless
 # BENCH_SKIP names `json`, and the Avro benchmark (scripts/bench_avro.sh: bench/avro.py against a fresh
 # broker and a private Schema Registry) unless BENCH_SKIP names `avro`, and the small-batch warm-path
 # benchmark (scripts/bench_small.sh: a private Spark Connect server) unless it names `small`. Knobs (BENCH_RECORDS,
@@ -20,6 +20,6 @@ fi
 if ! skipped small; then
   scripts/bench_small.sh
 fi
-# bench.run wrote docs/BENCHMARKS.md before typed_json.json and avro.json were new: write it again
-# (from the stored JSON).
+# bench.run wrote docs/BENCHMARKS.md before typed_json.json, avro.json and small_batch.json were new:
+# fold them into bench.json and write the page again (from the stored JSON).
 exec .venv/bin/python -m bench.report
