@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export KAFKA_PORT ?= 9092
 
 .DEFAULT_GOAL := help
-.PHONY: help setup venv jars kafka-up kafka-down storage-up storage-down registry-up registry-down demo test test-unit lint soak bench bench-s3 bench-skew bench-scale bench-json bench-avro bench-small bench-page connect-up connect-down airflow airflow-down browser lock clean
+.PHONY: help setup venv jars kafka-up kafka-down storage-up storage-down registry-up registry-down demo test test-unit lint soak bench bench-s3 bench-skew bench-scale bench-profile bench-json bench-avro bench-small bench-page connect-up connect-down airflow airflow-down browser lock clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -65,7 +65,7 @@ soak: setup ## kill -9 and concurrent-run trials with exactly-once checks (SOAK_
 lint: venv ## ruff, and the layer contract (the core imports no adapter and no Airflow: lint-imports)
 	scripts/lint.sh
 
-bench: setup ## Tidemark vs AvailableNow, plain batch, consumer perf; the DAG under a running scheduler; ledger growth; skew; scale; then bench-json, bench-avro, bench-small (BENCH_SKIP leaves parts out); not in make test
+bench: setup ## Tidemark vs AvailableNow, plain batch, consumer perf; the DAG under a running scheduler; ledger growth; skew; a profile of the raw path; scale; then bench-json, bench-avro, bench-small (BENCH_SKIP leaves parts out); not in make test
 	scripts/bench.sh
 
 bench-s3: setup ## one batch (BENCH_RECORDS=2000000) to the local disk vs to the local S3 server; bench/results/object_storage.json
@@ -76,6 +76,10 @@ bench-skew: setup ## a backlog with 80% on one partition, read with and without 
 
 bench-scale: setup ## one batch of 2M, 6M and 12M records (BENCH_SCALE_SIZES): throughput and driver memory per size; bench/results/scale.json
 	scripts/with_broker.sh bench $${BENCH_KAFKA_PORT:-19292} .venv/bin/python -m bench.scale
+
+bench-profile: setup ## the raw-value job next to the plain batch under py-spy and Spark's event log: where the time goes; bench/results/profile.json
+	[ -x .venv/bin/py-spy ] || .venv/bin/python -m pip install -q --disable-pip-version-check "py-spy==0.4.3"
+	scripts/with_broker.sh bench $${BENCH_KAFKA_PORT:-19292} .venv/bin/python -m bench.profile_raw
 
 bench-json: setup ## JSON values with a declared schema (BENCH_JSON_RECORDS=1000000, 0.1% poison): Tidemark vs AvailableNow and a plain batch with from_json; bench/results/typed_json.json
 	scripts/with_broker.sh bench $${BENCH_KAFKA_PORT:-19292} .venv/bin/python -m bench.typed_json

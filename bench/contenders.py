@@ -113,9 +113,10 @@ def _expect_rows(uri: str, records: int, what: str) -> None:
         raise RuntimeError(f"{what}: the output table holds {found} rows, expected {records}")
 
 
-def tidemark_job(settings: BenchSettings, topic: str, records: int, rep: int) -> Result:
-    """The `tidemark run` path: plan (pure Python, timed apart) then the ingest job's spark-submit."""
-    config = stack.add_pipeline(settings, f"bench_job_{rep}", topic)
+def tidemark_job(settings: BenchSettings, topic: str, records: int, rep: int, name: str = "bench_job") -> Result:
+    """The `tidemark run` path: plan (pure Python, timed apart) then the ingest job's spark-submit, on a
+    fresh pipeline NAME_REP."""
+    config = stack.add_pipeline(settings, f"{name}_{rep}", topic)
     started = time.perf_counter()
     plan = prepare_batch(config, stack.kafka_properties(settings))
     plan_seconds = time.perf_counter() - started

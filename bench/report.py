@@ -132,7 +132,11 @@ def _scheduler(results: dict, summary: dict) -> dict:
            "empty_jvms_started": max((e["jvms_started"] for e in sched["empty_runs"]), default=None),
            "empty_ingest_states": sorted({e["tasks"].get("ingest", {}).get("state") or "-"
                                           for e in sched["empty_runs"]})}
-    job = summary["contenders"].get(TIDEMARK_JOB, {}).get("seconds", {}).get("median")
+    if sched.get("job_alone"):  # measured beside the DAG runs, interleaved, with the same Airflow running
+        out["job_alone_seconds"] = spread(j["seconds"] for j in sched["job_alone"])
+        job = out["job_alone_seconds"]["median"]
+    else:  # an older run: the contenders' job, without Airflow running
+        job = summary["contenders"].get(TIDEMARK_JOB, {}).get("seconds", {}).get("median")
     if job and out["run_seconds"]["median"]:
         out["job_seconds"] = job
         out["dag_vs_job"] = round(job / out["run_seconds"]["median"], 3)
@@ -312,8 +316,12 @@ def scheduler_section(results: dict, summary: dict) -> str:
     rows = [["whole DAG run (Airflow's start to end)", _range(m["run_seconds"], 1)],
             ["trigger (REST API) to the run's end", _range(m["trigger_to_end_seconds"], 1)]]
     rows += [[f"task `{t}`", _range(v, 2)] for t, v in m["tasks"].items()]
+    if "job_alone_seconds" in m:
+        rows.append(["the job alone (plan + spark-submit), interleaved, Airflow running",
+                     _range(m["job_alone_seconds"], 1)])
+    elif "job_seconds" in m:
+        rows.append(["the job alone (plan + spark-submit, the contenders' median)", _n(m["job_seconds"], 1)])
     if "job_seconds" in m:
-        rows.append(["the job alone (plan + spark-submit, this run's median)", _n(m["job_seconds"], 1)])
         rows.append(["throughput: DAG / job alone", f"{m['dag_vs_job']:.2f}x"])
     rows.append(["empty run: the whole DAG run", _range(m["empty_run_seconds"], 2)])
     rows.append(["empty run: task time, all tasks", _range(m["empty_task_seconds"], 2)])
@@ -365,6 +373,26 @@ def scale_section(scale: dict) -> str:
                       "Python driver RSS, MB", "process tree RSS, MB"], rows))
 
 
+def profile_section(profile: dict) -> str:
+    m = profile["summary"]
+    job, plain = m["tidemark_job"], m["plain_batch"]
+    rows = [["whole run (py-spy and the event log on)", _n(job["wall_seconds"], 1), _n(plain["wall_seconds"], 1)],
+            ["JVM: application start to its first Spark job", _n(job["jvm_start_to_first_job_seconds"], 1),
+             _n(plain["jvm_start_to_first_job_seconds"], 1)],
+            ["JVM: Spark jobs, wall", _n(job["jobs_seconds"], 1), _n(plain["jobs_seconds"], 1)],
+            ["JVM: tasks' CPU time, summed", _n(job["task_cpu_seconds"], 1), _n(plain["task_cpu_seconds"], 1)],
+            ["JVM: tasks' GC time, summed", _n(job["task_gc_seconds"], 1), _n(plain["task_gc_seconds"], 1)]]
+    rows += [[f"Python driver: {label}", _n(job["python_spans"][label], 2), _n(plain["python_spans"][label], 2)]
+             for label in job["python_spans"]]
+    repeats = len(profile["runs"]) // 2
+    return (f"{profile['date']}: the `make bench` backlog ({profile['backlog']['records']:,} records), the raw-value "
+            f"job and the plain batch, {repeats} runs each, alternating, each with Spark's event log on and under "
+            f"py-spy ({profile['sample_rate']} samples/s of the job driver's main thread, waiting included). "
+            "Medians, seconds. The Python rows are inclusive (a span counts every sample with that function on "
+            "the stack) and overlap: the Delta write is also inside Tidemark's execute.\n\n"
+            + _table(["", "Tidemark ingest job", "plain batch"], rows))
+
+
 def targets_section(summary: dict) -> str:
     return _table(["target (reported, not asserted)", "measured", "met"],
                   [[t["target"], t["measured"], "yes" if t["met"] else "**no**"] for t in summary["targets"]])
@@ -397,6 +425,7 @@ def placeholders(results: dict) -> dict[str, str]:
         values["small_warm_seconds"] = str(small["summary"]["spark-connect"]["median_seconds"])
         values["small_submit_seconds"] = str(small["summary"]["spark-submit"]["median_seconds"])
         values["small_warm_speedup"] = str(small["summary"]["warm_speedup"])
+    values.update(_part_placeholders(results, summary))
     ledger = summary["ledger"]
     for key in ("plan_ratio", "state_ratio", "full_read_ratio"):
         if key in ledger:
@@ -406,6 +435,47 @@ def placeholders(results: dict) -> dict[str, str]:
             for metric in ("state_ms", "full_read_ms", "plan_ms", "write_ms_per_batch_recent"):
                 if r.get(metric) is not None:
                     values[f"{shape}_{r['batches']}_{metric}"] = _n(r[metric], 1)
+    return values
+
+
+def _part_placeholders(results: dict, summary: dict) -> dict[str, str]:
+    """``$sched_*``, ``$skew_*`` and ``$scale_*`` for the findings."""
+    values: dict[str, str] = {}
+    if sched := summary.get("scheduler"):
+        values["sched_run_seconds"] = _n(sched["run_seconds"]["median"], 1)
+        values["sched_trigger_seconds"] = _n(sched["trigger_to_end_seconds"]["median"], 1)
+        values["sched_empty_task_seconds"] = _n(sched["empty_task_seconds"]["median"], 2)
+        values["sched_empty_run_seconds"] = _n(sched["empty_run_seconds"]["median"], 2)
+        values["sched_empty_jvms"] = str(sched["empty_jvms_started"])
+        for task, v in sched["tasks"].items():
+            values[f"sched_task_{task}"] = _n(v["median"], 2)
+        for task, v in sched["empty_tasks"].items():
+            values[f"sched_empty_task_{task}"] = _n(v["median"], 2)
+        tasks = sum(v["median"] or 0 for v in sched["tasks"].values())
+        values["sched_tasks_total"] = _n(tasks, 1)
+        values["sched_gaps"] = _n(sched["run_seconds"]["median"] - tasks, 1)
+        if "dag_vs_job" in sched:
+            values["sched_dag_vs_job"] = f"{sched['dag_vs_job']:.2f}"
+            values["sched_job_seconds"] = _n(sched["job_seconds"], 1)
+            values["sched_overhead"] = _n(sched["run_seconds"]["median"] - sched["job_seconds"], 1)
+    if skew := part(results, "skew"):
+        m = skew["summary"]
+        values["skew_speedup"] = f"{m['split_speedup']:.2f}"
+        for key, short in (("split", "split"), ("one_task_per_partition", "whole")):
+            values[f"skew_{short}_seconds"] = _n(m[key]["median_seconds"], 1)
+            if m[key].get("median_machine_busy_share") is not None:
+                values[f"skew_{short}_busy"] = f"{m[key]['median_machine_busy_share']:.0%}"
+                values[f"skew_{short}_cpu"] = _n(m[key]["median_job_cpu_seconds"], 1)
+    if scale := part(results, "scale"):
+        m = scale["summary"]
+        for key in ("throughput_ratio", "jvm_rss_ratio", "python_rss_ratio"):
+            values[f"scale_{key}"] = f"{m[key]:.2f}"
+        for size, c in m["sizes"].items():
+            label = f"{int(size) // 1_000_000}m" if int(size) % 1_000_000 == 0 else size
+            values[f"scale_{label}_rps"] = _n(c["median_records_per_second"])
+            values[f"scale_{label}_seconds"] = _n(c["median_seconds"], 1)
+            values[f"scale_{label}_jvm_rss"] = _n(c["median_peak_jvm_rss_mb"])
+            values[f"scale_{label}_python_rss"] = _n(c["median_python_driver_rss_mb"])
     return values
 
 
@@ -444,7 +514,7 @@ def markdown(results: dict) -> str:
         "spark-submit of `tidemark run` (`tidemark_spark.submit.spark_submit_command`), i.e. "
         "`tidemark_spark/ingest.py` with its "
         "ledger check, read check, Delta commit with the idempotency marker and ledger commit; *Tidemark DAG*: the "
-        "whole `tidemark_ingest__<pipeline>` DAG with `airflow dags test` (plan, has_new_records, ingest, report);\n"
+        "whole `tidemark_ingest__<pipeline>` DAG with `airflow dags test` (plan, ingest, report);\n"
         "  2. *AvailableNow*: `bench/jobs/available_now.py`, Structured Streaming, Kafka source -> Delta sink, "
         "fresh checkpoint, `Trigger.AvailableNow`;\n"
         "  3. *plain batch*: `bench/jobs/plain_batch.py`, `spark.read` earliest -> latest, `append` to Delta;\n"
@@ -481,6 +551,8 @@ def markdown(results: dict) -> str:
         parts += ["## The DAG under a running scheduler", scheduler_section(results, summary)]
     if skew := part(results, "skew"):
         parts += ["## Skew", skew_section(skew)]
+    if profile := part(results, "profile"):
+        parts += ["## Profile of the raw path", profile_section(profile)]
     if scale := part(results, "scale"):
         parts += ["## Scale", scale_section(scale)]
     if kept := results.get("kept_from"):

@@ -5,7 +5,8 @@ Environment: BENCH_RECORDS (2,000,000), BENCH_RECORD_BYTES (300), BENCH_PARTITIO
 BENCH_REPEATS (3), BENCH_LEDGER_SIZES (10,1000,10000), BENCH_LEDGER_SMALL_COMMITS (1000),
 BENCH_SPARK_MASTER (local[2]), BENCH_DRIVER_MEMORY (1g), BENCH_WORK (.cache/bench), KAFKA_PORT (set
 by scripts/with_broker.sh), BENCH_SKIP (comma-separated parts to leave out: contenders, ledger,
-scheduler, skew, scale; a part left out keeps its results from the last bench.json, with their date),
+scheduler, skew, profile, scale; a part left out keeps its results from the last bench.json, with
+their date),
 BENCH_CONTENDERS (comma-separated contenders to run, default all: tidemark_job, tidemark_dag,
 available_now, plain_batch, consumer_perf; for a quick look at one of them).
 """
@@ -19,7 +20,7 @@ import os
 import time
 from collections.abc import Callable
 
-from bench import contenders, data, ledger_growth, machine, report, scale, scheduler, skew, stack
+from bench import contenders, data, ledger_growth, machine, profile_raw, report, scale, scheduler, skew, stack
 from bench.contenders import Result
 from bench.settings import RESULTS, BenchSettings, save_result
 
@@ -124,7 +125,10 @@ def main() -> None:
         save(results)
     else:
         _kept(results, previous, ("backlog", "runs", "empty_runs"))
-    if "scheduler" not in skip and topic is not None:
+    if "scheduler" not in skip:
+        if topic is None:  # the contenders were left out: a backlog of the same shape for this part
+            topic = f"bench_orders_{int(time.time())}"
+            results.setdefault("scheduler_backlog", data.produce_backlog(settings, topic))
         log.info("the DAG under a running scheduler (scripts/airflow.sh: LocalExecutor on PostgreSQL)")
         results["scheduler"] = scheduler.run(settings, topic, settings.records)
         save(results)
@@ -137,7 +141,7 @@ def main() -> None:
         save(results)
     else:
         _kept(results, previous, ("ledger_growth",))
-    for name, part in (("skew", skew), ("scale", scale)):
+    for name, part in (("skew", skew), ("profile", profile_raw), ("scale", scale)):
         if name in skip:
             _kept(results, previous, (name,))
             continue

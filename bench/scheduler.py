@@ -5,8 +5,11 @@ broker and backlog, with the default launcher (spark-submit, `local[2]`, 1g, as 
 Each repetition triggers one pipeline's DAG through the REST API (one pipeline per repetition, all on
 the backlog's topic, written before Airflow starts so the dag-processor has parsed them) and waits for
 it: the run's wall time as Airflow records it (start to end), the time from the trigger to the end,
-and every task's time. Then each DAG again with nothing new (an empty run): its task times and the
-JVMs started under the scheduler's process tree (sampled every 0.1 s), which must be none.
+and every task's time. In the same repetition, before or after it (alternating), the job alone (the
+`tidemark run` path: plan, then the ingest job's spark-submit) reads the same backlog on a pipeline of
+its own, with the same Airflow running beside it: the ratio compares the two under the same load.
+Then each DAG again with nothing new (an empty run): its task times and the JVMs started under the
+scheduler's process tree (sampled every 0.1 s), which must be none.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import stack
+from bench import contenders, stack
 from bench.measure import TreeSampler
 from bench.settings import ROOT, BenchSettings
 from tidemark_airflow.naming import ingest_dag_id
@@ -132,10 +135,12 @@ def run(settings: BenchSettings, topic: str, records: int) -> dict:
     """The DAG under a running scheduler, ``settings.repeats`` times on the backlog, then empty runs."""
     configs = [stack.add_pipeline(settings, f"bench_sched_{rep}", topic) for rep in range(1, settings.repeats + 1)]
     dag_ids = [ingest_dag_id(c.name) for c in configs]
-    runs, empty = [], []
+    runs, empty, jobs = [], [], []
     with Airflow(settings) as airflow:
         airflow.wait_for_dags(dag_ids)
         for rep, (config, dag_id) in enumerate(zip(configs, dag_ids, strict=True), start=1):
+            if rep % 2 == 0:
+                jobs.append(_job_alone(settings, topic, records, rep))
             log.info("repetition %d/%d: the DAG under the scheduler ...", rep, settings.repeats)
             result = airflow.run_dag(dag_id)
             found = stack.table_count(config.table_uri)
@@ -161,7 +166,17 @@ def run(settings: BenchSettings, topic: str, records: int) -> dict:
             log.info("repetition %d/%d: empty run %.1f s, task time %.1f s, %d JVM(s)", rep, settings.repeats,
                      nothing["run_seconds"], nothing["task_seconds"], nothing["jvms_started"])
             stack.remove_pipeline(settings, config)
+            if rep % 2:
+                jobs.append(_job_alone(settings, topic, records, rep))
         up_seconds = airflow.up_seconds
     return {"executor": "LocalExecutor", "database": "PostgreSQL", "airflow_up_seconds": up_seconds,
             "launcher": f"spark-submit, {settings.master}, driver memory {settings.driver_memory}",
-            "runs": runs, "empty_runs": empty}
+            "runs": runs, "empty_runs": empty, "job_alone": jobs}
+
+
+def _job_alone(settings: BenchSettings, topic: str, records: int, rep: int) -> dict:
+    log.info("repetition %d/%d: the job alone, Airflow running beside it ...", rep, settings.repeats)
+    result = contenders.tidemark_job(settings, topic, records, rep, name="bench_sched_job")
+    log.info("repetition %d/%d: the job alone: %.1f s", rep, settings.repeats, result.seconds)
+    return {"repetition": rep, "seconds": round(result.seconds, 3), "plan_seconds": result.extra["plan_seconds"],
+            **result.measurement.summary()}

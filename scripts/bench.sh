@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make bench`: bench/run.py against a fresh private broker (port BENCH_KAFKA_PORT, default 19292),
-# stopped afterwards (the contenders, the DAG under a running scheduler, ledger growth, skew, scale); then the JSON benchmark (bench/typed_json.py, against a fresh broker) unless
+# stopped afterwards (the contenders, the DAG under a running scheduler, ledger growth, skew, a profile of the raw path, scale); then the JSON benchmark (bench/typed_json.py, against a fresh broker) unless
 # BENCH_SKIP names `json`, and the Avro benchmark (scripts/bench_avro.sh: bench/avro.py against a fresh
 # broker and a private Schema Registry) unless BENCH_SKIP names `avro`, and the small-batch warm-path
 # benchmark (scripts/bench_small.sh: a private Spark Connect server) unless it names `small`. Knobs (BENCH_RECORDS,
@@ -10,6 +10,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 skipped() { case ",${BENCH_SKIP:-}," in *,"$1",*) return 0 ;; esac; return 1; }
+if ! skipped profile && [ ! -x .venv/bin/py-spy ]; then  # the profile part's sampler; a benchmark tool, not in the lock
+  .venv/bin/python -m pip install -q --disable-pip-version-check "py-spy==0.4.3"
+fi
 scripts/with_broker.sh bench "${BENCH_KAFKA_PORT:-19292}" .venv/bin/python -m bench.run
 if ! skipped json; then
   scripts/with_broker.sh bench "${BENCH_KAFKA_PORT:-19292}" .venv/bin/python -m bench.typed_json

@@ -1,5 +1,6 @@
-"""One ingest DAG per pipeline: plan -> has_new_records -> ingest (Spark) -> report; the ingest task's
-outlet is the output table (an Airflow Asset: one event per committed batch).
+"""One ingest DAG per pipeline: plan -> ingest (Spark) -> report; the plan task skips the ingest task
+when there is nothing to read (no Spark launch); the ingest task's outlet is the output table (an
+Airflow Asset: one event per committed batch).
 Declarative: building a DAG reads nothing but the pipeline config (no Kafka, Delta or Spark)."""
 
 from __future__ import annotations
@@ -79,9 +80,10 @@ def build_ingest_dag(config: PipelineConfig):
              catchup=False, params=trigger_form(),
              max_active_runs=1, default_args=default_args, doc_md=doc_md(config),
              tags=["tidemark", f"pipeline:{config.name}"], description=f"Kafka -> Delta: {config.name}") as dag:
-        plan = PythonOperator(task_id="plan", python_callable=tasks.plan, op_kwargs={"pipeline": config.name})
-        gate = ShortCircuitOperator(task_id="has_new_records", python_callable=tasks.has_new_records,
-                                    op_args=[plan.output], ignore_downstream_trigger_rules=False)
+        # One task both plans and decides: an empty plan skips the ingest task (not the report), so an
+        # empty run costs one task launch less than a separate gate task.
+        plan = ShortCircuitOperator(task_id="plan", python_callable=tasks.plan, op_kwargs={"pipeline": config.name},
+                                    ignore_downstream_trigger_rules=False)
         ingest = TidemarkIngestOperator(
             task_id="ingest", conn_id=config.spark_conn_id, kafka_conn_id=config.kafka_conn_id,
             storage_conn_id=config.storage_conn_id,
@@ -90,7 +92,7 @@ def build_ingest_dag(config: PipelineConfig):
             driver_memory="1g", name=f"tidemark-{config.name}", outlets=[table_asset(config)])
         report = PythonOperator(task_id="report", python_callable=tasks.report,
                                 op_kwargs={"pipeline": config.name}, trigger_rule="none_failed")
-        plan >> gate >> ingest >> report
+        plan >> ingest >> report
     return dag
 
 

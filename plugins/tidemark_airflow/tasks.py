@@ -9,7 +9,6 @@ import logging
 
 from tidemark import settings
 from tidemark.batch import (
-    BatchPlan,
     ResetRequest,
     mirror_to_consumer_group,
     partition_status,
@@ -52,9 +51,10 @@ def pipeline_config(pipeline: str) -> PipelineConfig:
 
 
 @fail_fast_on_terminal_errors
-def plan(pipeline: str, **context) -> str:
+def plan(pipeline: str, **context) -> str | None:
     """Recover an unfinished batch or freeze the next one (incremental, capped or backfill, from the
-    trigger form or the native backfill's data interval); returns the plan as JSON (no secrets)."""
+    trigger form or the native backfill's data interval); returns the plan as JSON (no secrets), or
+    None when there is nothing to read: the task (a short-circuit) then skips the ingest task."""
     config = pipeline_config(pipeline)
     ti, dag_id = context["ti"], context["dag"].dag_id
     dag_run = context["dag_run"]
@@ -79,12 +79,8 @@ def plan(pipeline: str, **context) -> str:
                               schemas=schema_registry(config))
     if batch.is_empty:
         log.info("pipeline '%s': nothing to read; the ingest task will be skipped (no Spark launch)", pipeline)
+        return None
     return batch.to_json()
-
-
-def has_new_records(plan_json: str) -> bool:
-    """Short-circuit: skip Spark when the plan has no offsets to read."""
-    return not BatchPlan.from_json(plan_json).is_empty
 
 
 @fail_fast_on_terminal_errors

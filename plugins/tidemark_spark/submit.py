@@ -25,15 +25,22 @@ DEFAULT_CONF = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgre
                 "spark.sql.redaction.options.regex": "(?i)url|jaas|password|secret|token"}
 
 
+SPARK_CONF_DIR = str(Path(__file__).resolve().parent / "conf")
+"""Tidemark's Spark configuration folder: its log4j2.properties keeps the Kafka client's per-seek INFO
+lines out of the job's output (and so out of the Airflow task log)."""
+
+
 def local_spark_env() -> dict[str, str]:
-    """Environment for spark-submit from this virtualenv: the pip-installed Spark as SPARK_HOME
-    and this interpreter for the driver and Python workers."""
+    """Environment for spark-submit from this virtualenv: the pip-installed Spark as SPARK_HOME,
+    this interpreter for the driver and Python workers, and Tidemark's configuration folder unless
+    SPARK_CONF_DIR is already set (then the caller's logging and spark-defaults apply)."""
     import importlib.util
 
     spec = importlib.util.find_spec("pyspark")
     spark_home = os.path.dirname(spec.origin) if spec and spec.origin else ""
     return {"SPARK_HOME": os.environ.get("SPARK_HOME", spark_home), "PYSPARK_PYTHON": sys.executable,
-            "PYSPARK_DRIVER_PYTHON": sys.executable}
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "SPARK_CONF_DIR": os.environ.get("SPARK_CONF_DIR", SPARK_CONF_DIR)}
 
 
 def core_archive() -> str:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tidemark.errors import KafkaUnavailableError
@@ -74,3 +76,15 @@ def test_reset_needs_exactly_one_scenario(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["offsets", "reset", "o"])
     assert "one of the arguments" in capsys.readouterr().err
+
+
+def test_spark_jobs_log_the_kafka_client_at_warn_unless_the_caller_has_a_spark_conf_dir(monkeypatch, tmp_path):
+    from tidemark_spark.submit import SPARK_CONF_DIR, local_spark_env
+
+    monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
+    assert local_spark_env()["SPARK_CONF_DIR"] == SPARK_CONF_DIR
+    lines = (Path(SPARK_CONF_DIR) / "log4j2.properties").read_text().splitlines()
+    assert "logger.kafka.name = org.apache.kafka" in lines and "logger.kafka.level = warn" in lines
+    assert "rootLogger.level = info" in lines  # Spark's own progress stays
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    assert local_spark_env()["SPARK_CONF_DIR"] == str(tmp_path)
