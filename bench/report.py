@@ -466,10 +466,28 @@ def _part_placeholders(results: dict, summary: dict) -> dict[str, str]:
             if m[key].get("median_machine_busy_share") is not None:
                 values[f"skew_{short}_busy"] = f"{m[key]['median_machine_busy_share']:.0%}"
                 values[f"skew_{short}_cpu"] = _n(m[key]["median_job_cpu_seconds"], 1)
+    if profile := part(results, "profile"):
+        spans = {"session": "Spark session start (getOrCreate)",
+                 "save": "the Delta write (DataFrameWriter.save: the one pass over Kafka)",
+                 "checks": "Tidemark: output marker and frozen-plan checks before the read (delta-rs)",
+                 "finalize": "Tidemark: finalize (tables checked against the frozen ranges, ledger commit)"}
+        for short, name in (("job", "tidemark_job"), ("plain", "plain_batch")):
+            m = profile["summary"][name]
+            values[f"prof_{short}_wall"] = _n(m["wall_seconds"], 1)
+            values[f"prof_{short}_first_job"] = _n(m["jvm_start_to_first_job_seconds"], 1)
+            values[f"prof_{short}_jobs"] = _n(m["jobs_seconds"], 1)
+            values[f"prof_{short}_cpu"] = _n(m["task_cpu_seconds"], 1)
+            values[f"prof_{short}_gc"] = _n(m["task_gc_seconds"], 1)
+            for key, label in spans.items():
+                values[f"prof_{short}_{key}"] = _n(m["python_spans"].get(label), 2)
     if scale := part(results, "scale"):
         m = scale["summary"]
         for key in ("throughput_ratio", "jvm_rss_ratio", "python_rss_ratio"):
             values[f"scale_{key}"] = f"{m[key]:.2f}"
+        ordered = sorted(m["sizes"].items(), key=lambda kv: int(kv[0]))
+        if len(ordered) >= 3:  # the two largest: does the RSS still grow once the heap has filled?
+            (_, mid), (_, top) = ordered[-2], ordered[-1]
+            values["scale_jvm_rss_ratio_top"] = f"{top['median_peak_jvm_rss_mb'] / mid['median_peak_jvm_rss_mb']:.2f}"
         for size, c in m["sizes"].items():
             label = f"{int(size) // 1_000_000}m" if int(size) % 1_000_000 == 0 else size
             values[f"scale_{label}_rps"] = _n(c["median_records_per_second"])

@@ -295,7 +295,7 @@ def fail_on_bad_records(rows: DataFrame) -> DataFrame:
 
 def write_output_tallying(rows: DataFrame, plan: BatchPlan) -> tuple[dict[TopicPartition, Tally], int] | None:
     """Write the batch's good rows in one pass over Kafka while Spark tallies every row it read, good
-    and bad, per partition of the plan (records, bad records, offset span): one aggregate per
+    and bad, per partition of the plan (records, bad records, offset span, bad records' span): one aggregate per
     partition and measure, so nothing is grouped or shuffled. Also returns how many records belong to
     no partition of the plan (never expected). None when Delta skipped the write (the output already
     holds the batch)."""
@@ -307,13 +307,16 @@ def write_output_tallying(rows: DataFrame, plan: BatchPlan) -> tuple[dict[TopicP
         here = F.col("kafka_partition") == r.partition
         if not one_topic:
             here = (F.col("kafka_topic") == r.topic) & here
-        offset = F.when(here, F.col("kafka_offset"))
-        aggregates += [F.count_if(here).alias(f"n{i}"), F.count_if(here & F.col("error").isNotNull()).alias(f"b{i}"),
-                       F.min(offset).alias(f"lo{i}"), F.max(offset).alias(f"hi{i}")]
+        bad = here & F.col("error").isNotNull()
+        offset, bad_offset = F.when(here, F.col("kafka_offset")), F.when(bad, F.col("kafka_offset"))
+        aggregates += [F.count_if(here).alias(f"n{i}"), F.count_if(bad).alias(f"b{i}"),
+                       F.min(offset).alias(f"lo{i}"), F.max(offset).alias(f"hi{i}"),
+                       F.min(bad_offset).alias(f"blo{i}"), F.max(bad_offset).alias(f"bhi{i}")]
     observed = _write_observed(rows, plan, *aggregates)
     if observed is None:
         return None
-    tallies = {r.tp: Tally(int(observed[f"n{i}"]), int(observed[f"b{i}"]), observed[f"lo{i}"], observed[f"hi{i}"])
+    tallies = {r.tp: Tally(int(observed[f"n{i}"]), int(observed[f"b{i}"]), observed[f"lo{i}"], observed[f"hi{i}"],
+                           observed[f"blo{i}"], observed[f"bhi{i}"])
                for i, r in enumerate(plan.ranges) if observed[f"n{i}"]}
     return tallies, int(observed["total"]) - sum(t.records for t in tallies.values())
 

@@ -1,6 +1,7 @@
-"""One ingest DAG per pipeline: plan -> ingest (Spark) -> report; the plan task skips the ingest task
-when there is nothing to read (no Spark launch); the ingest task's outlet is the output table (an
-Airflow Asset: one event per committed batch).
+"""One ingest DAG per pipeline, two tasks: plan -> ingest (Spark). The plan task skips the ingest task
+when there is nothing to read (no Spark launch); either task ends the run with the report (offsets
+mirrored to the consumer group, lag logged). The ingest task's outlet is the output table (an Airflow
+Asset: one event per committed batch).
 Declarative: building a DAG reads nothing but the pipeline config (no Kafka, Delta or Spark)."""
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def timetable(schedule: str | None):
 
 
 def build_ingest_dag(config: PipelineConfig):
-    from airflow.providers.standard.operators.python import PythonOperator, ShortCircuitOperator
+    from airflow.providers.standard.operators.python import ShortCircuitOperator
     from airflow.sdk import DAG
 
     from tidemark_airflow import tasks
@@ -80,8 +81,9 @@ def build_ingest_dag(config: PipelineConfig):
              catchup=False, params=trigger_form(),
              max_active_runs=1, default_args=default_args, doc_md=doc_md(config),
              tags=["tidemark", f"pipeline:{config.name}"], description=f"Kafka -> Delta: {config.name}") as dag:
-        # One task both plans and decides: an empty plan skips the ingest task (not the report), so an
-        # empty run costs one task launch less than a separate gate task.
+        # Two tasks, since each task launch costs a process start and a DAG parse: the plan task also
+        # decides (an empty plan skips the ingest task) and reports an empty run; the ingest task
+        # reports after its commit.
         plan = ShortCircuitOperator(task_id="plan", python_callable=tasks.plan, op_kwargs={"pipeline": config.name},
                                     ignore_downstream_trigger_rules=False)
         ingest = TidemarkIngestOperator(
@@ -90,9 +92,7 @@ def build_ingest_dag(config: PipelineConfig):
             isolation_level=config.isolation_level,
             conf={**DEFAULT_CONF, **config.spark_conf},
             driver_memory="1g", name=f"tidemark-{config.name}", outlets=[table_asset(config)])
-        report = PythonOperator(task_id="report", python_callable=tasks.report,
-                                op_kwargs={"pipeline": config.name}, trigger_rule="none_failed")
-        plan >> ingest >> report
+        plan >> ingest
     return dag
 
 

@@ -12,10 +12,12 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from tidemark import storage
 from tidemark.batch import BatchPlan, batch_summary
+from tidemark.config import find_pipeline
 from tidemark.connections import spark_connect_address
-from tidemark.errors import ConfigError
+from tidemark.errors import ConfigError, TidemarkError
 from tidemark.settings import require_spark_jars
 from tidemark_airflow.connections import kafka_properties, object_store, spark_master
+from tidemark_airflow.tasks import report
 from tidemark_spark.ingest import TERMINAL_EXIT_CODE
 from tidemark_spark.submit import INGEST_SCRIPT, core_archive, is_spark_connect, job_arguments, local_spark_env
 
@@ -46,8 +48,9 @@ SECRET_ENV_VARS = ("TIDEMARK_KAFKA_PROPERTIES", storage.ENV_VAR)
 
 
 class TidemarkIngestOperator(SparkSubmitOperator):
-    """Runs the ingest job (``tidemark_spark/ingest.py``) for the batch the ``plan`` task froze. A
-    job that ends on a terminal error (exit code ``TERMINAL_EXIT_CODE``: bad records under
+    """Runs the ingest job (``tidemark_spark/ingest.py``) for the batch the ``plan`` task froze, then
+    reports (offsets mirrored to the consumer group, lag logged; best effort). A job that ends on a
+    terminal error (exit code ``TERMINAL_EXIT_CODE``: bad records under
     ``on_bad_record: fail``, another run holding the pipeline, refused credentials...) fails the
     task at once; any other failure is left to Airflow's retries."""
 
@@ -100,6 +103,13 @@ class TidemarkIngestOperator(SparkSubmitOperator):
             self._hook = None  # it holds a copy
         storage.configure(store)
         self.describe_asset_events(context, plan)
+        try:
+            config = find_pipeline(plan.pipeline)
+        except TidemarkError as exc:  # the batch is committed: the report is best effort
+            self.log.warning("pipeline '%s': batch %d is committed; no offset report (%s)", plan.pipeline,
+                             plan.batch_id, exc)
+        else:
+            report(config, properties)
         return result
 
     def run_on_spark_connect(self, plan: BatchPlan, url: str, properties: dict[str, str]) -> None:

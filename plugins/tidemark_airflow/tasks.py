@@ -54,7 +54,8 @@ def pipeline_config(pipeline: str) -> PipelineConfig:
 def plan(pipeline: str, **context) -> str | None:
     """Recover an unfinished batch or freeze the next one (incremental, capped or backfill, from the
     trigger form or the native backfill's data interval); returns the plan as JSON (no secrets), or
-    None when there is nothing to read: the task (a short-circuit) then skips the ingest task."""
+    None when there is nothing to read: the task (a short-circuit) then skips the ingest task, after
+    reporting the pipeline's offsets and lag (``report``) as the ingest task does after a commit."""
     config = pipeline_config(pipeline)
     ti, dag_id = context["ti"], context["dag"].dag_id
     dag_run = context["dag_run"]
@@ -79,18 +80,25 @@ def plan(pipeline: str, **context) -> str | None:
                               schemas=schema_registry(config))
     if batch.is_empty:
         log.info("pipeline '%s': nothing to read; the ingest task will be skipped (no Spark launch)", pipeline)
+        report(config, properties)
         return None
     return batch.to_json()
 
 
-@fail_fast_on_terminal_errors
-def report(pipeline: str, **context) -> list[dict]:
-    """Log committed offsets and lag per partition after the run; returns the same rows."""
-    config = pipeline_config(pipeline)
-    properties = kafka_properties(config.kafka_conn_id, config.name)
-    mirror_to_consumer_group(config, properties)
-    rows = partition_status(config, properties)
-    log.info("pipeline '%s' after this run (table %s, ledger %s):", pipeline, config.table_uri,
+def report(config: PipelineConfig, properties: dict[str, str]) -> list[dict]:
+    """After every run (by the ingest task after its commit, by the plan task when there was nothing
+    to read): mirror the committed offsets to the pipeline's consumer group and log committed offset,
+    latest offset and lag per partition. Best effort: the batch is committed (or there was none), so a
+    failure here is a warning, and the next run mirrors again."""
+    try:
+        mirror_to_consumer_group(config, properties)
+        rows = partition_status(config, properties)
+    except Exception as exc:
+        log.warning("pipeline '%s': could not mirror the committed offsets to its consumer group or read the lag "
+                    "(%s); the data and the ledger are not affected, and the next run mirrors again", config.name,
+                    exc)
+        return []
+    log.info("pipeline '%s' after this run (table %s, ledger %s):", config.name, config.table_uri,
              settings.ledger_uri())
     for row in rows:
         log.info("  %s:%s committed=%s latest=%s lag=%s last_batch=%s", row["topic"], row["partition"],

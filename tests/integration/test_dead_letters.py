@@ -113,3 +113,23 @@ def test_the_one_parse_flags_exactly_the_values_the_full_checks_reject(spark):
     expected = {r.offset: r.e for r in full.select("offset", F.when(message != "", message).alias("e")).collect()}
     assert got == expected
     assert sum(e is not None for e in got.values()) == 24  # the table above: 10 good values, 24 bad
+
+
+def test_a_burst_of_bad_records_is_read_again_alone_for_the_dead_letters(kafka_bootstrap, spark, lake, caplog):
+    topic = helpers.create_topic(helpers.unique("burst"), partitions=2)
+    good = [json.dumps({"order_id": i, "amount": 1.0}).encode() for i in range(40)]
+    helpers.produce_values(topic, good[:20] + [v for v, _ in POISON[:3]] + good[20:], partition=0)
+    helpers.produce_values(topic, good[:5], partition=1)
+    config = json_pipeline(topic)
+    plan = prepare_batch(config, props())
+    with caplog.at_level("INFO", logger="tidemark"):
+        execute_batch(spark, plan, props(), "read_committed")
+
+    assert f"read again: {topic}:0 [20, 23))" in caplog.text  # the burst, not the partition or the batch
+    dead = spark.read.format("delta").load(config.dead_letter_uri).orderBy("kafka_offset").collect()
+    assert [(r.kafka_partition, r.kafka_offset, r.value) for r in dead] == [
+        (0, 20 + i, v) for i, (v, _) in enumerate(POISON[:3])]
+    assert spark.read.format("delta").load(config.table_uri).count() == 45
+    rows = {r.partition: r for r in Ledger(settings.ledger_uri()).rows(topic)}
+    assert (rows[0].record_count, rows[0].dead_letter_count) == (43, 3)
+    assert (rows[1].record_count, rows[1].dead_letter_count) == (5, 0)

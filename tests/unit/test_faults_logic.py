@@ -153,3 +153,14 @@ def test_a_ledger_without_the_topic_id_column_is_read_and_gains_it_on_append(tmp
         (1, COMMITTED, 5, None), (2, COMMITTED, 9, "id-a")]
     assert ledger.state("p").positions == {A0: 9}
     assert PLANNED not in {r.status for r in rows}
+
+
+def test_dead_letters_are_read_again_only_from_the_first_to_the_last_bad_record_of_each_partition():
+    from tidemark.batch.execute import bad_spans
+
+    ranges = [OffsetRange("t", 0, 100, 200), OffsetRange("t", 1, 0, 50), OffsetRange("t", 2, 10, 20)]
+    plan = BatchPlan("p", 3, "/out", "/ledger", ranges)
+    tallies = {TP("t", 0): Tally(100, 3, 100, 199, 140, 152),  # a burst
+               TP("t", 1): Tally(50, 0, 0, 49),  # no bad record: not read again
+               TP("t", 2): Tally(10, 2, 10, 19)}  # no span known (an older tally): its whole range
+    assert bad_spans(plan, tallies) == [OffsetRange("t", 0, 140, 153), OffsetRange("t", 2, 10, 20)]

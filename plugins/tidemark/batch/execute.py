@@ -40,7 +40,7 @@ from tidemark.errors import (
     ReconciliationError,
 )
 from tidemark.ledger import Ledger
-from tidemark.offsets import TopicPartition
+from tidemark.offsets import OffsetRange, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -194,13 +194,30 @@ def write_checked_in_one_pass(spark, rows, plan: BatchPlan, properties: Mapping[
              plan.total_offsets)
     crash.crash_point(crash.AFTER_OUTPUT_COMMIT)
     if bad:
-        only = dataclasses.replace(plan, ranges=[r for r in plan.ranges if r.tp in bad])
+        only = dataclasses.replace(plan, ranges=bad_spans(plan, tallies))
         with kafka_errors(plan):
             spark_io.write_dead_letters(_read_rows(spark, only, properties, isolation_level), plan)
-        log.info("pipeline '%s': %d dead letters written to %s (from %d partition(s) read again)", plan.pipeline,
-                 sum(bad.values()), plan.dead_letter_uri, len(bad))
+        log.info("pipeline '%s': %d dead letters written to %s (read again: %s)", plan.pipeline, sum(bad.values()),
+                 plan.dead_letter_uri, ", ".join(f"{r.tp} [{r.start}, {r.end})" for r in only.ranges))
     crash.crash_point(crash.AFTER_DEAD_LETTERS)
     return tallies
+
+
+def bad_spans(plan: BatchPlan, tallies: dict[TopicPartition, Tally]) -> list[OffsetRange]:
+    """What to read again for the dead letters: per partition with bad records, from its first bad
+    record to its last (all of its range when the tally has no span). A burst of bad records (a
+    broken deploy of a producer) costs a read of the burst, not of the batch."""
+    spans = []
+    for r in plan.ranges:
+        t = tallies.get(r.tp)
+        if t is None or not t.bad:
+            continue
+        if t.bad_min_offset is None or t.bad_max_offset is None:
+            spans.append(r)
+        else:
+            spans.append(OffsetRange(r.topic, r.partition, max(r.start, t.bad_min_offset),
+                                     min(r.end, t.bad_max_offset + 1)))
+    return spans
 
 
 def complete_dead_letters(spark, plan: BatchPlan, properties: Mapping[str, str], isolation_level: str) -> None:

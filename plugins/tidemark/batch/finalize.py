@@ -28,6 +28,9 @@ class Tally:
     bad: int
     min_offset: int | None
     max_offset: int | None
+    bad_min_offset: int | None = None
+    """The first and last bad record's offsets (when Spark tallied them): the dead letters lie within."""
+    bad_max_offset: int | None = None
 
 
 def batch_tallies(table_uri: str | None, batch_id: int) -> dict[TopicPartition, Tally]:
