@@ -515,8 +515,8 @@ def markdown(results: dict) -> str:
         "`BENCH_REPEATS` (3), `BENCH_LEDGER_SIZES` (10,1000,10000), `BENCH_LEDGER_SMALL_COMMITS` (1000), "
         "`BENCH_DRIVER_MEMORY` (1g), `BENCH_SCALE_SIZES` (2000000,6000000,12000000), `BENCH_SCALE_REPEATS` "
         "(`BENCH_REPEATS`), `BENCH_SPLIT_OFFSETS` (500000), `BENCH_SKIP` (`contenders`, `scheduler`, `ledger`, "
-        "`skew`, `scale`, `json`, `avro`, `small`: the parts not to run; a part of `bench.run` left out keeps its "
-        "last results). Work files go to `.cache/bench` "
+        "`skew`, `profile`, `scale`, `json`, `avro`, `small`: the parts not to run; a part of `bench.run` left "
+        "out keeps its last results). Work files go to `.cache/bench` "
         "(its own lake, pipelines folder and Airflow home), results to `bench/results/bench.json`, this page and "
         "`docs/benchmarks.png`.",
         "## Method",
