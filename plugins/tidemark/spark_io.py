@@ -40,6 +40,12 @@ def kafka_source_options(plan: BatchPlan, properties: Mapping[str, str],
     for key in ("kafka.default.api.timeout.ms", "kafka.request.timeout.ms", "kafkaConsumer.pollTimeoutMs"):
         options.setdefault(key, half_ms)
     options.setdefault("fetchOffset.numRetries", "1")
+    # A Spark task's consumer reaches the end of its range with a fetch in flight that the broker
+    # holds for fetch.max.wait.ms (500 ms by default) for records that are not there: half a second
+    # per task, most of a small batch's write (10,000 records on 8 partitions, on a warm Spark
+    # Connect server: 2.7 s, 0.7 s at 10 ms). With records available the broker answers at once
+    # either way. The connection's own setting wins.
+    options.setdefault("kafka.fetch.max.wait.ms", "10")
     options.update(spark_kafka_options(plan.ranges))
     split = spark_min_partitions(plan.ranges, plan.max_offsets_per_task)
     if split:

@@ -102,3 +102,10 @@ def test_the_ingest_task_refuses_storage_keys_where_they_would_reach_the_command
             refuse_credentials_on_the_command_line(master, plain, "p", keys)
         refuse_credentials_on_the_command_line(master, plain, "p", ObjectStore(region="eu-west-1"))  # a role
     refuse_credentials_on_the_command_line("spark://master:7077", plain, "p", keys)
+
+
+def test_the_spark_source_ends_its_ranges_without_waiting_on_the_broker_unless_the_connection_says_otherwise():
+    plan = BatchPlan("p", 1, "/t", "/l", [OffsetRange("t", 0, 0, 5)])
+    assert kafka_source_options(plan, {"bootstrap.servers": "h:9092"})["kafka.fetch.max.wait.ms"] == "10"
+    mine = kafka_source_options(plan, {"bootstrap.servers": "h:9092", "fetch.max.wait.ms": "200"})
+    assert mine["kafka.fetch.max.wait.ms"] == "200"
