@@ -458,6 +458,8 @@ def _part_placeholders(results: dict, summary: dict) -> dict[str, str]:
             values["sched_dag_vs_job"] = f"{sched['dag_vs_job']:.2f}"
             values["sched_job_seconds"] = _n(sched["job_seconds"], 1)
             values["sched_overhead"] = _n(sched["run_seconds"]["median"] - sched["job_seconds"], 1)
+            values["sched_best_run"] = _n(sched["run_seconds"]["min"], 1)
+            values["sched_best_ratio"] = f"{sched['job_seconds'] / sched['run_seconds']['min']:.2f}"
     if skew := part(results, "skew"):
         m = skew["summary"]
         values["skew_speedup"] = f"{m['split_speedup']:.2f}"
@@ -480,6 +482,13 @@ def _part_placeholders(results: dict, summary: dict) -> dict[str, str]:
             values[f"prof_{short}_gc"] = _n(m["task_gc_seconds"], 1)
             for key, label in spans.items():
                 values[f"prof_{short}_{key}"] = _n(m["python_spans"].get(label), 2)
+    if typed := part(results, "typed_json"):
+        m = typed["summary"]
+        values["json_vs_now"] = f"{m['ratios'].get('tidemark_json/available_now_json', 0):.2f}"
+        values["json_vs_batch"] = f"{m['ratios'].get('tidemark_json/plain_batch_json', 0):.2f}"
+        for key, short in (("startup", "startup"), ("write_output_and_tally", "write"), ("dead_letters", "dead"),
+                           ("ledger_commit", "ledger")):
+            values[f"json_{short}"] = _n(m.get("tidemark_phases", {}).get(key), 2)
     if scale := part(results, "scale"):
         m = scale["summary"]
         for key in ("throughput_ratio", "jvm_rss_ratio", "python_rss_ratio"):
