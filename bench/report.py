@@ -572,7 +572,7 @@ def markdown(results: dict) -> str:
         "the pipeline into Python, then `derive_state`); *plan call* is `prepare_batch` on a topic with nothing new "
         "(ledger read, Kafka metadata and offsets).",
         ledger_section(summary),
-        "![throughput, empty runs and ledger growth](benchmarks.png)",
+        "![throughput, ledger growth and scale](benchmarks.png)",
     ]
     if results.get("scheduler"):
         parts += ["## The DAG under a running scheduler", scheduler_section(results, summary)]
@@ -698,7 +698,10 @@ def chart(results: dict) -> None:
     import matplotlib.pyplot as plt
 
     summary = results["summary"]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 5.5))
+    scale = part(results, "scale")
+    extra = scale is not None
+    fig, axes = plt.subplots(1, 3 if extra else 2, figsize=(21 if extra else 14, 5.5))
+    left, right = axes[0], axes[1]
     names = list(summary["contenders"])
     medians = [summary["contenders"][n]["records_per_second"]["median"] / 1000 for n in names]
     lows = [m - summary["contenders"][n]["records_per_second"]["min"] / 1000 for n, m in zip(names, medians,
@@ -729,9 +732,32 @@ def chart(results: dict) -> None:
     right.set_ylabel("milliseconds (median)")
     right.set_title("Ledger growth")
     right.legend(fontsize=8)
+    if scale is not None:
+        _chart_scale(axes[2], scale)
     fig.tight_layout()
     fig.savefig(CHART, dpi=110)
     plt.close(fig)
+
+
+def _chart_scale(ax, scale: dict) -> None:
+    """Throughput (left axis) and peak memory (right axis) per batch size."""
+    sizes = sorted(scale["summary"]["sizes"].items(), key=lambda kv: int(kv[0]))
+    xs = [int(k) / 1e6 for k, _ in sizes]
+    ax.plot(xs, [v["median_records_per_second"] / 1000 for _, v in sizes], "o-", label="records/s (thousands)")
+    ax.set_xlabel("records in the batch (millions)")
+    ax.set_ylabel("thousand records/s (median)")
+    memory = ax.twinx()
+    memory.plot(xs, [v["median_peak_jvm_rss_mb"] for _, v in sizes], "s--", color="#d62728",
+                label="driver JVM peak RSS, MB")
+    memory.plot(xs, [v["median_python_driver_rss_mb"] for _, v in sizes], "^:", color="#2ca02c",
+                label="Python driver peak RSS, MB")
+    memory.set_ylabel("MB (median)")
+    memory.set_ylim(bottom=0)
+    ax.set_ylim(bottom=0)
+    ax.set_title("Scale: one batch of each size")
+    lines = ax.get_legend_handles_labels()
+    more = memory.get_legend_handles_labels()
+    ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=8, loc="lower right")
 
 
 def write(results: dict) -> None:
