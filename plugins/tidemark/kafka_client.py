@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import time
 from collections.abc import Iterable, Iterator, Mapping
 
 from tidemark.errors import ConfigError, KafkaAuthenticationError, KafkaUnavailableError, UnknownTopicError
@@ -166,26 +167,34 @@ class KafkaOffsets:
         # enough to see the broker's answer to a SASL exchange, which it does not always get on one try.
         kwargs.setdefault("reconnect_backoff_max_ms", 1000)
         servers = ",".join(kwargs["bootstrap_servers"])
-        try:
-            with _watch_authentication() as auth:
-                self._consumer = KafkaConsumer(
-                    isolation_level=isolation_level,
-                    enable_auto_commit=False,
-                    **kwargs,
-                )
-        except KafkaConfigurationError as exc:
-            raise ConfigError(f"the Kafka connection's properties are not valid: {exc}",
-                              pipeline=pipeline) from None
-        except KafkaError as exc:
-            if auth.failure is not None:
-                raise authentication_error(servers, auth.failure, pipeline) from None
-            sasl = str(kwargs.get("security_protocol", "")).startswith("SASL")
-            raise KafkaUnavailableError(
-                f"cannot reach Kafka at {servers} within {timeout_ms} ms ({type(exc).__name__}: {exc}); "
-                f"check the Kafka connection{' (and its SASL credentials)' if sasl else ''} and that the brokers "
-                f"are up. Nothing was read or committed.",
-                pipeline=pipeline,
-            ) from None
+        sasl = str(kwargs.get("security_protocol", "")).startswith("SASL")
+        deadline = time.monotonic() + timeout_ms / 1000
+        with _watch_authentication() as auth:
+            while True:
+                try:
+                    self._consumer = KafkaConsumer(isolation_level=isolation_level, enable_auto_commit=False,
+                                                   **kwargs)
+                    return
+                except KafkaConfigurationError as exc:
+                    raise ConfigError(f"the Kafka connection's properties are not valid: {exc}",
+                                      pipeline=pipeline) from None
+                except KafkaError as exc:
+                    if auth.failure is not None:
+                        raise authentication_error(servers, auth.failure, pipeline) from None
+                    left_ms = int((deadline - time.monotonic()) * 1000)
+                    # Over SASL a refused login sometimes reaches kafka-python as a bare disconnect, and
+                    # the client can give up before it has seen the broker's answer: try again while the
+                    # timeout lasts, so a wrong password is named as one, not as an unreachable Kafka.
+                    if sasl and left_ms > 1000:
+                        kwargs["bootstrap_timeout_ms"] = left_ms
+                        time.sleep(0.2)
+                        continue
+                    raise KafkaUnavailableError(
+                        f"cannot reach Kafka at {servers} within {timeout_ms} ms ({type(exc).__name__}: {exc}); "
+                        f"check the Kafka connection{' (and its SASL credentials)' if sasl else ''} and that the "
+                        f"brokers are up. Nothing was read or committed.",
+                        pipeline=pipeline,
+                    ) from None
 
     def close(self) -> None:
         self._consumer.close()
