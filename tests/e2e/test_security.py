@@ -335,7 +335,11 @@ def test_a_wrong_password_fails_clearly_without_echoing_it_and_loses_nothing(sas
     # 2. the CLI: exit code 2 and the same message
     shown = stack.tidemark("offsets", "show", bad)
     outputs["offsets show (wrong)"] = process_output(shown)
-    assert shown.returncode == 2 and "refused the credentials of the Kafka connection" in shown.stderr
+    # exit code 2 either way; the wording depends on what kafka-python saw: over SASL a refused login
+    # sometimes reaches it only as disconnects (steps 1 and 3 check the "refused" wording)
+    assert shown.returncode == 2
+    assert ("refused the credentials of the Kafka connection" in shown.stderr
+            or "check the Kafka connection (and its SASL credentials)" in shown.stderr), shown.stderr[-2000:]
 
     # 3. Spark: a batch frozen with the right password, read with a wrong one. The freeze runs in a
     # process of its own on purpose: step 4 needs the batch's owner to be gone.
