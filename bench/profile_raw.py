@@ -33,7 +33,7 @@ import psutil
 from bench import data, machine, stack
 from bench.contenders import JOBS
 from bench.measure import check, run_measured
-from bench.settings import BIN, BenchSettings, save_result
+from bench.settings import BIN, BenchSettings
 from tidemark.batch.prepare import prepare_batch
 
 log = logging.getLogger("bench")
@@ -221,13 +221,7 @@ def run(settings: BenchSettings) -> dict:
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    settings = BenchSettings.from_env()
-    stack.reset_work(settings)
-    stack.configure_environment(settings)
-    out = run(settings)
-    save_result("profile.json", out)
-    print(json.dumps(out["summary"], indent=2))
+    stack.run_alone(run, "profile.json")
 
 
 if __name__ == "__main__":

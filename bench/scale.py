@@ -12,7 +12,6 @@ driver, per size; every output is counted back. Results: bench/results/scale.jso
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import os
 import statistics
@@ -20,7 +19,7 @@ import time
 
 from bench import data, machine, stack
 from bench.measure import check, run_measured
-from bench.settings import BenchSettings, save_result
+from bench.settings import BenchSettings
 from tidemark.batch.prepare import prepare_batch
 
 log = logging.getLogger("bench")
@@ -86,13 +85,7 @@ def run(settings: BenchSettings) -> dict:
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    settings = BenchSettings.from_env()
-    stack.reset_work(settings)
-    stack.configure_environment(settings)
-    out = run(settings)
-    save_result("scale.json", out)
-    print(json.dumps(out["summary"], indent=2))
+    stack.run_alone(run, "scale.json")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ backlog (one task per partition, Spark's default). Every output is counted back.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import os
 import statistics
@@ -20,7 +19,7 @@ import uuid
 
 from bench import data, machine, stack
 from bench.measure import check, run_measured
-from bench.settings import BenchSettings, save_result
+from bench.settings import BenchSettings
 from devkit import localstack
 from tidemark.batch.prepare import prepare_batch
 from tidemark.config import PipelineConfig
@@ -94,13 +93,7 @@ def run(settings: BenchSettings) -> dict:
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    settings = BenchSettings.from_env()
-    stack.reset_work(settings)
-    stack.configure_environment(settings)
-    out = run(settings)
-    save_result("skew.json", out)
-    print(json.dumps(out["summary"], indent=2))
+    stack.run_alone(run, "skew.json")
 
 
 if __name__ == "__main__":

@@ -110,3 +110,19 @@ def fresh_folder(path: Path) -> Path:
     shutil.rmtree(path, ignore_errors=True)
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def run_alone(run, result_file: str) -> None:
+    """A part of `make bench` run on its own (`make bench-skew`, `bench-scale`, `bench-profile`): a fresh
+    work folder, RUN(settings), its results to bench/results/RESULT_FILE and its summary printed."""
+    import logging
+
+    from bench.settings import save_result
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    settings = BenchSettings.from_env()
+    reset_work(settings)
+    configure_environment(settings)
+    out = run(settings)
+    save_result(result_file, out)
+    print(json.dumps(out["summary"], indent=2))
