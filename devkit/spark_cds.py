@@ -1,0 +1,110 @@
+"""A class-data-sharing (CDS) archive for the test run's short-lived Spark JVMs.
+
+`make test` starts dozens of spark-submit JVMs (ingest jobs, crash-point runs, each worker's
+SparkSession), each for a few seconds of work on a handful of records. Most of each one's CPU goes
+into loading and JIT-compiling Spark, Scala and Delta classes. This module runs one training job that
+loads the classes an ingest job loads (the Kafka source, a Delta write and read) and has the JVM dump
+them at exit (``-XX:ArchiveClassesAtExit``); every later JVM maps that archive instead of parsing the
+classes again, and stops at the C1 compiler (``-XX:TieredStopAtLevel=1``), which is the right trade for
+a JVM that lives seconds. Measured on 2 cores: 31.6 → 15.3 CPU-seconds per small Delta job.
+
+CDS applies only when the JVM's class path starts with the training JVM's, and the JDK refuses to
+dump a class path with a non-empty directory on it; Spark puts ``$SPARK_CONF_DIR`` first, so the test
+run points SPARK_CONF_DIR at an empty folder (a caller's own configuration folder, which Tidemark
+leaves alone). A JVM whose class path differs (another virtualenv, the Connect server) just runs
+without the archive: the JVM options below keep its CDS warnings quiet.
+
+    python -m devkit.spark_cds BOOTSTRAP   # prints SPARK_SUBMIT_OPTS=... for the test run
+
+The archive is kept in ``.cache/jvm`` under a key of the Java version, Spark, the jars and this file,
+so a warm `make test` reuses it and anything that changes the class path builds a new one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from tidemark.settings import spark_jars
+from tidemark_spark.submit import local_spark_env
+
+QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+SHORT_LIVED = "-XX:TieredStopAtLevel=1"
+
+
+def empty_conf_dir(cache: Path) -> Path:
+    path = cache / "conf-empty"
+    path.mkdir(parents=True, exist_ok=True)
+    if any(path.iterdir()):
+        raise SystemExit(f"{path} must stay empty: the JDK cannot archive a class path with a non-empty folder")
+    return path
+
+
+def archive_key(spark_env: dict[str, str]) -> str:
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=True).stderr
+    parts = [java, spark_env["SPARK_HOME"], spark_env["SPARK_CONF_DIR"], *spark_jars(), Path(__file__).read_text()]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def _train(spark_env: dict[str, str], archive: Path, bootstrap: str) -> None:
+    """One job that loads what an ingest job loads, dumping its classes to ``archive`` at exit."""
+    partial = archive.with_suffix(".partial")
+    partial.unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory(prefix="tidemark-cds-") as work:
+        command = [str(Path(spark_env["SPARK_HOME"]) / "bin" / "spark-submit"), "--master", "local[2]",
+                   "--driver-memory", "1g", "--jars", ",".join(spark_jars()),
+                   "--conf", "spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension",
+                   "--conf", "spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog",
+                   "--conf", "spark.ui.enabled=false", __file__, "--job", bootstrap, work]
+        env = {**os.environ, **spark_env,
+               "SPARK_SUBMIT_OPTS": f"{SHORT_LIVED} -XX:ArchiveClassesAtExit={partial} {QUIET}"}
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0 or not partial.is_file():
+        raise SystemExit(f"the CDS training job failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    partial.rename(archive)
+
+
+def _job(bootstrap: str, work: str) -> None:
+    """The training job (runs under spark-submit): a Kafka read, a Delta append, a Delta read."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.getOrCreate()
+    table = f"{work}/table"
+    kafka = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+             .option("subscribe", "tidemark-cds-training").option("startingOffsets", "earliest")
+             .option("endingOffsets", "latest").load())
+    kafka.selectExpr("CAST(value AS STRING) AS value", "partition", "offset", "timestamp").collect()
+    rows = spark.range(100).selectExpr("id", "CAST(id AS STRING) AS value", "current_timestamp() AS at")
+    rows.write.format("delta").mode("append").option("txnAppId", "cds").option("txnVersion", 1).save(table)
+    spark.read.format("delta").load(table).groupBy("value").count().collect()
+    spark.stop()
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["--job"]:
+        _job(*argv[1:3])
+        return
+    (bootstrap,) = argv
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    if "tidemark-cds-training" not in admin.list_topics():
+        admin.create_topics([NewTopic("tidemark-cds-training", 1, 1)])
+    admin.close()
+    cache = Path(".cache") / "jvm"
+    spark_env = {**local_spark_env(), "SPARK_CONF_DIR": str(empty_conf_dir(cache).resolve())}
+    archive = (cache / f"spark-{archive_key(spark_env)}.jsa").resolve()
+    if not archive.is_file():
+        for old in cache.glob("spark-*.jsa"):
+            old.unlink()
+        _train(spark_env, archive, bootstrap)
+    print(f"SPARK_CONF_DIR={spark_env['SPARK_CONF_DIR']}")
+    print(f"SPARK_SUBMIT_OPTS={SHORT_LIVED} -XX:SharedArchiveFile={archive} {QUIET}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
