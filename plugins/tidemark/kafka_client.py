@@ -162,15 +162,20 @@ class KafkaOffsets:
         self._timeout_ms = timeout_ms
         kwargs = client_kwargs(properties)
         kwargs.setdefault("request_timeout_ms", timeout_ms)
-        kwargs.setdefault("bootstrap_timeout_ms", timeout_ms)
         # The Java client's default (kafka-python's is 30 s): within the timeout, bootstrap retries often
         # enough to see the broker's answer to a SASL exchange, which it does not always get on one try.
         kwargs.setdefault("reconnect_backoff_max_ms", 1000)
         servers = ",".join(kwargs["bootstrap_servers"])
         sasl = str(kwargs.get("security_protocol", "")).startswith("SASL")
         deadline = time.monotonic() + timeout_ms / 1000
+        attempt_ms = 1000 if sasl else timeout_ms
         with _watch_authentication() as auth:
             while True:
+                # kafka-python retries a refused SASL login until its bootstrap timeout ends, and a
+                # refusal sometimes reaches it only as a bare disconnect. Over SASL each attempt is
+                # therefore short (1 s, then twice as long each time, within the timeout): a wrong
+                # password fails as one within about a second, an unreachable broker within the timeout.
+                kwargs["bootstrap_timeout_ms"] = max(1, min(attempt_ms, int((deadline - time.monotonic()) * 1000)))
                 try:
                     self._consumer = KafkaConsumer(isolation_level=isolation_level, enable_auto_commit=False,
                                                    **kwargs)
@@ -181,13 +186,8 @@ class KafkaOffsets:
                 except KafkaError as exc:
                     if auth.failure is not None:
                         raise authentication_error(servers, auth.failure, pipeline) from None
-                    left_ms = int((deadline - time.monotonic()) * 1000)
-                    # Over SASL a refused login sometimes reaches kafka-python as a bare disconnect, and
-                    # the client can give up before it has seen the broker's answer: try again while the
-                    # timeout lasts, so a wrong password is named as one, not as an unreachable Kafka.
-                    if sasl and left_ms > 1000:
-                        kwargs["bootstrap_timeout_ms"] = left_ms
-                        time.sleep(0.2)
+                    if sasl and deadline - time.monotonic() > 0.2:
+                        attempt_ms *= 2
                         continue
                     raise KafkaUnavailableError(
                         f"cannot reach Kafka at {servers} within {timeout_ms} ms ({type(exc).__name__}: {exc}); "
