@@ -322,6 +322,8 @@ class StandaloneCluster:
 
         spark_class = str(Path(local_spark_env()["SPARK_HOME"]) / "bin" / "spark-class")
         base = {**os.environ, **local_spark_env(), "SPARK_DAEMON_MEMORY": "256m", "SPARK_LOG_DIR": str(self.work)}
+        if os.environ.get("SPARK_SUBMIT_OPTS"):  # the test run's JVM options (devkit/spark_cds.py), for the
+            base["JDK_JAVA_OPTIONS"] = os.environ["SPARK_SUBMIT_OPTS"]  # daemons and the executors they start
         roles = [("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
                              str(self.port), "--webui-port", str(self.ui_port)], {})]
         for i in range(self.workers):

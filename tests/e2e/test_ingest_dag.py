@@ -48,9 +48,6 @@ def test_incremental_runs_through_airflow_ingest_exactly_what_was_produced(stack
     topic = helpers.create_topic(helpers.unique("e2e"), partitions=3)
     dag_id = stack.add_pipeline(topic, [topic])
     table = str(stack.lake / topic)
-    # Tidemark's own Spark configuration folder, as a user gets it (`make test` points SPARK_CONF_DIR at
-    # an empty folder so the JVMs can share a class-data archive: devkit/spark_cds.py)
-    stack.env.pop("SPARK_CONF_DIR", None)
 
     # 1. first run: everything produced so far, with the real user command (the tier's one
     # `airflow dags test` subprocess; the other runs use dag.test() in the pytest process)
@@ -69,7 +66,12 @@ def test_incremental_runs_through_airflow_ingest_exactly_what_was_produced(stack
 
     # 2. more records: only the new ones are added, as batch 2
     helpers.produce(topic, 25, start=60)
+    # with Tidemark's own Spark configuration folder, as a user gets it (`make test` points SPARK_CONF_DIR
+    # at an empty folder, so that its JVMs can share a class-data archive: devkit/spark_cds.py)
+    test_run_conf_dir = stack.env.pop("SPARK_CONF_DIR", None)
     run = stack.run_dag(dag_id)
+    if test_run_conf_dir:
+        stack.env["SPARK_CONF_DIR"] = test_run_conf_dir
     assert run.task_states["ingest"] == "success"
     assert "Spark-Submit cmd" in run.log  # so its absence below means no launch, not an uncaptured log
     # the job's own progress is in the task log; the Kafka client's per-seek INFO lines are not
