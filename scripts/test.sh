@@ -24,16 +24,16 @@ cds_pid=; cds=
 trap 'scripts/connect.sh down >/dev/null 2>&1 || true; scripts/registry.sh down >/dev/null 2>&1 || true;
       scripts/storage.sh down >/dev/null 2>&1 || true; kill "$cds_pid" 2>/dev/null || true; rm -f "$cds" "$cds.log"' EXIT
 # The run's Spark JVMs share a class-data archive (devkit/spark_cds.py): built once per class path (about
-# 30 s, kept in .cache/jvm), it halves each short job's CPU. It is built while the services start.
+# 30 s, kept in .cache/jvm), it halves each short job's CPU. It is built while S3 and the registry start.
 cds=$(mktemp)
 .venv/bin/python -m devkit.spark_cds "127.0.0.1:$KAFKA_PORT" > "$cds" 2> "$cds.log" &
 cds_pid=$!
 scripts/storage.sh up
 scripts/registry.sh up
-scripts/connect.sh up
 if ! wait "$cds_pid"; then cat "$cds.log"; exit 1; fi
 while IFS= read -r line; do export "$line"; done < "$cds"
 rm -f "$cds" "$cds.log"
+scripts/connect.sh up  # a Spark JVM of the run too: it gets the archive
 export "$(scripts/registry.sh env)"
 export "$(scripts/connect.sh env)"
 echo "tidemark: tests (unit, integration, e2e) against the broker on 127.0.0.1:$KAFKA_PORT, S3 on 127.0.0.1:$S3_PORT" \

@@ -19,10 +19,12 @@ TIERS = {"unit": "unit", "dags": "unit", "integration": "integration", "e2e": "e
 SLOW = {"integration/test_standalone_cluster.py::test_tidemark_run_on_a_standalone_cluster"}
 # The longest modules, longest first (minutes on 2 cores). `make test` runs two pytest-xdist workers that each
 # take whole modules in collection order, so the long ones go first and no worker is left with one at the end.
-LONGEST_FIRST = ["integration/test_lake_on_s3.py", "integration/test_crash_points.py", "e2e/test_cluster_on_s3.py",
-                 "e2e/test_security.py", "e2e/test_ingest_dag.py", "integration/test_object_store_server.py",
-                 "e2e/test_local_airflow.py", "e2e/test_avro_dag.py", "integration/test_faults.py",
-                 "e2e/test_native_backfill.py", "e2e/test_manual_modes.py", "e2e/test_retry.py"]
+LONGEST_FIRST = ["integration/test_lake_on_s3.py", "integration/test_crash_points.py", "e2e/test_security.py",
+                 "e2e/test_ingest_dag.py", "integration/test_object_store_server.py", "e2e/test_local_airflow.py",
+                 "e2e/test_cluster_on_s3.py", "e2e/test_avro_dag.py", "e2e/test_native_backfill.py",
+                 "integration/test_faults.py", "e2e/test_retry.py", "integration/test_avro.py",
+                 "integration/test_replay.py", "integration/test_spark_connect.py", "e2e/test_manual_modes.py",
+                 "integration/test_backfill.py", "integration/test_install.py", "integration/test_schema_evolution.py"]
 
 
 def _module_rank(item) -> int:

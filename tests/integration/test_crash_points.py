@@ -44,7 +44,7 @@ def tidemark_run(env: dict, pipeline: str) -> tuple[subprocess.CompletedProcess,
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr), process.pid
 
 
-def run_in_process(spark, pipeline_name: str, env: dict):
+def run_in_process(spark, pipeline_name: str, env: dict, owner: str | None = None):
     """One run of the pipeline as `tidemark run` does it, in this process: recover and plan (with this
     process's own owner id, `cli:<host>:<pid of pytest>:...`), then execute the batch with the ingest
     job's core function on ``spark``. Returns the plan (empty when there was nothing new). The only
@@ -60,7 +60,7 @@ def run_in_process(spark, pipeline_name: str, env: dict):
         for name in ("TIDEMARK_LEDGER_URI", "TIDEMARK_CRASH_AT", "TIDEMARK_CRASH_ONCE"):
             patch.delenv(name, raising=False)
         config = find_pipeline(pipeline_name)
-        plan = prepare_batch(config, properties)
+        plan = prepare_batch(config, properties, run_id=owner)
         if not plan.is_empty:
             execute_batch(spark, plan, properties, config.isolation_level)
     return plan
@@ -144,10 +144,14 @@ def recover(spark, topic: str, env: dict, launcher: str) -> list:
     write killed mid-read may still commit the output, before the recovery run or while it writes. Delta's
     marker lets only one of the two commit the batch; the other is skipped or fails on the concurrent
     transaction, which a later run rolls forward. So there, a run may fail on exactly that."""
-    runs = []
+    from tidemark.batch import cli_owner_id
+
+    # one owner for all of them, as one process retrying: a run that lost to the killed job's write
+    # keeps the batch it took over, and the next run (the same live owner) goes on with it
+    owner, runs = cli_owner_id(), []
     for _ in range(4):
         try:
-            runs.append(run_in_process(spark, topic, env))
+            runs.append(run_in_process(spark, topic, env, owner))
         except ConcurrentBatchWriteError:
             if launcher != CONNECT:
                 raise
