@@ -27,18 +27,11 @@ from pathlib import Path
 from bench import contenders, stack
 from bench.measure import TreeSampler
 from bench.settings import ROOT, BenchSettings
+from devkit import localstack
 from tidemark_airflow.naming import ingest_dag_id
 
 log = logging.getLogger("bench")
 SCRIPT = ROOT / "scripts" / "airflow.sh"
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _seconds(start: str | None, end: str | None) -> float | None:
@@ -58,7 +51,8 @@ class Airflow:
         self.pg_home.chmod(0o755)
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "TIDEMARK_"))}
         self.env.update(AIRFLOW_LOCAL_HOME=str(self.home), PG_HOME=str(self.pg_home),
-                        AIRFLOW_PORT=str(_free_port()), PG_PORT=str(_free_port()), KAFKA_PORT=str(settings.kafka_port),
+                        AIRFLOW_PORT=str(localstack.free_port()), PG_PORT=str(localstack.free_port()),
+                        KAFKA_PORT=str(settings.kafka_port),
                         TIDEMARK_LAKE_ROOT=str(settings.lake), TIDEMARK_PIPELINES_DIR=str(settings.pipelines),
                         AIRFLOW_CONN_SPARK_DEFAULT=f'{{"conn_type": "spark", "host": "{settings.master}"}}',
                         AIRFLOW_USER="bench")

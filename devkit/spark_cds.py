@@ -14,7 +14,7 @@ run points SPARK_CONF_DIR at an empty folder (a caller's own configuration folde
 leaves alone). A JVM whose class path differs (another virtualenv, the Connect server) just runs
 without the archive: the JVM options below keep its CDS warnings quiet.
 
-    python -m devkit.spark_cds BOOTSTRAP   # prints SPARK_SUBMIT_OPTS=... for the test run
+    python -m devkit.spark_cds   # against the broker on $KAFKA_PORT; prints the test run's variables
 
 The archive is kept in ``.cache/jvm`` under a key of the Java version, Spark, the jars and this file,
 so a warm `make test` reuses it and anything that changes the class path builds a new one.
@@ -50,8 +50,10 @@ def archive_key(spark_env: dict[str, str]) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
-def _train(spark_env: dict[str, str], archive: Path, bootstrap: str) -> None:
+def _train(spark_env: dict[str, str], archive: Path) -> None:
     """One job that loads what an ingest job loads, dumping its classes to ``archive`` at exit."""
+    from devkit import localstack  # not at module level: the job itself runs this file as a script
+
     partial = archive.with_suffix(".partial")
     partial.unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(prefix="tidemark-cds-") as work:
@@ -59,7 +61,8 @@ def _train(spark_env: dict[str, str], archive: Path, bootstrap: str) -> None:
                    "--driver-memory", "1g", "--jars", ",".join(spark_jars()),
                    "--conf", "spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension",
                    "--conf", "spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog",
-                   "--conf", "spark.ui.enabled=false", __file__, "--job", bootstrap, work]
+                   "--conf", "spark.ui.enabled=false", __file__, "--job", localstack.bootstrap(),
+                   localstack.create_topic(localstack.unique("cds"), partitions=1), work]
         env = {**os.environ, **spark_env,
                "SPARK_SUBMIT_OPTS": f"{SHORT_LIVED} -XX:ArchiveClassesAtExit={partial} {QUIET}"}
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
@@ -68,14 +71,14 @@ def _train(spark_env: dict[str, str], archive: Path, bootstrap: str) -> None:
     partial.rename(archive)
 
 
-def _job(bootstrap: str, work: str) -> None:
+def _job(bootstrap: str, topic: str, work: str) -> None:
     """The training job (runs under spark-submit): a Kafka read, a Delta append, a Delta read."""
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.getOrCreate()
     table = f"{work}/table"
     kafka = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-             .option("subscribe", "tidemark-cds-training").option("startingOffsets", "earliest")
+             .option("subscribe", topic).option("startingOffsets", "earliest")
              .option("endingOffsets", "latest").load())
     kafka.selectExpr("CAST(value AS STRING) AS value", "partition", "offset", "timestamp").collect()
     rows = spark.range(100).selectExpr("id", "CAST(id AS STRING) AS value", "current_timestamp() AS at")
@@ -86,22 +89,15 @@ def _job(bootstrap: str, work: str) -> None:
 
 def main(argv: list[str]) -> None:
     if argv[:1] == ["--job"]:
-        _job(*argv[1:3])
+        _job(*argv[1:4])
         return
-    (bootstrap,) = argv
-    from kafka.admin import KafkaAdminClient, NewTopic
-
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    if "tidemark-cds-training" not in admin.list_topics():
-        admin.create_topics([NewTopic("tidemark-cds-training", 1, 1)])
-    admin.close()
     cache = Path(".cache") / "jvm"
     spark_env = {**local_spark_env(), "SPARK_CONF_DIR": str(empty_conf_dir(cache).resolve())}
     archive = (cache / f"spark-{archive_key(spark_env)}.jsa").resolve()
     if not archive.is_file():
         for old in cache.glob("spark-*.jsa"):
             old.unlink()
-        _train(spark_env, archive, bootstrap)
+        _train(spark_env, archive)
     print(f"SPARK_CONF_DIR={spark_env['SPARK_CONF_DIR']}")
     print(f"SPARK_SUBMIT_OPTS={SHORT_LIVED} -XX:SharedArchiveFile={archive} {QUIET}")
 

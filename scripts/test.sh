@@ -26,7 +26,7 @@ trap 'scripts/connect.sh down >/dev/null 2>&1 || true; scripts/registry.sh down 
 # The run's Spark JVMs share a class-data archive (devkit/spark_cds.py): built once per class path (about
 # 30 s, kept in .cache/jvm), it halves each short job's CPU. It is built while S3 and the registry start.
 cds=$(mktemp)
-.venv/bin/python -m devkit.spark_cds "127.0.0.1:$KAFKA_PORT" > "$cds" 2> "$cds.log" &
+.venv/bin/python -m devkit.spark_cds > "$cds" 2> "$cds.log" &
 cds_pid=$!
 scripts/storage.sh up
 scripts/registry.sh up
