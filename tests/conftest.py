@@ -15,8 +15,6 @@ ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
 # The tier of each test folder: ``pytest -m unit`` runs the tests that need no service.
 TIERS = {"unit": "unit", "dags": "unit", "integration": "integration", "e2e": "e2e"}
-# Tests over 30 s whose module does not mark them ``slow`` itself (the module is being reworked elsewhere).
-SLOW = {"integration/test_standalone_cluster.py::test_tidemark_run_on_a_standalone_cluster"}
 # The longest modules, longest first (minutes on 2 cores). `make test` runs two pytest-xdist workers that each
 # take whole modules in collection order, so the long ones go first and no worker is left with one at the end.
 LONGEST_FIRST = ["integration/test_lake_on_s3.py", "integration/test_crash_points.py", "e2e/test_security.py",
@@ -27,28 +25,29 @@ LONGEST_FIRST = ["integration/test_lake_on_s3.py", "integration/test_crash_point
                  "integration/test_backfill.py", "integration/test_install.py", "integration/test_schema_evolution.py"]
 
 
-def _module_rank(item) -> int:
+def _relative(item) -> Path | None:
+    """The test's file relative to tests/, or None for a test from elsewhere."""
     try:
-        module = Path(str(item.path)).resolve().relative_to(TESTS).as_posix()
+        return Path(str(item.path)).resolve().relative_to(TESTS)
     except ValueError:
-        return len(LONGEST_FIRST)
+        return None
+
+
+def _module_rank(item) -> int:
+    relative = _relative(item)
+    module = relative.as_posix() if relative else None
     return LONGEST_FIRST.index(module) if module in LONGEST_FIRST else len(LONGEST_FIRST)
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """Mark every test with the tier of its folder (tests/unit and tests/dags are ``unit``), and the
-    known slow tests listed in SLOW with ``slow``; run the longest modules first (LONGEST_FIRST)."""
+    """Mark every test with the tier of its folder (tests/unit and tests/dags are ``unit``); run the
+    longest modules first (LONGEST_FIRST). Slow tests carry ``slow`` in their own modules."""
     items.sort(key=_module_rank)  # stable: the order within and after them is unchanged
     for item in items:
-        try:
-            relative = Path(str(item.path)).resolve().relative_to(TESTS)
-        except ValueError:
-            continue
-        tier = TIERS.get(relative.parts[0])
+        relative = _relative(item)
+        tier = TIERS.get(relative.parts[0]) if relative else None
         if tier is not None and item.get_closest_marker(tier) is None:
             item.add_marker(getattr(pytest.mark, tier))
-        if f"{relative.as_posix()}::{item.name}" in SLOW and item.get_closest_marker("slow") is None:
-            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")
