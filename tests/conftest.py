@@ -50,6 +50,32 @@ def pytest_collection_modifyitems(config, items) -> None:
             item.add_marker(getattr(pytest.mark, tier))
 
 
+_MODULE_SECONDS: dict[tuple[str, str], float] = {}
+
+
+def pytest_runtest_logreport(report) -> None:
+    """Add up each module's time (setup, call and teardown) per worker, for the summary below. Under
+    pytest-xdist the controller receives every worker's reports, each with its worker in ``node``."""
+    node = getattr(report, "node", None)
+    worker = node.gateway.id if node is not None else "main"
+    key = (worker, report.nodeid.split("::", 1)[0])
+    _MODULE_SECONDS[key] = _MODULE_SECONDS.get(key, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter, config) -> None:
+    """The slowest modules and each worker's busy time: what LONGEST_FIRST should follow, and how evenly
+    the workers were loaded (their difference is time one worker sat idle at the end)."""
+    if hasattr(config, "workerinput") or not _MODULE_SECONDS:
+        return
+    terminalreporter.write_sep("=", "slowest modules (setup + call + teardown)")
+    for (worker, module), seconds in sorted(_MODULE_SECONDS.items(), key=lambda kv: -kv[1])[:20]:
+        terminalreporter.write_line(f"{seconds:8.1f}s  {worker:5}  {module}")
+    busy: dict[str, float] = {}
+    for (worker, _), seconds in _MODULE_SECONDS.items():
+        busy[worker] = busy.get(worker, 0.0) + seconds
+    terminalreporter.write_line("busy: " + ", ".join(f"{w} {s:.0f} s" for w, s in sorted(busy.items())))
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> str:
     from kafka.admin import KafkaAdminClient

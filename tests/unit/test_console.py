@@ -33,7 +33,7 @@ def console_lake(lake, tmp_path, monkeypatch):
     committed by a CLI run, batch 5 frozen and not committed; Kafka unreachable."""
     pipelines = tmp_path / "pipelines"
     pipelines.mkdir()
-    (pipelines / "orders.yaml").write_text("name: orders\ntopics: [orders]\ntable: orders\nkafka_timeout_seconds: 2\n")
+    (pipelines / "orders.yaml").write_text("name: orders\ntopics: [orders]\ntable: orders\nkafka_timeout_seconds: 1\n")
     monkeypatch.setenv("TIDEMARK_PIPELINES_DIR", str(pipelines))
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps(
         {"conn_type": "kafka", "extra": {"bootstrap.servers": f"127.0.0.1:{closed_port()}"}}))
