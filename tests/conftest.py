@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -50,7 +51,7 @@ def pytest_collection_modifyitems(config, items) -> None:
             item.add_marker(getattr(pytest.mark, tier))
 
 
-_MODULE_SECONDS: dict[tuple[str, str], float] = {}
+_MODULE_SECONDS: Counter[tuple[str, str]] = Counter()
 
 
 def pytest_runtest_logreport(report) -> None:
@@ -58,8 +59,7 @@ def pytest_runtest_logreport(report) -> None:
     pytest-xdist the controller receives every worker's reports, each with its worker in ``node``."""
     node = getattr(report, "node", None)
     worker = node.gateway.id if node is not None else "main"
-    key = (worker, report.nodeid.split("::", 1)[0])
-    _MODULE_SECONDS[key] = _MODULE_SECONDS.get(key, 0.0) + report.duration
+    _MODULE_SECONDS[worker, report.nodeid.split("::", 1)[0]] += report.duration
 
 
 def pytest_terminal_summary(terminalreporter, config) -> None:
@@ -68,11 +68,11 @@ def pytest_terminal_summary(terminalreporter, config) -> None:
     if hasattr(config, "workerinput") or not _MODULE_SECONDS:
         return
     terminalreporter.write_sep("=", "slowest modules (setup + call + teardown)")
-    for (worker, module), seconds in sorted(_MODULE_SECONDS.items(), key=lambda kv: -kv[1])[:20]:
+    for (worker, module), seconds in _MODULE_SECONDS.most_common(20):
         terminalreporter.write_line(f"{seconds:8.1f}s  {worker:5}  {module}")
-    busy: dict[str, float] = {}
+    busy: Counter[str] = Counter()
     for (worker, _), seconds in _MODULE_SECONDS.items():
-        busy[worker] = busy.get(worker, 0.0) + seconds
+        busy[worker] += seconds
     terminalreporter.write_line("busy: " + ", ".join(f"{w} {s:.0f} s" for w, s in sorted(busy.items())))
 
 
