@@ -45,6 +45,9 @@ export TIDEMARK_PIPELINES_DIR="$TIDEMARK_PIPELINES_DIR"
 export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="$(scripts/postgres.sh url)"
 export AIRFLOW__CORE__EXECUTOR=LocalExecutor
 export AIRFLOW__CORE__PARALLELISM=4
+# A task's calls to the execution API wait up to 30 s (Airflow's default is 5 s): on a small machine the
+# api-server shares its cores with Spark jobs.
+export AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT=30
 export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION=False
 export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://127.0.0.1:$port/execution/"
 export AIRFLOW__API__HOST=127.0.0.1
@@ -59,17 +62,40 @@ kafka_listening() { (exec 3<>"/dev/tcp/127.0.0.1/$KAFKA_PORT") 2>/dev/null; }
 
 alive() { [ -f "$pids/$1.pid" ] && kill -0 "$(cat "$pids/$1.pid")" 2>/dev/null; }
 
-healthy() {
-  python - "$port" <<'PY'
+healthy() {  # healthy [answering]: the api-server answers / the metadata DB and the scheduler are healthy
+  python - "$port" "${1:-}" <<'PY'
 import json, sys, urllib.request
 try:
     with urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/api/v2/monitor/health", timeout=5) as r:
         health = json.load(r)
 except Exception:
     sys.exit(1)
-sys.exit(0 if health.get("metadatabase", {}).get("status") == "healthy"
-         and health.get("scheduler", {}).get("status") == "healthy" else 1)
+sys.exit(0 if sys.argv[2] == "answering" or (health.get("metadatabase", {}).get("status") == "healthy"
+         and health.get("scheduler", {}).get("status") == "healthy") else 1)
 PY
+}
+
+launched=()  # the services `up` has started or found running: wait_until watches them
+start() {
+  local service=$1 args=("$1")
+  launched+=("$service")
+  alive "$service" && return
+  [ "$service" = api-server ] && args+=(--port "$port" --host 127.0.0.1)
+  setsid airflow "${args[@]}" >"$logs/$service.log" 2>&1 </dev/null &
+  echo $! >"$pids/$service.pid"
+}
+
+wait_until() {  # wait_until <what> <command...>: fails if a started service exits or after 240 s
+  local what=$1 deadline=$((SECONDS + 240))
+  shift
+  until "$@"; do
+    for service in "${launched[@]}"; do
+      alive "$service" || { echo "airflow: the $service exited; see $logs/$service.log" >&2;
+                            tail -20 "$logs/$service.log" >&2; exit 1; }
+    done
+    [ $SECONDS -lt $deadline ] || { echo "airflow: $what after 240 s; see $logs" >&2; exit 1; }
+    sleep 1
+  done
 }
 
 up() {
@@ -102,22 +128,15 @@ try:
 finally:
     admin.close()
 PY
-  for service in "${services[@]}"; do
-    if alive "$service"; then continue; fi
-    args=("$service")
-    [ "$service" = api-server ] && args+=(--port "$port" --host 127.0.0.1)
-    setsid airflow "${args[@]}" >"$logs/$service.log" 2>&1 </dev/null &
-    echo $! >"$pids/$service.pid"
-  done
-  local deadline=$((SECONDS + 240))
-  until healthy; do
-    for service in "${services[@]}"; do
-      alive "$service" || { echo "airflow: the $service exited; see $logs/$service.log" >&2;
-                            tail -20 "$logs/$service.log" >&2; exit 1; }
-    done
-    [ $SECONDS -lt $deadline ] || { echo "airflow: not healthy after 240 s; see $logs" >&2; exit 1; }
-    sleep 1
-  done
+  # The scheduler and the triggerer after the api-server answers: a task queued before the execution API
+  # answers fails without running (its supervisor cannot start it), as a first scheduled run did on a
+  # loaded 2-core machine. The dag-processor needs only the database.
+  start api-server
+  start dag-processor
+  wait_until "the api-server does not answer" healthy answering
+  start scheduler
+  start triggerer
+  wait_until "not healthy" healthy
   local password
   password=$(python -c 'import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' \
     "$AIRFLOW_HOME/passwords.json" "$user")

@@ -76,9 +76,12 @@ class LocalAirflow:
             if result:
                 return result
             time.sleep(1)
+        pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}\n{self.service_logs()}")
+
+    def service_logs(self) -> str:
+        """The end of each service's log: what a failed assertion about the scheduler's work shows."""
         logs = self.home / "logs" / "services"
-        tails = "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in sorted(logs.glob("*.log")))
-        pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}\n{tails}")
+        return "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in sorted(logs.glob("*.log")))
 
     def finished_run(self, run_id: str) -> dict:
         def done():
@@ -136,7 +139,7 @@ def test_make_airflow_runs_scheduled_runs_by_the_scheduler_on_postgres(local_air
     # no other scheduled run comes during the module and takes the place of the newest run).
     run = airflow.wait_for("the scheduler's first run", lambda: next(
         (r for r in airflow.runs() if r["run_type"] == "scheduled" and r["state"] in ("success", "failed")), None))
-    assert run["state"] == "success", run
+    assert run["state"] == "success", f"{run}\n{airflow.service_logs()}"
     # The metadata DB is the PostgreSQL cluster of scripts/postgres.sh.
     with psycopg2.connect(host="127.0.0.1", port=int(airflow.env["PG_PORT"]), user="airflow", password="airflow",
                           dbname="airflow") as db, db.cursor() as cursor:
@@ -203,7 +206,7 @@ def test_a_window_backfill_from_the_trigger_form(local_airflow, browser):
     [run_id] = airflow.wait_for("the triggered run", lambda: [r["dag_run_id"] for r in airflow.runs()
                                                               if r["dag_run_id"] not in before] or None)
     run = airflow.finished_run(run_id)
-    assert run["state"] == "success", run
+    assert run["state"] == "success", f"{run}\n{airflow.service_logs()}"
     assert run["conf"]["mode"] == "backfill_window"
     assert [dt.datetime.fromisoformat(run["conf"][k]) for k in ("window_start", "window_end")] == [
         dt.datetime(2025, 6, 2, tzinfo=dt.UTC), dt.datetime(2025, 6, 3, tzinfo=dt.UTC)]

@@ -56,12 +56,18 @@ class Airflow:
                                "AND NOT is_stale", dag_id))
 
     def start(self, port: int) -> None:
+        """The scheduler once the api-server answers, as scripts/airflow.sh does: a task queued before the
+        execution API answers fails without running."""
         self.url = f"http://127.0.0.1:{port}"
-        for name, args in (("api-server", ["api-server", "--port", str(port)]), ("scheduler", ["scheduler"]),
-                           ("dag-processor", ["dag-processor"])):
-            log = open(self.home / f"{name}.out", "w")  # noqa: SIM115 - closed with the process
-            self.procs[name] = subprocess.Popen([AIRFLOW, *args], env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                                start_new_session=True)
+        self.launch("api-server", "--port", str(port))
+        self.launch("dag-processor")
+        self.wait_for("the api-server", lambda: _answers(f"{self.url}/api/v2/monitor/health"), timeout=240)
+        self.launch("scheduler")
+
+    def launch(self, name: str, *args: str) -> None:
+        log = open(self.home / f"{name}.out", "w")  # noqa: SIM115 - closed with the process
+        self.procs[name] = subprocess.Popen([AIRFLOW, name, *args], env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
 
     def stop(self) -> None:
         for proc in self.procs.values():
@@ -127,6 +133,7 @@ def running_airflow(airflow_home, tmp_path_factory, kafka_bootstrap, spark_conne
                               AIRFLOW__CORE__LOAD_EXAMPLES="False", AIRFLOW__CORE__EXECUTOR="LocalExecutor",
                               AIRFLOW__CORE__PARALLELISM="2",
                               AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://127.0.0.1:{port}/execution/",
+                              AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT="30",  # as scripts/airflow.sh sets it
                               AIRFLOW__API_AUTH__JWT_SECRET=uuid.uuid4().hex, AIRFLOW__API__SECRET_KEY=uuid.uuid4().hex,
                               # A real login (the Tidemark page must refuse requests without one).
                               AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS=f"{LOGIN[0]}:viewer",
@@ -136,8 +143,8 @@ def running_airflow(airflow_home, tmp_path_factory, kafka_bootstrap, spark_conne
                               # (the test run's Spark Connect server): the warm path under a real scheduler.
                               AIRFLOW_CONN_SPARK_DEFAULT=helpers.spark_connect_connection(spark_connect))
     airflow = Airflow(home, env)
-    airflow.start(port)
     try:
+        airflow.start(port)
         yield airflow, lake
     finally:
         airflow.stop()
@@ -223,7 +230,6 @@ def test_the_tidemark_page_on_the_api_server_needs_a_login_and_shows_what_the_cl
     with contextlib.suppress(TopicAlreadyExistsError):  # the backfill test made it, when it ran first
         helpers.create_topic(pipeline_name, partitions=2, configs={"retention.ms": "-1"})
     api = f"{airflow.url}/tidemark/api/pipelines/{pipeline_name}"
-    airflow.wait_for("the api-server", lambda: _answers(f"{airflow.url}/api/v2/monitor/health"), timeout=120)
     assert httpx.get(f"{api}/offsets", timeout=30).status_code == 401
     assert httpx.get(f"{airflow.url}/tidemark/", timeout=30).status_code == 401
     assert httpx.get(f"{api}/offsets", headers={"Authorization": "Bearer forged"}, timeout=30).status_code == 403

@@ -53,6 +53,13 @@ def test_airflow_mounts_the_code_and_wires_connections_by_environment(name):
     assert service["depends_on"]["airflow-init"]["condition"] == "service_completed_successfully"
 
 
+def test_the_scheduler_starts_once_the_execution_api_answers():
+    # A task the scheduler queues before the api-server answers fails without running (scripts/airflow.sh
+    # orders its services the same way).
+    assert SERVICES["airflow-scheduler"]["depends_on"]["airflow-apiserver"]["condition"] == "service_healthy"
+    assert "airflow-apiserver" not in SERVICES["airflow-apiserver"]["depends_on"]
+
+
 def test_kafka_is_a_single_kraft_node():
     env = SERVICES["kafka"]["environment"]
     assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
