@@ -7,7 +7,7 @@ live broker; medians go to bench/results/console.json.
 
 The app is called in-process (FastAPI's TestClient, Airflow's login dependency replaced by a fixed
 user), so the figures are the page's own work (ledger reads with delta-rs, Kafka's offsets), not the
-api-server's HTTP stack or the JWT check, which tests/e2e/test_native_backfill.py exercises.
+api-server's HTTP stack or the JWT check, which tests/e2e/test_local_airflow.py exercises.
 """
 
 from __future__ import annotations

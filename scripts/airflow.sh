@@ -5,8 +5,10 @@
 #   scripts/airflow.sh up | down | status
 # Environment: AIRFLOW_PORT (8080), PG_PORT (5433), KAFKA_PORT (9092; a broker already listening there
 # is used as it is, else scripts/kafka.sh starts one), AIRFLOW_LOCAL_HOME (.cache/airflow-local: config,
-# logs, pids, the login), AIRFLOW_USER (admin), and everything scripts/env.sh reads (lake, pipelines).
-# The login's password is generated once and kept in $AIRFLOW_LOCAL_HOME/passwords.json; `up` prints it.
+# logs, pids, the logins), AIRFLOW_USER (admin; the login `up` prints, with Airflow's admin role),
+# AIRFLOW_VIEWERS (more logins, space-separated, with the viewer role: they see, never trigger), and
+# everything scripts/env.sh reads (lake, pipelines). Each login's password is generated once and kept in
+# $AIRFLOW_LOCAL_HOME/passwords.json; `up` prints the admin's.
 # `source $AIRFLOW_LOCAL_HOME/env.sh` points the `airflow` and `tidemark` CLIs at this Airflow.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -17,6 +19,8 @@ port=${AIRFLOW_PORT:-8080}
 export PG_PORT=${PG_PORT:-5433}
 export PG_HOME=${PG_HOME:-$AIRFLOW_HOME/postgres}
 user=${AIRFLOW_USER:-admin}
+users=$user:admin  # Airflow's name:role list
+for viewer in ${AIRFLOW_VIEWERS:-}; do users+=",$viewer:viewer"; done
 services=(api-server scheduler dag-processor triggerer)
 pids=$AIRFLOW_HOME/pids
 logs=$AIRFLOW_HOME/logs/services
@@ -29,11 +33,15 @@ write_env() {  # the one environment every service and CLI call of this Airflow 
       "$(python -c 'import secrets; print(secrets.token_hex(32))')" \
       "$(python -c 'import secrets; print(secrets.token_hex(32))')" >"$AIRFLOW_HOME/secrets.env"
   fi
-  if [ ! -f "$AIRFLOW_HOME/passwords.json" ]; then
-    umask 077
-    python -c 'import json, secrets, sys; print(json.dumps({sys.argv[1]: secrets.token_urlsafe(12)}))' "$user" \
-      >"$AIRFLOW_HOME/passwords.json"
-  fi
+  (umask 077 && python - "$AIRFLOW_HOME/passwords.json" "$users" <<'PY')  # a password for each new login
+import json, secrets, sys
+from pathlib import Path
+path = Path(sys.argv[1])
+passwords = json.loads(path.read_text()) if path.exists() else {}
+for login in sys.argv[2].split(","):
+    passwords.setdefault(login.split(":")[0], secrets.token_urlsafe(12))
+path.write_text(json.dumps(passwords))
+PY
   cat >"$AIRFLOW_HOME/env.sh" <<ENV
 # Written by scripts/airflow.sh: source it to use the airflow and tidemark CLIs against this Airflow.
 source "$root/scripts/env.sh"
@@ -53,7 +61,7 @@ export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://127.0.0.1:$port/execution
 export AIRFLOW__API__HOST=127.0.0.1
 export AIRFLOW__API__PORT="$port"
 export AIRFLOW__API__BASE_URL="http://127.0.0.1:$port"
-export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="$user:admin"
+export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="$users"
 export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE="$AIRFLOW_HOME/passwords.json"
 ENV
 }

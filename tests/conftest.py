@@ -16,14 +16,16 @@ ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
 # The tier of each test folder: ``pytest -m unit`` runs the tests that need no service.
 TIERS = {"unit": "unit", "dags": "unit", "integration": "integration", "e2e": "e2e"}
-# The longest modules, longest first (minutes on 2 cores). `make test` runs two pytest-xdist workers that each
-# take whole modules in collection order, so the long ones go first and no worker is left with one at the end.
-LONGEST_FIRST = ["integration/test_lake_on_s3.py", "integration/test_crash_points.py", "e2e/test_security.py",
-                 "e2e/test_ingest_dag.py", "integration/test_object_store_server.py", "e2e/test_local_airflow.py",
-                 "e2e/test_cluster_on_s3.py", "e2e/test_avro_dag.py", "e2e/test_native_backfill.py",
-                 "integration/test_faults.py", "e2e/test_retry.py", "integration/test_avro.py",
-                 "integration/test_replay.py", "integration/test_spark_connect.py", "e2e/test_manual_modes.py",
-                 "integration/test_backfill.py", "integration/test_install.py", "integration/test_schema_evolution.py"]
+# The longest modules, longest first (as the run's module summary measured them on 2 cores). `make test` runs
+# two pytest-xdist workers that each take whole modules in collection order, so the long ones go first and no
+# worker is left with one at the end.
+LONGEST_FIRST = ["e2e/test_local_airflow.py", "integration/test_lake_on_s3.py", "integration/test_crash_points.py",
+                 "integration/test_object_store_server.py", "e2e/test_ingest_dag.py", "e2e/test_cluster_on_s3.py",
+                 "e2e/test_security.py", "e2e/test_avro_dag.py", "integration/test_faults.py", "e2e/test_retry.py",
+                 "integration/test_replay.py", "integration/test_avro.py", "e2e/test_manual_modes.py",
+                 "integration/test_install.py", "integration/test_schema_evolution.py",
+                 "integration/test_spark_connect.py", "integration/test_dead_letters.py",
+                 "integration/test_backfill.py"]
 
 
 def _relative(item) -> Path | None:

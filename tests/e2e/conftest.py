@@ -11,7 +11,6 @@ import json
 import os
 import re
 import shutil
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -29,7 +28,6 @@ AIRFLOW = str(ROOT / ".venv" / "bin" / "airflow")
 # Airflow reads its home and database when it is first imported, so the session's home is set as
 # this module loads: during collection, before any test (of any tier) can import airflow.
 AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="tidemark-e2e-airflow-"))
-MIGRATED_DB = AIRFLOW_HOME / "migrated.db"
 OPENLINEAGE_FILE = "openlineage.jsonl"  # a pristine copy of the migrated DB, for other homes
 AIRFLOW_SETTINGS = {
     "AIRFLOW_HOME": str(AIRFLOW_HOME),
@@ -57,12 +55,10 @@ def pytest_unconfigure(config) -> None:
 @pytest.fixture(scope="session")
 def airflow_home() -> Path:
     """The session's Airflow home, its SQLite metadata DB migrated once (Airflow's own migration,
-    in this process) and copied, untouched, to MIGRATED_DB."""
+    in this process)."""
     from airflow.utils.db import initdb
 
     initdb()
-    with sqlite3.connect(AIRFLOW_HOME / "airflow.db") as source, sqlite3.connect(MIGRATED_DB) as copy:
-        source.backup(copy)
     return AIRFLOW_HOME
 
 

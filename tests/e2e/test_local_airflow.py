@@ -1,11 +1,14 @@
-"""`make airflow` (scripts/airflow.sh) and the browser tests against it: a real Airflow 3 (api-server,
-scheduler with the LocalExecutor, dag-processor, triggerer) on a private PostgreSQL, driven by the
-scheduler and, for the operator's side, by Debian's chromium through chromedriver (scripts/browser.sh).
+"""`make airflow` (scripts/airflow.sh) and the tests against it: a real Airflow 3 (api-server, scheduler
+with the LocalExecutor, dag-processor, triggerer) on a private PostgreSQL, driven by the scheduler, by
+Airflow's native backfill (`airflow backfill create`), by the REST API and, for the operator's side, by
+Debian's chromium through chromedriver (scripts/browser.sh).
 
 The stack is started once for the module, on free ports and a private home, with the session's broker,
-and stopped at the end (`scripts/airflow.sh down`). Screenshots of the Tidemark page and the trigger
-form go to .cache/screenshots/; the README's, in docs/screenshots/, were made with
-TIDEMARK_SCREENSHOTS=docs/screenshots (a test run then leaves the checkout as it was).
+two pipelines (one for the browser, one for the native backfill and the example DAG scheduled on its
+table) and an admin and a viewer login, and stopped at the end (`scripts/airflow.sh down`).
+Screenshots of the Tidemark page and the trigger form go to .cache/screenshots/; the README's, in
+docs/screenshots/, were made with TIDEMARK_SCREENSHOTS=docs/screenshots (a test run then leaves the
+checkout as it was).
 """
 
 from __future__ import annotations
@@ -35,13 +38,25 @@ SHOTS = Path(os.environ.get("TIDEMARK_SCREENSHOTS", ROOT / ".cache" / "screensho
 # Two records per partition inside the backfill window, one before it and one after.
 TIMES = ["2025-06-01T08:00", "2025-06-02T09:30", "2025-06-02T17:45", "2025-06-04T12:00"]
 WINDOW = ("2025/06/02", "00:00", "2025/06/03", "00:00")
+# The native backfill's records (two per partition would be enough; these cover the window's edges) and the
+# window its two daily data intervals cover.
+BACKFILL_TIMES = ["2025-05-31T23:00", "2025-06-01T00:00", "2025-06-01T12:00", "2025-06-01T23:59:59",
+                  "2025-06-02T00:00", "2025-06-02T18:00", "2025-06-03T00:00", "2025-06-03T05:00"]
+BACKFILL_WINDOW = (dt.datetime(2025, 6, 1, tzinfo=dt.UTC), dt.datetime(2025, 6, 3, tzinfo=dt.UTC))
+VIEWER = "watcher"
 
 
 class LocalAirflow:
-    def __init__(self, env: dict[str, str], home: Path, url: str, user: str, password: str, pipeline: str):
+    def __init__(self, env: dict[str, str], home: Path, url: str, user: str, password: str, pipeline: str,
+                 backfill_pipeline: str, lake: Path):
         self.env, self.home, self.url, self.user, self.password = env, home, url, user, password
         self.pipeline, self.dag_id = pipeline, f"tidemark_ingest__{pipeline}"
+        self.backfill_pipeline, self.lake = backfill_pipeline, lake
         self.token: str | None = None
+
+    def login(self, user: str) -> str:
+        """The generated password of one of this Airflow's logins."""
+        return json.loads((self.home / "passwords.json").read_text())[user]
 
     def shell(self, command: str) -> str:
         """A command with this Airflow's environment (the env.sh that `up` wrote)."""
@@ -66,8 +81,11 @@ class LocalAirflow:
         assert response.status_code < 300, f"{method} {path}: {response.status_code} {response.text[:500]}"
         return response.json()
 
-    def runs(self) -> list[dict]:
-        return self.api("GET", f"/dags/{self.dag_id}/dagRuns", params={"order_by": "run_after"})["dag_runs"]
+    def runs(self, dag_id: str | None = None) -> list[dict]:
+        return self.api("GET", f"/dags/{dag_id or self.dag_id}/dagRuns", params={"order_by": "run_after"})["dag_runs"]
+
+    def is_parsed(self, dag_id: str) -> bool:
+        return any(d["dag_id"] == dag_id for d in self.api("GET", "/dags", params={"dag_id_pattern": dag_id})["dags"])
 
     def wait_for(self, what: str, check, timeout: float = 300):
         deadline = time.monotonic() + timeout
@@ -95,10 +113,13 @@ def local_airflow(tmp_path_factory, kafka_bootstrap, spark_connect):
     base = tmp_path_factory.mktemp("local_airflow")
     pipelines, lake, home = base / "pipelines", base / "lake", base / "home"
     pipelines.mkdir()
-    pipeline = f"ui_{uuid.uuid4().hex[:8]}"
-    helpers.create_topic(pipeline, partitions=2, configs={"retention.ms": "-1"})
-    (pipelines / f"{pipeline}.yaml").write_text(yaml.safe_dump(
-        {"name": pipeline, "topics": [pipeline], "table": pipeline, "schedule": "@yearly", "retries": 0}))
+    pipeline, backfill_pipeline = f"ui_{uuid.uuid4().hex[:8]}", f"nbf_{uuid.uuid4().hex[:8]}"
+    # Backfills need the records to still be there: no time-based retention on these topics.
+    for name, options in ((pipeline, {"schedule": "@yearly", "retries": 0}),
+                          (backfill_pipeline, {"schedule": "@daily"})):
+        helpers.create_topic(name, partitions=2, configs={"retention.ms": "-1"})
+        (pipelines / f"{name}.yaml").write_text(yaml.safe_dump({"name": name, "topics": [name], "table": name,
+                                                                **options}))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "TIDEMARK_"))}
     # PostgreSQL runs as 'nobody' when the tests run as root: its folder must be reachable, and neither
     # pytest's nor a checkout in a private folder (`mktemp -d`) is: a folder of its own under the system's
@@ -108,7 +129,8 @@ def local_airflow(tmp_path_factory, kafka_bootstrap, spark_connect):
     env.update(AIRFLOW_LOCAL_HOME=str(home), PG_HOME=str(pg_home), AIRFLOW_PORT=str(helpers.free_port()),
                PG_PORT=str(helpers.free_port()),
                KAFKA_PORT=os.environ["KAFKA_PORT"], TIDEMARK_LAKE_ROOT=str(lake),
-               TIDEMARK_PIPELINES_DIR=str(pipelines), AIRFLOW_USER="operator",
+               TIDEMARK_PIPELINES_DIR=str(pipelines), AIRFLOW_USER="operator", AIRFLOW_VIEWERS=VIEWER,
+               TIDEMARK_EXAMPLE_UPSTREAM=backfill_pipeline,  # the example DAG scheduled on its table
                TIDEMARK_JAR_CACHE=os.environ.get("TIDEMARK_JAR_CACHE", str(ROOT / ".cache" / "jars")),
                # its ingest jobs on the warm path (the test run's Spark Connect server): the console is the subject
                AIRFLOW_CONN_SPARK_DEFAULT=helpers.spark_connect_connection(spark_connect))
@@ -120,7 +142,7 @@ def local_airflow(tmp_path_factory, kafka_bootstrap, spark_connect):
         url = re.search(r"UI:\s+(\S+)", up.stdout).group(1)
         user, password = re.search(r"login:\s+(\S+) / (\S+)", up.stdout).groups()
         print(f"make airflow: up in {time.monotonic() - started:.0f} s\n{up.stdout}")
-        yield LocalAirflow(env, home, url, user, password, pipeline)
+        yield LocalAirflow(env, home, url, user, password, pipeline, backfill_pipeline, lake)
     finally:
         down = subprocess.run([str(SCRIPT), "down"], env=env, capture_output=True, text=True, timeout=180)
         assert down.returncode == 0, down.stderr
@@ -146,6 +168,12 @@ def test_make_airflow_runs_scheduled_runs_by_the_scheduler_on_postgres(local_air
         cursor.execute("SELECT run_type, state FROM dag_run WHERE dag_id = %s AND run_id = %s",
                        (airflow.dag_id, run["dag_run_id"]))
         assert cursor.fetchall() == [("scheduled", "success")]
+    # The scheduler started once the api-server answered (a task queued earlier fails without running).
+    logs = airflow.home / "logs" / "services"
+    stamps = re.compile(r"^(\d{4}-\d\d-\d\dT[\d:.]+)Z", re.M)
+    answering = re.search(r"^(\S+)Z .*Uvicorn running on http://127\.0\.0\.1", (logs / "api-server.log").read_text(),
+                          re.M).group(1)
+    assert stamps.search((logs / "scheduler.log").read_text()).group(1) > answering
     status = airflow.shell("scripts/airflow.sh status")
     assert all(f"{s}: running" in status for s in ("api-server", "scheduler", "dag-processor", "triggerer"))
 
@@ -246,3 +274,102 @@ def test_a_bad_form_value_is_refused_and_writes_nothing(local_airflow, browser):
     view = httpx.get(f"{airflow.url}/tidemark/api/pipelines/{airflow.pipeline}", timeout=30,
                      headers={"Authorization": f"Bearer {airflow.token}"}).json()
     assert view["status"] == "failing", view
+
+
+def test_native_backfill_over_two_past_days_ingests_exactly_those_windows(local_airflow):
+    """Airflow 3's native backfill (`airflow backfill create`): each backfill run maps its data interval to
+    a time window of Kafka records; the committed position does not move."""
+    airflow, pipeline = local_airflow, local_airflow.backfill_pipeline
+    dag_id, downstream = f"tidemark_ingest__{pipeline}", f"tidemark_example_downstream__{pipeline}"
+    airflow.wait_for("the dag-processor to parse the DAGs",
+                     lambda: airflow.is_parsed(dag_id) and airflow.is_parsed(downstream))
+    # Unpaused at creation: the schedule's latest interval runs first; nothing in the topic yet, so no Spark.
+    airflow.wait_for("the scheduled run", lambda: [r for r in airflow.runs(dag_id) if r["state"] == "success"])
+
+    helpers.produce_at_times(pipeline, BACKFILL_TIMES)
+    airflow.shell(f"airflow backfill create --dag-id {dag_id} --from-date 2025-06-01 --to-date 2025-06-02 "
+                  "--max-active-runs 1")
+
+    def backfills_done():
+        runs = [r for r in airflow.runs(dag_id) if r["run_type"] == "backfill"]
+        return runs if len(runs) == 2 and all(r["state"] in ("success", "failed") for r in runs) else None
+
+    runs = airflow.wait_for("the two backfill runs", backfills_done, timeout=600)
+    assert {(r["run_type"], r["state"]) for r in runs} == {("backfill", "success")}, f"{runs}\n{airflow.service_logs()}"
+
+    # Exactly the records of [2025-06-01, 2025-06-03): offsets 1..5 of each partition, once each.
+    table = str(airflow.lake / pipeline)
+    rows = helpers.query(table, "SELECT kafka_partition AS p, kafka_offset AS o, kafka_timestamp AS ts FROM t "
+                                "ORDER BY p, o")
+    assert [(r["p"], r["o"]) for r in rows] == [(p, o) for p in (0, 1) for o in range(1, 6)]
+    assert all(BACKFILL_WINDOW[0] <= r["ts"] < BACKFILL_WINDOW[1] for r in rows)
+
+    # One backfill batch per data interval, none of them moves the committed position.
+    history = airflow.tidemark("offsets", "history", pipeline)
+    by_run = {}
+    for row in history:
+        assert row["kind"] == "backfill" and row["status"] == "committed", row
+        by_run.setdefault(row["dag_run_id"], set()).add((row["partition"], row["start_offset"], row["end_offset"]))
+    assert by_run == {"backfill__2025-06-02T00:00:00+00:00": {(0, 1, 4), (1, 1, 4)},
+                      "backfill__2025-06-03T00:00:00+00:00": {(0, 4, 6), (1, 4, 6)}}
+    show = airflow.tidemark("offsets", "show", pipeline)
+    assert {p["partition"]: p["committed_offset"] for p in show} == {0: None, 1: None}
+
+    # Each committed backfill batch was an event of the table's asset; the scheduler ran the example
+    # DAG scheduled on it (dags/tidemark_downstream_example.py), which returns what arrived.
+    batches = {row["dag_run_id"]: row["batch_id"] for row in history}
+
+    def what_arrived(run_id: str) -> list[dict]:
+        value = airflow.api("GET", f"/dags/{downstream}/dagRuns/{run_id}/taskInstances/what_arrived/xcomEntries/"
+                                   "return_value")["value"]
+        return json.loads(value) if isinstance(value, str) else value
+
+    def downstream_done():
+        runs = airflow.runs(downstream)
+        if not runs or any(r["state"] not in ("success", "failed") for r in runs):
+            return None
+        arrived = [batch for r in runs if r["state"] == "success" for batch in what_arrived(r["dag_run_id"])]
+        return (runs, arrived) if len(arrived) >= len(batches) or any(r["state"] == "failed" for r in runs) else None
+
+    runs, arrived = airflow.wait_for("the downstream example DAG's runs", downstream_done, timeout=300)
+    assert {(r["run_type"], r["state"]) for r in runs} == {("asset_triggered", "success")}, runs
+    assert sorted((b["batch_id"], b["kind"], b["table"], b["records"], b["dead_letters"],
+                   tuple((r["partition"], r["start"], r["end"], r["records"]) for r in b["ranges"]))
+                  for b in arrived) == sorted(
+        (batches[run_id], "backfill", table, sum(end - start for _, start, end in ranges), 0,
+         tuple(sorted((p, start, end, end - start) for p, start, end in ranges)))
+        for run_id, ranges in by_run.items())
+    assert all(isinstance(b["delta_version"], int) for b in arrived), arrived
+
+
+def test_the_tidemark_page_on_the_api_server_needs_a_login_and_shows_what_the_cli_shows(local_airflow):
+    """The plugin's page, mounted by the real api-server (tidemark_airflow.plugin): 401 without a login,
+    403 with a forged token, and for a logged-in viewer the same numbers as the CLI."""
+    import httpx
+
+    airflow, pipeline = local_airflow, local_airflow.backfill_pipeline
+    api = f"{airflow.url}/tidemark/api/pipelines/{pipeline}"
+    assert httpx.get(f"{api}/offsets", timeout=30).status_code == 401
+    assert httpx.get(f"{airflow.url}/tidemark/", timeout=30).status_code == 401
+    assert httpx.get(f"{api}/offsets", headers={"Authorization": "Bearer forged"}, timeout=30).status_code == 403
+
+    login = httpx.post(f"{airflow.url}/auth/token", json={"username": VIEWER, "password": airflow.login(VIEWER)},
+                       timeout=30)
+    assert login.status_code == 201, login.text
+    token = login.json()["access_token"]
+    with httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=30) as client:
+        assert client.get(f"{api}/offsets").json() == airflow.tidemark("offsets", "show", pipeline)
+        assert client.get(f"{api}/history").json() == airflow.tidemark("offsets", "history", pipeline)
+        [view] = [p for p in client.get(f"{airflow.url}/tidemark/api/pipelines").json()["pipelines"]
+                  if p["pipeline"] == pipeline]
+        assert view["kafka_error"] is None and view["dag_id"] == f"tidemark_ingest__{pipeline}"
+        [plugin] = [p for p in client.get(f"{airflow.url}/api/v2/plugins").json()["plugins"] if p["name"] == "tidemark"]
+        assert {(v["destination"], v["href"]) for v in plugin["external_views"]} == {
+            ("nav", "/tidemark/"), ("dag", "/tidemark/dags/{DAG_ID}")}
+        # A viewer sees, never triggers.
+        refused = client.post(f"{airflow.url}/api/v2/dags/tidemark_ingest__{pipeline}/dagRuns",
+                              json={"logical_date": None})
+        assert refused.status_code == 403, refused.text
+    # The UI's iframe sends the login cookie, not a header.
+    page = httpx.get(f"{airflow.url}/tidemark/pipelines/{pipeline}", cookies={"_token": token}, timeout=30)
+    assert page.status_code == 200 and f'data-topic="{pipeline}"' in page.text

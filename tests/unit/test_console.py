@@ -1,7 +1,7 @@
 """The Tidemark page (tidemark_airflow.console) on a real delta-rs ledger, in-process. Kafka is a closed
 port here, so these tests also cover the page's promise to show the ledger's numbers when Kafka is
 unreachable. The page against a running api-server and a live broker is tested in
-tests/e2e/test_native_backfill.py."""
+tests/e2e/test_local_airflow.py."""
 
 from __future__ import annotations
 
