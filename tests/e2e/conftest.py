@@ -28,7 +28,7 @@ AIRFLOW = str(ROOT / ".venv" / "bin" / "airflow")
 # Airflow reads its home and database when it is first imported, so the session's home is set as
 # this module loads: during collection, before any test (of any tier) can import airflow.
 AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="tidemark-e2e-airflow-"))
-OPENLINEAGE_FILE = "openlineage.jsonl"  # a pristine copy of the migrated DB, for other homes
+OPENLINEAGE_FILE = "openlineage.jsonl"
 AIRFLOW_SETTINGS = {
     "AIRFLOW_HOME": str(AIRFLOW_HOME),
     "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{AIRFLOW_HOME / 'airflow.db'}",
