@@ -52,6 +52,7 @@ class LocalAirflow:
         self.env, self.home, self.url, self.user, self.password = env, home, url, user, password
         self.pipeline, self.dag_id = pipeline, f"tidemark_ingest__{pipeline}"
         self.backfill_pipeline, self.lake = backfill_pipeline, lake
+        self.logs = home / "logs" / "services"  # each service's log, as scripts/airflow.sh writes them
         self.token: str | None = None
 
     def login(self, user: str) -> str:
@@ -98,8 +99,7 @@ class LocalAirflow:
 
     def service_logs(self) -> str:
         """The end of each service's log: what a failed assertion about the scheduler's work shows."""
-        logs = self.home / "logs" / "services"
-        return "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in sorted(logs.glob("*.log")))
+        return "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in sorted(self.logs.glob("*.log")))
 
     def finished_run(self, run_id: str) -> dict:
         def done():
@@ -169,11 +169,10 @@ def test_make_airflow_runs_scheduled_runs_by_the_scheduler_on_postgres(local_air
                        (airflow.dag_id, run["dag_run_id"]))
         assert cursor.fetchall() == [("scheduled", "success")]
     # The scheduler started once the api-server answered (a task queued earlier fails without running).
-    logs = airflow.home / "logs" / "services"
     stamps = re.compile(r"^(\d{4}-\d\d-\d\dT[\d:.]+)Z", re.M)
-    answering = re.search(r"^(\S+)Z .*Uvicorn running on http://127\.0\.0\.1", (logs / "api-server.log").read_text(),
-                          re.M).group(1)
-    assert stamps.search((logs / "scheduler.log").read_text()).group(1) > answering
+    answering = re.search(r"^(\S+)Z .*Uvicorn running on http://127\.0\.0\.1",
+                          (airflow.logs / "api-server.log").read_text(), re.M).group(1)
+    assert stamps.search((airflow.logs / "scheduler.log").read_text()).group(1) > answering
     status = airflow.shell("scripts/airflow.sh status")
     assert all(f"{s}: running" in status for s in ("api-server", "scheduler", "dag-processor", "triggerer"))
 
