@@ -1,7 +1,9 @@
 """An Avro pipeline through the ingest DAG: schemas from the real Schema Registry, two schema versions,
 every kind of bad record in the dead-letter table (a schema id the reader schema cannot read included), a
 batch that a crashed run left behind executed by the next run while the registry is unreachable (with the
-schemas frozen in the ledger), then a new column."""
+schemas frozen in the ledger), then a new column. The crashed run is a spark-submit driver; the runs after it
+decode on the warm path (the test run's Spark Connect server; tests/integration/test_avro.py decodes on a classic
+SparkSession)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ V2 = {**V1, "fields": [*V1["fields"], {"name": "currency", "type": ["null", "str
 UNREADABLE = {**V1, "fields": [{"name": "payment_id", "type": "long"}, {"name": "amount", "type": "string"}]}
 
 
-def test_avro_through_the_dag_with_a_crash_a_registry_outage_and_an_added_field(stack, schema_registry, tmp_path):
+def test_avro_through_the_dag_with_a_crash_a_registry_outage_and_an_added_field(stack, schema_registry, spark_connect,
+                                                                                 tmp_path):
     topic = helpers.create_topic(helpers.unique("avro-dag"), partitions=2)
     subject = f"{topic}-value"
     dag_id = stack.add_pipeline(topic, [topic], value_format="avro", retries=0)
@@ -37,6 +40,7 @@ def test_avro_through_the_dag_with_a_crash_a_registry_outage_and_an_added_field(
     run = stack.run_dag(dag_id)
     assert crashed.exists() and run.task_states["ingest"] == "failed"
     del stack.env["TIDEMARK_CRASH_AT"]
+    stack.use_spark_connect(spark_connect)  # the runs below decode Avro on the Connect server: no JVM launch
 
     # 2. The registry changes (a version whose amount is a string, then the version that adds 'currency')
     # and then becomes unreachable; the next run executes the frozen batch anyway.
@@ -48,6 +52,7 @@ def test_avro_through_the_dag_with_a_crash_a_registry_outage_and_an_added_field(
     run = stack.run_dag(dag_id)
     assert run.state == "success" and run.task_states["ingest"] == "success", run.log[-3000:]
     assert "was planned but never committed; executing it again" in run.log
+    assert "on the Spark Connect server" in run.log and "Spark-Submit cmd" not in run.log
     assert helpers.query(table, "SELECT payment_id, amount, ingest_batch_id AS b FROM t ORDER BY payment_id") == [
         {"payment_id": i, "amount": i * 1.5, "b": 1} for i in range(6)]
     errors = [r["error"] for r in helpers.query(dead_letters, "SELECT error FROM t ORDER BY kafka_offset")]
