@@ -14,7 +14,7 @@ from tidemark import crash
 pytestmark = pytest.mark.e2e
 
 
-def test_retry_after_the_spark_driver_is_killed_reads_the_same_frozen_ranges(stack, tmp_path):
+def test_retry_after_the_spark_driver_is_killed_reads_the_same_frozen_ranges(stack, spark_connect, tmp_path):
     topic = helpers.create_topic(helpers.unique("retry"), partitions=2)
     dag_id = stack.add_pipeline(topic, [topic], retries=1, retry_delay_seconds=1)
     table = str(stack.lake / topic)
@@ -39,6 +39,7 @@ def test_retry_after_the_spark_driver_is_killed_reads_the_same_frozen_ranges(sta
                                 "FROM t") == [{"n": 40, "lo": 1, "hi": 1}]
 
     del stack.env["TIDEMARK_CRASH_AT"]
+    stack.use_spark_connect(spark_connect)  # the next batch needs no JVM of its own
     run = stack.run_dag(dag_id)
     assert run.task_states["ingest"] == "success"
     assert helpers.query(table, "SELECT ingest_batch_id AS b, COUNT(*) AS n FROM t GROUP BY ingest_batch_id "
