@@ -34,6 +34,16 @@ def s3_lake(name: str) -> str:
     return f"s3a://{S3_BUCKET}/tests/{name}-{uuid.uuid4().hex[:8]}"
 
 
+def connect_conf() -> str:
+    """The Spark Connect server's settings for a lake on the local S3 server (CONNECT_CONF of
+    scripts/connect.sh): S3A, its endpoint and Tidemark's log store, as ``key=value`` words. The keys
+    stay out of it: S3A reads them from the server's AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY."""
+    from tidemark.storage import ObjectStore, spark_conf
+
+    conf = spark_conf(ObjectStore(endpoint_url=s3_endpoint()), secrets=False)
+    return " ".join(f"{key}={value}" for key, value in sorted(conf.items()))
+
+
 def _table(table_uri: str):
     """A Delta table by any location: local, or on the local S3 server (either scheme spelling)."""
     from deltalake import DeltaTable
@@ -359,3 +369,11 @@ class StandaloneCluster:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+if __name__ == "__main__":  # `python -m devkit.localstack connect-conf` (scripts/test.sh)
+    import sys
+
+    if sys.argv[1:] != ["connect-conf"]:
+        sys.exit("usage: python -m devkit.localstack connect-conf")
+    print(connect_conf())

@@ -3,8 +3,9 @@
 # started fresh and stopped afterwards: a Kafka broker (port TEST_KAFKA_PORT, default 19092) and the
 # local S3-compatible server (port TEST_S3_PORT, default 19000), the local Schema Registry (port
 # TEST_REGISTRY_PORT, default 18081; its URL in SCHEMA_REGISTRY_URL) and a Spark Connect server for the
-# warm path (port TEST_CONNECT_PORT, default 15012; its URL in SPARK_CONNECT_URL). Extra arguments go to pytest instead
-# of the default `tests` (for example: scripts/test.sh -q tests/integration -k replay).
+# warm path, for local and S3 tables (port TEST_CONNECT_PORT, default 15012; its URL in SPARK_CONNECT_URL).
+# Extra arguments go to pytest instead of the default `tests` (for example: scripts/test.sh -q
+# tests/integration -k replay).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -33,7 +34,12 @@ scripts/registry.sh up
 if ! wait "$cds_pid"; then cat "$cds.log"; exit 1; fi
 while IFS= read -r line; do export "$line"; done < "$cds"
 rm -f "$cds" "$cds.log"
-scripts/connect.sh up  # a Spark JVM of the run too: it gets the archive
+# The warm path's server (a Spark JVM of the run too: it gets the archive) also serves the lake on the local
+# S3 server: its S3A and log-store settings are fixed when it starts, its keys come from its environment.
+CONNECT_CONF=$(.venv/bin/python -m devkit.localstack connect-conf) \
+  AWS_ACCESS_KEY_ID=$(scripts/storage.sh env | sed -n 's/^AWS_ACCESS_KEY_ID=//p') \
+  AWS_SECRET_ACCESS_KEY=$(scripts/storage.sh env | sed -n 's/^AWS_SECRET_ACCESS_KEY=//p') \
+  scripts/connect.sh up
 export "$(scripts/registry.sh env)"
 export "$(scripts/connect.sh env)"
 echo "tidemark: tests (unit, integration, e2e) against the broker on 127.0.0.1:$KAFKA_PORT, S3 on 127.0.0.1:$S3_PORT" \

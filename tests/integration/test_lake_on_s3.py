@@ -4,6 +4,10 @@ put-if-absent Delta log store) with the output, dead-letter and ledger tables on
 record lands exactly once through a kill -9 of the driver, two concurrent runs, and a stale driver that
 wakes up after another run took its batch over.
 
+The recovery after the kill and the take-over of the stale driver's batch run on the warm path: the test
+run's Spark Connect server, started with the S3A and log-store settings of the local S3 server
+(scripts/test.sh), so the lake on S3 is checked under both launchers.
+
 The tables are read back with delta-rs under the other scheme spelling (`s3://`) than the one Spark
 wrote (`s3a://`)."""
 
@@ -108,7 +112,7 @@ def test_tidemark_run_writes_every_table_on_s3_exactly_once_and_never_prints_the
     assert CANARY not in history.stdout
 
 
-def test_kill_9_of_the_driver_during_the_s3_write_then_recovery(s3_pipeline):
+def test_kill_9_of_the_driver_during_the_s3_write_then_recovery_on_the_warm_path(s3_pipeline, spark_connect):
     topic, lake, env = s3_pipeline
     produced = helpers.produce(topic, 90)
     killed = run(env, topic, TIDEMARK_CRASH_AT=crash.DURING_READ)
@@ -117,9 +121,10 @@ def test_kill_9_of_the_driver_during_the_s3_write_then_recovery(s3_pipeline):
     assert ledger.state(topic).pending_batch_id == 1  # the batch stays frozen, nothing committed
     assert helpers.query_or_none(f"{lake}/{topic}") is None
 
-    recovered = run(env, topic)
+    recovered = run(env, topic, AIRFLOW_CONN_SPARK_DEFAULT=helpers.spark_connect_connection(spark_connect))
     assert recovered.returncode == 0, recovered.stdout[-3000:] + recovered.stderr[-5000:]
     assert "recovered" in recovered.stdout
+    assert "on the Spark Connect server" in recovered.stderr, recovered.stderr[-3000:]
     assert counts(f"{lake}/{topic}") == exactly_once(produced)
     assert {(r.batch_id, r.status) for r in ledger.rows(topic)} == {(1, "committed")}
 
@@ -144,11 +149,12 @@ def _stopped(pid: int) -> bool:
 
 
 @pytest.mark.slow
-def test_a_stale_driver_that_wakes_after_a_take_over_commits_nothing(s3_pipeline, tmp_path):
+def test_a_stale_driver_that_wakes_after_a_take_over_commits_nothing(s3_pipeline, spark_connect, tmp_path):
     """The case only a cluster has: driver A is frozen (SIGSTOP of its whole process group: JVM and
     Python) after it checked that it owns the batch and just before its output commit; its run is marked
-    failed, run B takes the batch over and commits it; then A wakes up (SIGCONT) and carries on. A must
-    commit nothing: the output's marker already holds the batch, and the ledger already has it."""
+    failed, run B (on the warm path) takes the batch over and commits it; then A wakes up (SIGCONT) and
+    carries on. A must commit nothing: the output's marker already holds the batch, and the ledger already
+    has it."""
     from tidemark.batch.prepare import prepare_batch
     from tidemark.config import find_pipeline
     from tidemark_spark.submit import local_spark_env, run_ingest_job, spark_submit_command
@@ -175,7 +181,7 @@ def test_a_stale_driver_that_wakes_after_a_take_over_commits_nothing(s3_pipeline
         # A's run is over as far as the orchestrator knows: B takes the batch over and commits it.
         plan_b = prepare_batch(config, properties, run_id="manual__B", run_state=lambda run_id: "failed")
         assert (plan_b.batch_id, plan_b.ranges, plan_b.recovered) == (plan_a.batch_id, plan_a.ranges, True)
-        assert run_ingest_job(plan_b, properties, "local[2]", config.isolation_level, config.spark_conf,
+        assert run_ingest_job(plan_b, properties, spark_connect, config.isolation_level, config.spark_conf,
                               extra_env={storage.ENV_VAR: job_env[storage.ENV_VAR]}) == 0
         table, ledger = f"{lake}/{topic}", Ledger(f"{lake}/_tidemark/offsets")
         versions = (helpers.table_version(table), ledger.version())
