@@ -44,16 +44,21 @@ def asset_events(name: str) -> list[tuple[str, str, dict]]:
         return [(e.source_dag_id, e.source_run_id, dict(e.extra or {})) for e in events]
 
 
-def test_incremental_runs_through_airflow_ingest_exactly_what_was_produced(stack, airflow_home):
+def test_incremental_runs_through_airflow_ingest_exactly_what_was_produced(stack, airflow_home, spark_connect):
     topic = helpers.create_topic(helpers.unique("e2e"), partitions=3)
     dag_id = stack.add_pipeline(topic, [topic])
     table = str(stack.lake / topic)
 
     # 1. first run: everything produced so far, with the real user command (the tier's one
-    # `airflow dags test` subprocess; the other runs use dag.test() in the pytest process)
+    # `airflow dags test` subprocess; the other runs use dag.test() in the pytest process), its job on
+    # the warm path (run 2 is the spark-submit one)
     helpers.produce(topic, 60)
+    spark_submit = stack.env["AIRFLOW_CONN_SPARK_DEFAULT"]
+    stack.use_spark_connect(spark_connect)
     run = stack.run_dag_with_cli(dag_id)
+    stack.env["AIRFLOW_CONN_SPARK_DEFAULT"] = spark_submit
     assert run.state == "success"
+    assert "on the Spark Connect server" in run.log and "Spark-Submit cmd" not in run.log
     assert run.task_states == {"plan": "success", "ingest": "success"}
     assert output_stats(table) == {"n": 60, "uniq": 60}
     shown = stack.tidemark("offsets", "show", topic, "--json")
