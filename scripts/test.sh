@@ -36,10 +36,11 @@ while IFS= read -r line; do export "$line"; done < "$cds"
 rm -f "$cds" "$cds.log"
 # The warm path's server (a Spark JVM of the run too: it gets the archive) also serves the lake on the local
 # S3 server: its S3A and log-store settings are fixed when it starts, its keys come from its environment.
-CONNECT_CONF=$(.venv/bin/python -m devkit.localstack connect-conf) \
-  AWS_ACCESS_KEY_ID=$(scripts/storage.sh env | sed -n 's/^AWS_ACCESS_KEY_ID=//p') \
-  AWS_SECRET_ACCESS_KEY=$(scripts/storage.sh env | sed -n 's/^AWS_SECRET_ACCESS_KEY=//p') \
-  scripts/connect.sh up
+(
+  while IFS= read -r line; do case $line in AWS_ACCESS_KEY_ID=*|AWS_SECRET_ACCESS_KEY=*) export "$line" ;; esac
+  done < <(scripts/storage.sh env)
+  CONNECT_CONF=$(.venv/bin/python -m devkit.localstack connect-conf) scripts/connect.sh up
+)
 export "$(scripts/registry.sh env)"
 export "$(scripts/connect.sh env)"
 echo "tidemark: tests (unit, integration, e2e) against the broker on 127.0.0.1:$KAFKA_PORT, S3 on 127.0.0.1:$S3_PORT" \
