@@ -113,7 +113,7 @@ def connect_session(url: str, pipeline: str):
             f"the Spark Connect server at {spark_connect_address(url)} did not answer ({cause}). Nothing was read or "
             f"written; the batch stays planned. Start it (scripts/connect.sh up) or fix the Spark connection's "
             f"host and port.", pipeline=pipeline) from None
-    log.info("pipeline '%s': on the Spark Connect server at %s", pipeline, spark_connect_address(url))
+    log.info("pipeline '%s': the job runs on the Spark Connect server at %s", pipeline, spark_connect_address(url))
     return spark
 
 
