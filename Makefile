@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export KAFKA_PORT ?= 9092
 
 .DEFAULT_GOAL := help
-.PHONY: help setup venv jars kafka-up kafka-down storage-up storage-down registry-up registry-down demo test test-unit lint soak bench bench-s3 bench-skew bench-scale bench-profile bench-json bench-avro bench-small bench-page connect-up connect-down airflow airflow-down browser lock clean
+.PHONY: help setup venv jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down storage-up storage-down registry-up registry-down demo test test-unit lint soak bench bench-s3 bench-skew bench-scale bench-profile bench-json bench-avro bench-small bench-page connect-up connect-down airflow airflow-down browser lock clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -34,6 +34,12 @@ kafka-up: jars ## start a single-node KRaft broker on 127.0.0.1:$KAFKA_PORT (ide
 
 kafka-down: ## stop the local broker
 	scripts/kafka.sh down
+
+kafka-cluster-up: jars ## start three KRaft brokers with TLS (SSL, mTLS, SASL_SSL) and a private CA under .cache/kafka-cluster; prints the bootstrap servers per listener (idempotent)
+	scripts/kafka_cluster.sh up
+
+kafka-cluster-down: ## stop the three brokers of kafka-cluster-up
+	scripts/kafka_cluster.sh down
 
 storage-up: venv ## start a local S3-compatible server (moto, with DynamoDB) on 127.0.0.1:$S3_PORT with the bucket `lake` (idempotent)
 	scripts/storage.sh up
