@@ -11,7 +11,7 @@
 # $AIRFLOW_LOCAL_HOME/passwords.json; `up` prints the admin's.
 # `source $AIRFLOW_LOCAL_HOME/env.sh` points the `airflow` and `tidemark` CLIs at this Airflow.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+source "$(dirname "$0")/lib/service.sh"
 cd "$root"
 export AIRFLOW_HOME=${AIRFLOW_LOCAL_HOME:-$root/.cache/airflow-local}
 source scripts/env.sh
@@ -24,6 +24,7 @@ for viewer in ${AIRFLOW_VIEWERS:-}; do users+=",$viewer:viewer"; done
 services=(api-server scheduler dag-processor triggerer)
 pids=$AIRFLOW_HOME/pids
 logs=$AIRFLOW_HOME/logs/services
+service=airflow logfile=$logs
 
 write_env() {  # the one environment every service and CLI call of this Airflow shares
   mkdir -p "$AIRFLOW_HOME" "$pids" "$logs"
@@ -66,10 +67,6 @@ export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE="$AIRFLOW_HOME/password
 ENV
 }
 
-kafka_listening() { (exec 3<>"/dev/tcp/127.0.0.1/$KAFKA_PORT") 2>/dev/null; }
-
-alive() { [ -f "$pids/$1.pid" ] && kill -0 "$(cat "$pids/$1.pid")" 2>/dev/null; }
-
 healthy() {  # healthy [answering]: the api-server answers / the metadata DB and the scheduler are healthy
   python - "$port" "${1:-}" <<'PY'
 import json, sys, urllib.request
@@ -83,32 +80,30 @@ sys.exit(0 if sys.argv[2] == "answering" or (health.get("metadatabase", {}).get(
 PY
 }
 
-launched=()  # the services `up` has started or found running: wait_until watches them
+launched=()  # the services `up` has started or found running: service_exited watches them
 start() {
-  local service=$1 args=("$1")
-  launched+=("$service")
-  alive "$service" && return
-  [ "$service" = api-server ] && args+=(--port "$port" --host 127.0.0.1)
-  setsid airflow "${args[@]}" >"$logs/$service.log" 2>&1 </dev/null &
-  echo $! >"$pids/$service.pid"
+  local args=("$1") pidfile=$pids/$1.pid logfile=$logs/$1.log
+  launched+=("$1")
+  service_alive && return
+  [ "$1" = api-server ] && args+=(--port "$port" --host 127.0.0.1)
+  service_launch --session "$root" airflow "${args[@]}"
 }
 
-wait_until() {  # wait_until <what> <command...>: fails if a started service exits or after 240 s
-  local what=$1 deadline=$((SECONDS + 240))
-  shift
-  until "$@"; do
-    for service in "${launched[@]}"; do
-      alive "$service" || { echo "airflow: the $service exited; see $logs/$service.log" >&2;
-                            tail -20 "$logs/$service.log" >&2; exit 1; }
-    done
-    [ $SECONDS -lt $deadline ] || { echo "airflow: $what after 240 s; see $logs" >&2; exit 1; }
-    sleep 1
+service_exited() {  # a service `up` started (or found running) has exited: say which, with its log
+  local name logfile
+  for name in "${launched[@]}"; do
+    service_alive "$pids/$name.pid" && continue
+    logfile=$logs/$name.log
+    echo "airflow: the $name exited" >&2
+    service_show_log
+    return 0
   done
+  return 1
 }
 
-up() {
+cmd_up() {
   local started=$SECONDS
-  if kafka_listening; then
+  if service_listening "$KAFKA_PORT"; then
     echo "kafka: using the broker on 127.0.0.1:$KAFKA_PORT"
   else
     scripts/kafka.sh up
@@ -141,10 +136,11 @@ PY
   # loaded 2-core machine. The dag-processor needs only the database.
   start api-server
   start dag-processor
-  wait_until "the api-server does not answer" healthy answering
+  where="from the api-server at http://127.0.0.1:$port" service_wait_ready 240 healthy answering
   start scheduler
   start triggerer
-  wait_until "not healthy" healthy
+  where="(a healthy metadata DB and scheduler) at http://127.0.0.1:$port/api/v2/monitor/health" \
+    service_wait_ready 240 healthy
   local password
   password=$(python -c 'import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' \
     "$AIRFLOW_HOME/passwords.json" "$user")
@@ -158,15 +154,10 @@ airflow: up in $((SECONDS - started)) s on PostgreSQL ($(scripts/postgres.sh url
 EOF
 }
 
-down() {
-  for service in "${services[@]}"; do
-    if alive "$service"; then kill -TERM -- "-$(cat "$pids/$service.pid")" 2>/dev/null || true; fi
-  done
-  for service in "${services[@]}"; do
-    for _ in $(seq 60); do alive "$service" || break; sleep 0.5; done
-    if alive "$service"; then kill -KILL -- "-$(cat "$pids/$service.pid")" 2>/dev/null || true; fi
-    rm -f "$pids/$service.pid"
-  done
+cmd_down() {
+  local files=() name
+  for name in "${services[@]}"; do files+=("$pids/$name.pid"); done
+  service_stop --group "${files[@]}" || true
   scripts/postgres.sh down
   if [ -f "$AIRFLOW_HOME/.started-kafka" ]; then
     scripts/kafka.sh down
@@ -175,18 +166,14 @@ down() {
   echo "airflow: stopped"
 }
 
-status() {
-  local code=0
-  for service in "${services[@]}"; do
-    if alive "$service"; then echo "$service: running (pid $(cat "$pids/$service.pid"))"; else echo "$service: stopped"; code=1; fi
+cmd_status() {
+  local code=0 name
+  for name in "${services[@]}"; do
+    if service_alive "$pids/$name.pid"; then echo "$name: running (pid $(service_pid "$pids/$name.pid"))"
+    else echo "$name: stopped"; code=1; fi
   done
   scripts/postgres.sh status || code=1
   return $code
 }
 
-case "${1:-}" in
-  up) up ;;
-  down) down ;;
-  status) status ;;
-  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
-esac
+service_main "up|down|status" "$@"

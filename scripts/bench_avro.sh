@@ -6,9 +6,5 @@
 # Writes bench/results/avro.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export REGISTRY_PORT=${BENCH_REGISTRY_PORT:-19281}
-scripts/registry.sh down >/dev/null 2>&1 || true
-trap 'scripts/registry.sh down >/dev/null 2>&1 || true' EXIT
-scripts/registry.sh up
-export "$(scripts/registry.sh env)"
-scripts/with_broker.sh bench "${BENCH_KAFKA_PORT:-19292}" .venv/bin/python -m bench.avro
+exec scripts/with_service.sh registry "${BENCH_REGISTRY_PORT:-19281}" \
+  scripts/with_broker.sh bench "${BENCH_KAFKA_PORT:-19292}" .venv/bin/python -m bench.avro

@@ -3,8 +3,5 @@
 # against a private broker (BENCH_KAFKA_PORT, default 19292) and S3 server (BENCH_S3_PORT, default 19300).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export S3_PORT=${BENCH_S3_PORT:-19300}
-scripts/storage.sh down >/dev/null 2>&1 || true
-scripts/storage.sh up
-trap 'scripts/storage.sh down >/dev/null 2>&1 || true' EXIT
-scripts/with_broker.sh bench "${BENCH_KAFKA_PORT:-19292}" .venv/bin/python -m bench.object_storage
+exec scripts/with_service.sh storage "${BENCH_S3_PORT:-19300}" \
+  scripts/with_broker.sh bench "${BENCH_KAFKA_PORT:-19292}" .venv/bin/python -m bench.object_storage

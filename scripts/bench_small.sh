@@ -6,9 +6,5 @@
 # Writes bench/results/small_batch.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export CONNECT_PORT=${BENCH_CONNECT_PORT:-19302}
-scripts/connect.sh down >/dev/null 2>&1 || true
-trap 'scripts/connect.sh down >/dev/null 2>&1 || true' EXIT
-scripts/connect.sh up
-export "$(scripts/connect.sh env)"
-scripts/with_broker.sh bench "${BENCH_KAFKA_PORT:-19292}" .venv/bin/python -m bench.small_batch
+exec scripts/with_service.sh connect "${BENCH_CONNECT_PORT:-19302}" \
+  scripts/with_broker.sh bench "${BENCH_KAFKA_PORT:-19292}" .venv/bin/python -m bench.small_batch

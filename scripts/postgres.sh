@@ -7,7 +7,7 @@
 # to run as root, so as root the cluster runs as the unprivileged user `nobody` and owns only PG_HOME.
 # `up` is idempotent: a live cluster is left alone; the database is created once.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+source "$(dirname "$0")/lib/service.sh"
 port=${PG_PORT:-5433}
 home=${PG_HOME:-$root/.cache/postgres-$port}
 user=${PG_USER:-airflow}
@@ -35,7 +35,7 @@ as_owner() {  # run a server command as the cluster's owner
 
 is_running() { [ -f "$home/data/postmaster.pid" ] && as_owner "$(pgbin)/pg_ctl" -D "$home/data" status >/dev/null 2>&1; }
 
-up() {
+cmd_up() {
   local bin; bin=$(pgbin)
   mkdir -p "$home"
   if [ "$(id -u)" = 0 ]; then
@@ -60,20 +60,18 @@ up() {
       "SELECT 1 FROM pg_database WHERE datname = '$db'" | grep -q 1; then
     PGPASSWORD=$password "$bin/createdb" -h 127.0.0.1 -p "$port" -U "$user" "$db"
   fi
-  echo "postgres: $(url) (data in $home)"
+  echo "postgres: $(cmd_url) (data in $home)"
 }
 
-down() {
+cmd_down() {
   if is_running; then as_owner "$(pgbin)/pg_ctl" -D "$home/data" -m fast -w stop >/dev/null; fi
   echo "postgres: stopped"
 }
 
-url() { echo "postgresql+psycopg2://$user:$password@127.0.0.1:$port/$db"; }
+cmd_url() { echo "postgresql+psycopg2://$user:$password@127.0.0.1:$port/$db"; }
 
-case "${1:-}" in
-  up) up ;;
-  down) down ;;
-  status) if is_running; then echo "postgres: running on 127.0.0.1:$port"; else echo "postgres: not running"; exit 1; fi ;;
-  url) url ;;
-  *) echo "usage: $0 up|down|status|url" >&2; exit 2 ;;
-esac
+cmd_status() {
+  if is_running; then echo "postgres: running on 127.0.0.1:$port"; else echo "postgres: not running"; exit 1; fi
+}
+
+service_main "up|down|status|url" "$@"

@@ -13,7 +13,7 @@
 # State lives in the server's memory (an in-memory H2 database): `down` (or a crash) forgets every schema.
 # `up` is idempotent: a live server is left alone, a stale pid file is cleared.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+source "$(dirname "$0")/lib/service.sh"
 port=${REGISTRY_PORT:-8081}
 mport=${REGISTRY_MANAGEMENT_PORT:-$((port + 1))}
 home=${REGISTRY_HOME:-$root/.cache/registry-$port}
@@ -25,11 +25,10 @@ name=apicurio-registry-app-$version
 url=https://repo.maven.apache.org/maven2/io/apicurio/apicurio-registry-app/$version/$name-all.tar.gz
 tarball=$cache/$name-all.tar.gz
 app=$cache/$name
-pidfile=$home/server.pid
 base=http://127.0.0.1:$port
 ccompat=$base/apis/ccompat/v7
-
-is_running() { [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }
+service=registry pidfile=$home/server.pid logfile=$home/logs/server.log where="on $base"
+start_timeout=${REGISTRY_START_TIMEOUT:-90}
 
 fetch_app() {  # download (temp file + rename, sha1-checked) and unpack, once
   mkdir -p "$cache"
@@ -104,48 +103,18 @@ find_java() {  # the first Java 21+ of: REGISTRY_JAVA_HOME, JAVA_HOME, `java` on
   return 1
 }
 
-answers() { curl -fsS -o /dev/null --max-time 5 "$ccompat/subjects" 2>/dev/null; }
+answers() { curl -fsS -o /dev/null --max-time 5 "$ccompat/subjects"; }
 
-wait_ready() {  # until the Confluent-compatible API answers, or fail loudly
-  local timeout=${REGISTRY_START_TIMEOUT:-90}
-  local deadline=$((SECONDS + timeout))
-  while [ $SECONDS -lt $deadline ]; do
-    if ! is_running; then
-      echo "registry: the server exited during start-up; last log lines:" >&2
-      tail -30 "$home/logs/server.log" 2>/dev/null >&2
-      return 1
-    fi
-    if answers; then return 0; fi
-    sleep 0.5
-  done
-  echo "registry: the server did not answer GET $ccompat/subjects within ${timeout}s; last log lines:" >&2
-  tail -30 "$home/logs/server.log" 2>/dev/null >&2
-  echo "registry: full log in $home/logs/server.log" >&2
-  return 1
-}
+cmd_env() { echo "SCHEMA_REGISTRY_URL=$ccompat"; }
 
-print_env() {
-  echo "SCHEMA_REGISTRY_URL=$ccompat"
-}
-
-up() {
-  if is_running; then
-    echo "registry: already running on $base (pid $(cat "$pidfile")); SCHEMA_REGISTRY_URL=$ccompat"
-    return 0
-  fi
-  rm -f "$pidfile"
-  local p
-  for p in "$port" "$mport"; do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-      echo "registry: something else already listens on 127.0.0.1:$p; set REGISTRY_PORT (API) and" \
-        "REGISTRY_MANAGEMENT_PORT (health, metrics; REGISTRY_PORT+1 by default) to free ports" >&2
-      exit 1
-    fi
-  done
+cmd_up() {
+  service_already_up && return 0
+  service_port_free "$port" REGISTRY_PORT
+  service_port_free "$mport" "REGISTRY_MANAGEMENT_PORT (health, metrics; REGISTRY_PORT+1 by default)"
   local java; java=$(find_java) || exit 1
   fetch_app
   local jar; jar=$(runnable)
-  mkdir -p "$home/logs" "$home/tmp"
+  mkdir -p "$home/tmp"
   local started=$SECONDS
   # System properties override the app's application.properties:
   #  - the API on 127.0.0.1:$port only; Quarkus's management interface (health, metrics), which the
@@ -154,7 +123,7 @@ up() {
   #  - no authentication (OIDC and basic auth off) and no authorization;
   #  - a global compatibility rule, BACKWARD like Confluent's default (Apicurio's own default is none);
   #  - a modest heap and a serial GC: the machine also runs Kafka, Spark and Airflow.
-  (cd "$home" && exec nohup "$java" -Xms64m -Xmx"$heap" -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+  service_launch "$home" "$java" -Xms64m -Xmx"$heap" -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
     -Djava.io.tmpdir="$home/tmp" \
     -Dquarkus.http.host=127.0.0.1 -Dquarkus.http.port="$port" \
     -Dquarkus.management.host=127.0.0.1 -Dquarkus.management.port="$mport" \
@@ -164,29 +133,15 @@ up() {
     -Dquarkus.oidc.tenant-enabled=false -Dapicurio.authn.basic-client-credentials.enabled=false \
     -Dapicurio.auth.role-based-authorization=false -Dapicurio.auth.owner-only-authorization=false \
     -Dapicurio.rules.global.compatibility="$compatibility" \
-    -jar "$jar" >"$home/logs/server.log" 2>&1) &
-  echo $! >"$pidfile"
-  wait_ready || { down >/dev/null 2>&1; exit 1; }
-  echo "registry: Apicurio Registry $version ready on $base in $((SECONDS - started)) s (pid $(cat "$pidfile"), $java, logs in $home/logs)"
+    -jar "$jar"
+  service_await_start
+  echo "registry: Apicurio Registry $version ready on $base in $((SECONDS - started)) s (pid $(service_pid), $java, logs in $home/logs)"
   echo "registry: SCHEMA_REGISTRY_URL=$ccompat (Confluent-compatible API; in memory, no auth)"
 }
 
-down() {
-  if ! is_running; then echo "registry: not running"; rm -f "$pidfile"; return 0; fi
-  local pid; pid=$(cat "$pidfile")
-  kill "$pid"
-  for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-  kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
-  rm -f "$pidfile"
+cmd_down() {
+  service_down "(its schemas were in memory and are gone)"
   rm -rf "$home/tmp"
-  echo "registry: stopped (its schemas were in memory and are gone)"
 }
 
-case "${1:-}" in
-  up) up ;;
-  down) down ;;
-  status) if is_running; then echo "registry: running on $base (pid $(cat "$pidfile")); SCHEMA_REGISTRY_URL=$ccompat"; else echo "registry: not running"; exit 1; fi ;;
-  wait) wait_ready ;;
-  env) print_env ;;
-  *) echo "usage: $0 up|down|status|wait|env" >&2; exit 2 ;;
-esac
+service_main "up|down|status|wait|env" "$@"

@@ -15,7 +15,7 @@
 # commits rest on. The launcher runs moto's own WSGI app but lets one state-changing request
 # (any method but GET/HEAD/OPTIONS; every DynamoDB call is a POST) run at a time.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+source "$(dirname "$0")/lib/service.sh"
 port=${S3_PORT:-9000}
 home=${S3_HOME:-$root/.cache/s3-$port}
 bucket=${S3_BUCKET:-lake}
@@ -23,8 +23,9 @@ access_key=${S3_ACCESS_KEY:-tidemark}
 secret_key=${S3_SECRET_KEY:-tidemark-local}
 region=${S3_REGION:-us-east-1}
 py=${VENV:-$root/.venv}/bin/python
-pidfile=$home/server.pid
 endpoint=http://127.0.0.1:$port
+service=storage pidfile=$home/server.pid logfile=$home/logs/server.log where="on $endpoint"
+start_timeout=${S3_START_TIMEOUT:-60}
 
 read -r -d '' launcher <<'PY' || true
 import os, signal, sys, threading
@@ -45,8 +46,6 @@ signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 run_simple("127.0.0.1", int(sys.argv[1]), serialized, threaded=True, request_handler=MotoRequestHandler)
 PY
 
-is_running() { [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }
-
 aws_call() {  # aws_call PYTHON_SNIPPET: run boto3 code with `s3` and `ddb` clients bound to the server
   AWS_ACCESS_KEY_ID=$access_key AWS_SECRET_ACCESS_KEY=$secret_key "$py" - "$endpoint" "$region" "$bucket" <<PY
 import sys, boto3
@@ -58,22 +57,7 @@ $1
 PY
 }
 
-wait_ready() {  # until the server answers an S3 call, or fail loudly
-  local deadline=$((SECONDS + ${S3_START_TIMEOUT:-60}))
-  while [ $SECONDS -lt $deadline ]; do
-    if ! is_running; then
-      echo "storage: the server exited during start-up; last log lines:" >&2
-      tail -30 "$home/logs/server.log" 2>/dev/null >&2
-      return 1
-    fi
-    if aws_call 's3.list_buckets()' >/dev/null 2>&1; then
-      return 0
-    fi
-    sleep 0.5
-  done
-  echo "storage: the server did not answer on $endpoint within ${S3_START_TIMEOUT:-60}s; see $home/logs" >&2
-  return 1
-}
+answers() { aws_call 's3.list_buckets()'; }
 
 ensure_bucket() {
   aws_call "
@@ -85,7 +69,7 @@ except s3.exceptions.ClientError:
     || { echo "storage: creating the bucket '$bucket' failed; see $home/logs/bucket.log" >&2; tail -5 "$home/logs/bucket.log" >&2; return 1; }
 }
 
-print_env() {
+cmd_env() {
   cat <<ENV
 AWS_ENDPOINT_URL=$endpoint
 AWS_ACCESS_KEY_ID=$access_key
@@ -95,48 +79,23 @@ S3_BUCKET=$bucket
 ENV
 }
 
-up() {
-  if is_running; then
-    echo "storage: already running on $endpoint (pid $(cat "$pidfile")), bucket '$bucket'"
-    return 0
-  fi
-  rm -f "$pidfile"
+cmd_up() {
+  service_already_up && return 0
   "$py" -c 'import moto.moto_server.werkzeug_app, boto3' 2>/dev/null \
     || { echo "storage: moto[server] or boto3 is missing from the venv ($py); run make setup" >&2; exit 1; }
-  if "$py" - "$port" <<'PY' 2>/dev/null; then
-import socket, sys
-s = socket.socket(); s.settimeout(1)
-sys.exit(0 if s.connect_ex(("127.0.0.1", int(sys.argv[1]))) == 0 else 1)
-PY
-    echo "storage: something else already listens on 127.0.0.1:$port; set S3_PORT to a free port" >&2
-    exit 1
-  fi
+  service_port_free "$port" S3_PORT
   mkdir -p "$home/logs" "$home/tmp"
   # moto spools large object bodies to temporary files: keep them under .cache, not /tmp.
-  TMPDIR="$home/tmp" MOTO_PORT=$port nohup "$py" -c "$launcher" "$port" >"$home/logs/server.log" 2>&1 &
-  echo $! >"$pidfile"
-  wait_ready
+  service_launch "$home" env TMPDIR="$home/tmp" MOTO_PORT="$port" "$py" -c "$launcher" "$port"
+  service_await_start
   ensure_bucket
-  echo "storage: S3-compatible server (moto) ready on $endpoint (pid $(cat "$pidfile"), logs in $home/logs)"
+  echo "storage: S3-compatible server (moto) ready on $endpoint (pid $(service_pid), logs in $home/logs)"
   echo "storage: bucket '$bucket', region $region, access key '$access_key', secret key '$secret_key' (local values; DynamoDB on the same endpoint)"
 }
 
-down() {
-  if ! is_running; then echo "storage: not running"; rm -f "$pidfile"; return 0; fi
-  local pid; pid=$(cat "$pidfile")
-  kill "$pid"
-  for _ in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-  kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
-  rm -f "$pidfile"
+cmd_down() {
+  service_down "(its buckets and tables were in memory and are gone)"
   rm -rf "$home/tmp"
-  echo "storage: stopped (its buckets and tables were in memory and are gone)"
 }
 
-case "${1:-}" in
-  up) up ;;
-  down) down ;;
-  status) if is_running; then echo "storage: running on $endpoint (pid $(cat "$pidfile"))"; else echo "storage: not running"; exit 1; fi ;;
-  wait) wait_ready ;;
-  env) print_env ;;
-  *) echo "usage: $0 up|down|status|wait|env" >&2; exit 2 ;;
-esac
+service_main "up|down|status|wait|env" "$@"
