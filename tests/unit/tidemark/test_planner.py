@@ -2,12 +2,12 @@ from __future__ import annotations
 
 import pytest
 
-from tidemark.errors import DataLossError, OffsetsWentBackwardsError
+from tidemark.errors import DataLossError, OffsetsWentBackwardsError, TidemarkError, TopicRecreatedError
 from tidemark.offsets import OffsetRange
 from tidemark.offsets import TopicPartition as TP
-from tidemark.planner import plan_ranges, share_cap
+from tidemark.planner import check_topic_ids, plan_ranges, share_cap
 
-A0, A1, A2 = TP("a", 0), TP("a", 1), TP("a", 2)
+A0, A1, A2, B0 = TP("a", 0), TP("a", 1), TP("a", 2), TP("b", 0)
 
 
 def test_new_partition_starts_at_earliest_by_default():
@@ -70,3 +70,42 @@ def test_data_loss_skip_records_a_gap_and_starts_at_earliest():
 def test_offsets_going_backwards_is_refused():
     with pytest.raises(OffsetsWentBackwardsError, match="recreated"):
         plan_ranges("p", {A0: 30}, {A0: 0}, {A0: 5})
+
+
+# --- retention gaps -------------------------------------------------------------------------------
+
+def test_data_loss_names_every_lost_range_and_both_ways_forward():
+    with pytest.raises(DataLossError) as err:
+        plan_ranges("orders", {A0: 3, A1: 5, B0: 2}, {A0: 8, A1: 5, B0: 4}, {A0: 20, A1: 9, B0: 4})
+    message = str(err.value)
+    assert isinstance(err.value, TidemarkError)
+    assert message.startswith("pipeline 'orders': offsets a:0 [3, 8), b:0 [2, 4) were deleted by retention")
+    assert "(7 offsets lost)" in message and "a:1" not in message
+    assert "tidemark offsets reset orders --topic a:0 --topic b:0 --to-earliest --execute --reason" in message
+    assert "on_data_loss: skip" in message and "'gap' row" in message
+
+
+# --- recreated topics -----------------------------------------------------------------------------
+
+def test_a_changed_topic_id_is_refused_naming_the_offsets_and_the_reset():
+    with pytest.raises(TopicRecreatedError) as err:
+        check_topic_ids("orders", {"a": "old-id", "b": "b-id"}, {"a": "new-id", "b": "b-id"}, {A0: 5, A1: 7, B0: 1},
+                        {A0: 9, A1: 12})
+    message = str(err.value)
+    assert isinstance(err.value, OffsetsWentBackwardsError)
+    assert "pipeline 'orders': topic 'a' was deleted and recreated" in message
+    assert "now new-id" in message and "belong to topic id old-id" in message
+    assert "committed: a:0@5, a:1@7" in message and "latest offsets now: a:0@9, a:1@12" in message
+    assert "nothing was read or written" in message
+    assert "tidemark offsets reset orders --topic a --to-earliest --execute --reason" in message
+
+
+def test_unknown_or_unchanged_topic_ids_are_not_refused():
+    check_topic_ids("p", {}, {"a": "x"}, {A0: 5})            # a ledger without topic ids (older rows)
+    check_topic_ids("p", {"a": "x"}, {}, {A0: 5})            # a broker that gives no topic ids
+    check_topic_ids("p", {"a": "x"}, {"a": "x", "b": "y"}, {A0: 5})
+
+
+def test_a_pending_batch_of_a_recreated_topic_says_it_cannot_be_executed():
+    with pytest.raises(TopicRecreatedError, match="Batch 4 was frozen against the old topic and cannot be executed"):
+        check_topic_ids("p", {"a": "old"}, {"a": "new"}, {A0: 5}, pending_batch=4)

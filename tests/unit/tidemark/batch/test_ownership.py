@@ -1,3 +1,5 @@
+"""Who owns a frozen batch (tidemark.batch.ownership): CLI and Airflow owners' liveness."""
+
 from __future__ import annotations
 
 import os
@@ -6,7 +8,6 @@ import time
 
 import pytest
 
-from tidemark import crash
 from tidemark.batch.ownership import cli_owner_id, is_owner_alive
 
 
@@ -39,20 +40,3 @@ def test_airflow_owner_is_assumed_alive_without_a_lookup_and_dead_when_unknown()
         raise LookupError("no such run")
 
     assert not is_owner_alive("manual__x", missing)
-
-
-def test_crash_points_are_inert_unless_armed(monkeypatch, tmp_path):
-    monkeypatch.delenv("TIDEMARK_CRASH_AT", raising=False)
-    crash.crash_point(crash.AFTER_OUTPUT_COMMIT)  # returns: nothing armed
-    monkeypatch.setenv("TIDEMARK_CRASH_AT", crash.AFTER_LEDGER_COMMIT)
-    crash.crash_point(crash.AFTER_OUTPUT_COMMIT)  # a different point: returns
-    monkeypatch.setenv("TIDEMARK_CRASH_ONCE", str(tmp_path / "once"))
-    (tmp_path / "once").write_text("")
-    crash.crash_point(crash.AFTER_LEDGER_COMMIT)  # already crashed once: returns
-    assert os.getpid()
-
-
-def test_unknown_crash_point_is_an_error(monkeypatch):
-    monkeypatch.setenv("TIDEMARK_CRASH_AT", "after_lunch")
-    with pytest.raises(ValueError, match="not a crash point"):
-        crash.crash_point(crash.AFTER_OUTPUT_COMMIT)

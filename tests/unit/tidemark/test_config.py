@@ -4,11 +4,12 @@ from pathlib import Path
 
 import pytest
 
-from tidemark.config import PipelineConfig, find_pipeline, load_all, load_pipeline
+from tidemark.config import PipelineConfig, find_pipeline, load_all, load_pipeline, parse_pipeline
 from tidemark.errors import ConfigError
+from tidemark.schemas import subject_of
 from tidemark_airflow.naming import ingest_dag_id
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pipelines"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "pipelines"
 
 
 def test_three_keys_are_enough_and_defaults_apply(monkeypatch, tmp_path):
@@ -31,7 +32,7 @@ def test_every_option_parses_and_uris_pass_through():
 def test_documented_defaults_match_the_model():
     fields = PipelineConfig.model_fields
     assert {n for n, f in fields.items() if f.is_required()} == {"name", "table"}
-    documented = (Path(__file__).resolve().parents[2] / "docs" / "CONFIGURATION.md").read_text()
+    documented = (Path(__file__).resolve().parents[3] / "docs" / "CONFIGURATION.md").read_text()
     for name in fields:
         assert f"| `{name}` |" in documented, f"docs/CONFIGURATION.md does not document '{name}'"
 
@@ -114,3 +115,47 @@ def test_starting_offsets_accepts_a_date_time_in_utc():
     config = PipelineConfig(name="p", topics=["a"], table="t", starting_offsets="2026-01-31T12:00:00")
     assert config.start_time == dt.datetime(2026, 1, 31, 12, tzinfo=dt.UTC)
     assert PipelineConfig(name="p", topics=["a"], table="t").start_time is None
+
+
+# --- the pipeline rules of value_format: avro ---------------------------------------------------
+
+def pipeline(**keys):
+    return parse_pipeline({"name": "p", "table": "t", **keys}, "test.yaml")
+
+
+def refused(**keys) -> str:
+    with pytest.raises(ConfigError) as err:
+        pipeline(**keys)
+    assert str(err.value).startswith("test.yaml: ")
+    return str(err.value)
+
+
+def test_avro_with_several_topics_or_a_pattern_needs_a_value_subject():
+    expected = ("value_format 'avro' reads the subject '<topic>-value' of a one-topic pipeline; with several "
+                "topics or a topic_pattern, name the subject with value_subject")
+    assert expected in refused(topics=["a", "b"], value_format="avro")
+    assert expected in refused(topic_pattern="orders.*", value_format="avro")
+    config = pipeline(topics=["a", "b"], value_format="avro", value_subject="orders-value")
+    assert subject_of(config.value_subject, config.topics) == "orders-value"
+    one = pipeline(topics=["a"], value_format="avro", value_schema_version=3)
+    assert (one.value_subject, one.value_schema_version, one.schema_changes) == (None, 3, "additive")
+
+
+def test_value_subject_and_version_are_avro_only():
+    expected = "value_subject and value_schema_version are only used with value_format: avro"
+    assert expected in refused(topics=["a"], value_format="json", value_schema={"id": "bigint"}, value_subject="s")
+    assert expected in refused(topics=["a"], value_schema_version=2)
+
+
+def test_value_schema_is_json_only():
+    message = refused(topics=["a"], value_format="avro", value_schema={"id": "bigint"})
+    assert "value_schema is only used with value_format: json (Avro schemas come from the Schema Registry)" in message
+
+
+def test_schema_changes_is_additive_or_lenient():
+    assert pipeline(topics=["a"], schema_changes="lenient").schema_changes == "lenient"
+    assert "'schema_changes': Input should be 'additive' or 'lenient'" in refused(topics=["a"], schema_changes="all")
+
+
+def test_avro_partition_columns_are_checked_at_plan_time_not_in_the_file():
+    assert pipeline(topics=["a"], value_format="avro", partition_by=["region"]).partition_by == ["region"]

@@ -4,8 +4,6 @@ import json
 
 import pytest
 
-from tidemark.batch.plan import BatchPlan
-from tidemark.batch.recovery import decide_recovery
 from tidemark.offsets import OffsetRange, spark_kafka_options, spark_min_partitions
 
 
@@ -24,29 +22,6 @@ def test_spark_options_refuse_an_empty_batch():
 def test_invalid_range_is_rejected():
     with pytest.raises(ValueError, match=r"a:0 \[5, 4\)"):
         OffsetRange("a", 0, 5, 4)
-
-
-def test_plan_json_round_trip_and_commit_metadata():
-    plan = BatchPlan("orders", 3, "/lake/orders", "/lake/_tidemark/offsets", [OffsetRange("o", 0, 1, 4)])
-    again = BatchPlan.from_json(plan.to_json())
-    assert again == plan and again.total_offsets == 3
-    meta = json.loads(plan.commit_metadata())["tidemark"]
-    ranges = [{"topic": "o", "partition": 0, "start": 1, "end": 4}]
-    assert meta == {"pipeline": "orders", "batch_id": 3, "ranges": ranges}
-
-
-@pytest.mark.parametrize(("pending", "marker", "dead_letters_done", "expected"), [
-    (None, None, True, "none"),
-    (None, 4, False, "none"),
-    (5, None, True, "re_execute"),
-    (5, 4, True, "re_execute"),
-    (5, 5, True, "roll_forward"),
-    (5, 6, True, "roll_forward"),
-    (5, 5, False, "re_execute"),  # in the output, its dead letters maybe not: the job completes them
-    (5, None, False, "re_execute"),
-])
-def test_recovery_decision(pending, marker, dead_letters_done, expected):
-    assert decide_recovery(pending, marker, dead_letters_done) == expected
 
 
 def test_only_ranges_over_the_task_size_are_split_and_the_split_covers_every_long_range():

@@ -1,0 +1,74 @@
+"""Kafka client properties (tidemark.kafka_client): the two credential spellings a connection may use, the
+kafka-python translation, which values count as secrets, and that none of them reaches an error message."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from tidemark.errors import ConfigError, KafkaUnavailableError
+from tidemark.kafka_client import _AuthenticationFailures, client_kwargs, java_client_properties, secret_values
+
+SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
+
+
+def test_airflow_provider_spelling_becomes_a_jaas_config_for_java_and_kafka_python():
+    props = {"bootstrap.servers": "h:9094", "security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "SCRAM-SHA-512",
+             "sasl.username": "alice", "sasl.password": 'pa"ss\\word'}
+    java = java_client_properties(props)
+    assert java == {"bootstrap.servers": "h:9094", "security.protocol": "SASL_PLAINTEXT",
+                    "sasl.mechanism": "SCRAM-SHA-512",
+                    "sasl.jaas.config": f'{SCRAM} required username="alice" password="pa\\"ss\\\\word";'}
+    kwargs = client_kwargs(props)
+    assert (kwargs["sasl_mechanism"], kwargs["sasl_plain_username"], kwargs["sasl_plain_password"]) == \
+        ("SCRAM-SHA-512", "alice", 'pa"ss\\word')
+    plain = java_client_properties({"sasl.mechanism": "PLAIN", "sasl.username": "u", "sasl.password": "p"})
+    assert plain["sasl.jaas.config"].startswith("org.apache.kafka.common.security.plain.PlainLoginModule required")
+
+
+def test_a_username_and_password_without_a_known_mechanism_is_a_config_error_that_hides_the_password():
+    with pytest.raises(ConfigError) as error:
+        java_client_properties({"sasl.username": "alice", "sasl.password": "hunter2-secret"})
+    assert "sasl.mechanism" in str(error.value) and "hunter2-secret" not in str(error.value)
+
+
+def test_secret_values_are_the_credentials_and_nothing_else():
+    props = {"bootstrap.servers": "h:9094", "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+             "sasl.jaas.config": f'{SCRAM} required username="alice" password="s3cret-value";',
+             "ssl.key.password": "key-pass", "ssl.cafile": "/ca.pem"}
+    assert secret_values(props) == [props["sasl.jaas.config"], "s3cret-value", "key-pass"]
+    assert secret_values({"bootstrap.servers": "h:9092"}) == []
+    assert "p4ssword" in secret_values({"sasl.mechanism": "PLAIN", "sasl.username": "u", "sasl.password": "p4ssword"})
+
+
+def test_a_sasl_failure_logged_by_kafka_python_is_recognised():
+    from kafka.errors import SaslAuthenticationFailedError
+
+    watcher = _AuthenticationFailures()
+    exc = SaslAuthenticationFailedError("SaslAuthenticationFailedError: Authentication failed during authentication "
+                                        "due to invalid credentials with SASL mechanism SCRAM-SHA-512")
+    watcher.handle(logging.LogRecord("kafka.net.manager", logging.WARNING, "m.py", 1,
+                                     "Bootstrap connection to %s failed: %s", ("bootstrap-0", exc), None))
+    assert watcher.failure == ("SASL authentication failed: Authentication failed during authentication due to "
+                               "invalid credentials with SASL mechanism SCRAM-SHA-512")
+
+
+def test_kafka_properties_translate_to_kafka_python_with_sasl_credentials():
+    kwargs = client_kwargs({
+        "bootstrap.servers": "h1:9092, h2:9092",
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                            'username="alice" password="s3cret";',
+        "request.timeout.ms": "5000",
+        "reconnect.backoff.max.ms": "2000",
+    })
+    assert kwargs == {"bootstrap_servers": ["h1:9092", "h2:9092"], "security_protocol": "SASL_PLAINTEXT",
+                      "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": "alice",
+                      "sasl_plain_password": "s3cret", "request_timeout_ms": 5000, "reconnect_backoff_max_ms": 2000}
+
+
+def test_kafka_properties_need_bootstrap_servers():
+    with pytest.raises(KafkaUnavailableError, match="bootstrap.servers"):
+        client_kwargs({"security.protocol": "PLAINTEXT"})

@@ -1,0 +1,119 @@
+"""The ledger (tidemark.ledger): state derived from its rows (positions, pending batch, gaps, topic
+incarnations), and a ledger written before the topic_id column."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from tidemark.ledger import COMMITTED, PLANNED, SCHEMA, Ledger, LedgerRow, derive_state, gap_rows, planned_rows
+from tidemark.offsets import OffsetRange
+from tidemark.offsets import TopicPartition as TP
+
+
+def row(batch, partition, start, end, status=COMMITTED, kind="batch"):
+    return LedgerRow("p", batch, kind, status, "t", partition, start, end)
+
+
+def test_position_is_the_end_of_the_latest_committed_row():
+    state = derive_state([row(2, 0, 10, 15), row(1, 0, 0, 10), row(1, 1, 0, 4)])
+    assert state.positions == {TP("t", 0): 15, TP("t", 1): 4}
+    assert state.last_batch == {TP("t", 0): 2, TP("t", 1): 1}
+    assert state.last_batch_id == 2 and state.pending_batch_id is None
+
+
+def test_planned_rows_are_pending_and_do_not_move_the_position():
+    state = derive_state([row(1, 0, 0, 10), row(2, 0, 10, 20, status=PLANNED)])
+    assert state.positions == {TP("t", 0): 10}
+    assert state.pending_batch_id == 2
+    assert state.pending_ranges == [OffsetRange("t", 0, 10, 20)]
+    assert state.last_batch_id == 2
+
+
+def test_backfill_rows_do_not_move_the_position():
+    state = derive_state([row(1, 0, 0, 10), row(2, 0, 0, 5, kind="backfill")])
+    assert state.positions == {TP("t", 0): 10}
+
+
+def test_empty_ledger():
+    state = derive_state([])
+    assert state.positions == {} and state.last_batch_id == 0 and state.pending_batch_id is None
+
+
+def test_pending_owner_and_fingerprint():
+    planned = LedgerRow("p", 2, "batch", PLANNED, "t", 0, 10, 20, dag_run_id="run-9")
+    state = derive_state([row(1, 0, 0, 10), planned])
+    assert state.pending_owner == "run-9"
+    assert state.fingerprint == derive_state([planned, row(1, 0, 0, 10)]).fingerprint  # order-free
+    committed = LedgerRow("p", 2, "batch", COMMITTED, "t", 0, 10, 20, dag_run_id="run-9")
+    assert derive_state([row(1, 0, 0, 10), committed]).fingerprint != state.fingerprint
+
+
+A0, A1, B0 = TP("a", 0), TP("a", 1), TP("b", 0)
+
+
+def topic_row(batch, kind, status, tp, start, end, topic_id=None):
+    return LedgerRow("p", batch, kind, status, tp.topic, tp.partition, start, end, topic_id=topic_id)
+
+
+def test_gap_rows_are_committed_position_entries_that_hold_no_records():
+    rows = gap_rows("p", 4, [OffsetRange("a", 0, 3, 8)], "run-1", {"a": "id-a"})
+    assert [(r.batch_id, r.kind, r.status, r.start_offset, r.end_offset, r.record_count, r.topic_id) for r in rows] == [
+        (4, "gap", COMMITTED, 3, 8, 0, "id-a")]
+    assert "deleted by retention" in rows[0].reason and rows[0].committed_at is not None
+
+
+def test_a_gap_entry_moves_the_position_and_the_batch_after_it_is_pending():
+    rows = [topic_row(1, "batch", COMMITTED, A0, 0, 3), *gap_rows("p", 2, [OffsetRange("a", 0, 3, 8)], "r"),
+            *planned_rows("p", 3, [OffsetRange("a", 0, 8, 20)], "r")]
+    state = derive_state(rows)
+    assert state.positions == {A0: 8} and state.last_batch == {A0: 2}
+    assert (state.pending_batch_id, state.pending_ranges) == (3, [OffsetRange("a", 0, 8, 20)])
+    assert state.high_water == {A0: 3}  # a gap wrote nothing: no deduplication is needed after it
+    committed = [r if r.batch_id != 3 else topic_row(3, "batch", COMMITTED, A0, 8, 20) for r in rows]
+    assert derive_state(committed).positions == {A0: 20}
+
+
+def test_a_reset_onto_a_recreated_topic_starts_a_new_incarnation():
+    rows = [topic_row(1, "batch", COMMITTED, A0, 0, 50, "old"), topic_row(1, "batch", COMMITTED, A1, 0, 40, "old"),
+            topic_row(1, "batch", COMMITTED, B0, 0, 9, "b"),
+            topic_row(2, "reset", COMMITTED, A0, 50, 0, "new")]
+    state = derive_state(rows)
+    assert state.topic_ids == {"a": "new", "b": "b"}
+    # a:1 belongs to the old topic: it starts like a new partition; b is untouched
+    assert state.positions == {A0: 0, B0: 9}
+    assert state.high_water == {B0: 9}  # offsets of the new topic are not deduplicated against the old one
+    assert derive_state(rows[:3]).topic_ids == {"a": "old", "b": "b"}
+
+
+def test_rows_without_a_topic_id_keep_the_position():
+    rows = [topic_row(1, "batch", COMMITTED, A0, 0, 5), topic_row(2, "batch", COMMITTED, A0, 5, 9, "id")]
+    state = derive_state(rows)
+    assert state.positions == {A0: 9} and state.topic_ids == {"a": "id"} and state.high_water == {A0: 9}
+
+
+# --- a ledger created before the topic_id column ---------------------------------------------------
+
+def test_a_ledger_without_the_topic_id_column_is_read_and_gains_it_on_append(tmp_path):
+    from deltalake import write_deltalake
+
+    uri = str(tmp_path / "offsets")
+    old_schema = pa.schema([f for f in SCHEMA if f.name != "topic_id"])
+    old = {f.name: [None] for f in old_schema}
+    old.update(pipeline=["p"], batch_id=[1], kind=["batch"], status=[COMMITTED], topic=["a"], partition=[0],
+               start_offset=[0], end_offset=[5], record_count=[5], dead_letter_count=[0])
+    write_deltalake(uri, pa.Table.from_pydict(old, schema=old_schema), partition_by=["pipeline"])
+
+    ledger = Ledger(uri)
+    state = ledger.state("p")
+    assert state.positions == {A0: 5} and state.topic_ids == {}
+    [legacy] = ledger.rows("p")
+    assert legacy.topic_id is None
+
+    ledger.append(planned_rows("p", 2, [OffsetRange("a", 0, 5, 9)], "run", topic_ids={"a": "id-a"}),
+                  expected=state.fingerprint)
+    assert ledger.mark_committed("p", 2, {A0: (4, 0)})
+    rows = sorted(ledger.rows("p"), key=lambda r: r.batch_id)
+    assert [(r.batch_id, r.status, r.end_offset, r.topic_id) for r in rows] == [
+        (1, COMMITTED, 5, None), (2, COMMITTED, 9, "id-a")]
+    assert ledger.state("p").positions == {A0: 9}
+    assert PLANNED not in {r.status for r in rows}

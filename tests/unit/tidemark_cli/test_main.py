@@ -1,0 +1,48 @@
+"""The command line (tidemark_cli.main): its parser and the reset flags."""
+
+from __future__ import annotations
+
+import pytest
+
+from tidemark_cli.main import build_parser
+
+
+def test_cli_parses_the_contract_commands():
+    parser = build_parser()
+    args = parser.parse_args(["offsets", "show", "orders", "--json"])
+    assert (args.command, args.action, args.pipeline, args.json) == ("offsets", "show", "orders", True)
+    args = parser.parse_args(["pipelines", "list"])
+    assert (args.command, args.action) == ("pipelines", "list")
+    args = parser.parse_args(["lag", "orders"])
+    assert (args.command, args.pipeline) == ("lag", "orders")
+
+
+def test_cli_rejects_a_missing_pipeline_argument(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["offsets", "show"])
+    assert exit_info.value.code == 2
+    assert "pipeline" in capsys.readouterr().err
+
+
+def test_reset_flags_map_to_a_request(tmp_path):
+    from tidemark_cli.main import reset_request
+
+    parser = build_parser()
+    args = parser.parse_args(["offsets", "reset", "orders", "--shift-by", "-10", "--topic", "orders:0,1",
+                              "--topic", "refunds", "--execute", "--reason", "replay after bug 42"])
+    request = reset_request(args, "cli:me@host")
+    assert (request.scenario, request.shift, request.scopes) == ("shift-by", -10, ("orders:0,1", "refunds"))
+    assert (request.execute, request.reason, request.actor) == (True, "replay after bug 42", "cli:me@host")
+    assert reset_request(parser.parse_args(["offsets", "reset", "o", "--to-earliest"]), "a").scenario == "to-earliest"
+    csv = tmp_path / "offsets.csv"
+    csv.write_text("orders,0,5\n")
+    request = reset_request(parser.parse_args(["offsets", "reset", "o", "--from-file", str(csv)]), "a")
+    assert (request.scenario, request.offsets_file, request.execute) == ("from-file", "orders,0,5\n", False)
+
+
+def test_reset_needs_exactly_one_scenario(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["offsets", "reset", "o", "--to-earliest", "--to-latest"])
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["offsets", "reset", "o"])
+    assert "one of the arguments" in capsys.readouterr().err
