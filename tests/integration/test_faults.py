@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 import uuid
 
 import pytest
@@ -77,25 +76,18 @@ def offsets(topic: str, isolation_level: str = "read_committed") -> dict[int, tu
         consumer.close()
 
 
-def wait_for(what, check, timeout: float = 60.0):
-    """Poll ``check`` until it returns something truthy; fail naming ``what`` (a str, or a callable
-    for a message built at the time of failure) after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what() if callable(what) else what}")
-        time.sleep(0.2)
-
-
 def set_topic_config(topic: str, configs: dict[str, str]) -> None:
     from kafka.admin import ConfigResource, ConfigResourceType
 
     client = admin()
     try:
         client.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic, configs=configs)])
+
+        def applied() -> bool:
+            found = client.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])["topic"][topic]
+            return all(found.get(key, {}).get("value") == value for key, value in configs.items())
+
+        helpers.wait_until(applied, 30, f"the broker to report topic {topic}'s configs {configs}")
     finally:
         client.close()
 
@@ -154,9 +146,8 @@ def test_retention_gap_fails_the_plan_by_default_and_skip_records_it_and_continu
 
     # Real retention: every segment older than 100 ms goes (the broker checks every 5 s).
     set_topic_config(topic, {"retention.ms": "100"})
-    wait_for("retention to delete offsets 0..9", lambda: offsets(topic) == {0: (10, 10), 1: (10, 10)}, 60)
+    helpers.wait_until(lambda: offsets(topic) == {0: (10, 10), 1: (10, 10)}, 60, "retention to delete offsets 0..9")
     set_topic_config(topic, {"retention.ms": "-1"})
-    time.sleep(1)                                    # the broker applies the config before new records arrive
     helpers.produce(topic, 4, start=20)              # offsets 10, 11 on each partition
     assert offsets(topic) == {0: (10, 12), 1: (10, 12)}
 
@@ -262,7 +253,7 @@ def test_partitions_added_to_a_topic_are_read_from_the_earliest_offset(kafka_boo
         finally:
             consumer.close()
 
-    wait_for("the new partitions in the metadata", three_partitions, 30)
+    helpers.wait_until(three_partitions, 30, "the new partitions in the metadata")
     assert helpers.produce(topic, 9, start=4) == {0: 3, 1: 3, 2: 3}
 
     # Visible before the next run: never committed, lag counted from the earliest offset.
@@ -296,7 +287,7 @@ def recreate(topic: str, partitions: int) -> None:
         except TopicAlreadyExistsError:  # still being deleted
             return False
 
-    wait_for(f"topic {topic} to be recreated", created, 60)
+    helpers.wait_until(created, 60, f"topic {topic} to be recreated")
 
 
 def test_a_recreated_topic_is_refused_even_with_more_records_until_a_reset_moves_onto_it(kafka_bootstrap, spark,
@@ -470,7 +461,7 @@ def test_a_compacted_topic_leaves_offset_gaps_that_are_counted_not_assumed(kafka
         # the cleaner keeps the newest record per key: 0 (k1) and 4 (k2) go, a gap first and one in the middle
         return seen[-1] == [1, 2, 3, 5, 6, 7]
 
-    wait_for(lambda: f"the log cleaner to compact the topic (offsets seen last: {seen[-1]})", compacted, 90)
+    helpers.wait_until(compacted, 90, lambda: f"the log cleaner to compact the topic (offsets seen last: {seen[-1]})")
     assert offsets(topic) == {0: (0, 8)}
 
     capped = make_config(topic, max_offsets_per_run=1)
