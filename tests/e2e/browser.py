@@ -4,7 +4,6 @@ fields are found by their label text, as an operator finds them."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from selenium import webdriver
@@ -40,9 +39,20 @@ def log_in(driver, url: str, user: str, password: str) -> None:
     wait(driver, ec.presence_of_element_located((By.CSS_SELECTOR, "nav, [aria-label=Browse], button")))
 
 
+# The page has loaded with its fonts, and no transition (a finite animation: a menu closing, a fade) still runs.
+SETTLED = """return document.readyState === "complete" && document.fonts.status === "loaded"
+    && document.getAnimations().every(a => a.playState !== "running" || !a.effect
+                                           || a.effect.getTiming().iterations === Infinity)"""
+# Resolves once the browser has painted the DOM as it is now (the frame after the next one).
+PAINTED = "const done = arguments[arguments.length - 1]; requestAnimationFrame(() => requestAnimationFrame(done));"
+
+
 def screenshot(driver, path: Path) -> None:
+    """Save a screenshot once the last render has settled: the page and its fonts loaded, its transitions
+    over, and the current DOM painted."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    time.sleep(0.5)  # let the last render settle
+    wait(driver, lambda d: d.execute_script(SETTLED))
+    driver.execute_async_script(PAINTED)
     driver.save_screenshot(str(path))
 
 

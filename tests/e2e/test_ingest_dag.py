@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -22,15 +21,16 @@ def lineage_events(airflow_home, job: str, event_type: str, count: int, timeout:
     ``count`` of them (the listener emits from a thread of its own, after the task)."""
     from tests.e2e.conftest import OPENLINEAGE_FILE
 
-    deadline, found = time.monotonic() + timeout, []
-    while time.monotonic() < deadline:
+    found: list[dict] = []
+
+    def enough() -> list[dict]:
         path = airflow_home / OPENLINEAGE_FILE
         events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-        found = [e for e in events if e.get("job", {}).get("name") == job and e.get("eventType") == event_type]
-        if len(found) >= count:
-            return found
-        time.sleep(0.5)
-    raise AssertionError(f"{len(found)} {event_type} OpenLineage event(s) of {job} after {timeout:.0f}s, not {count}")
+        found[:] = [e for e in events if e.get("job", {}).get("name") == job and e.get("eventType") == event_type]
+        return found if len(found) >= count else []
+
+    return helpers.wait_until(enough, timeout, lambda: f"{count} {event_type} OpenLineage event(s) of {job} "
+                                                       f"(found {len(found)})", interval=0.5)
 
 
 def asset_events(name: str) -> list[tuple[str, str, dict]]:

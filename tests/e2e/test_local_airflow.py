@@ -89,13 +89,8 @@ class LocalAirflow:
         return any(d["dag_id"] == dag_id for d in self.api("GET", "/dags", params={"dag_id_pattern": dag_id})["dags"])
 
     def wait_for(self, what: str, check, timeout: float = 300):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            result = check()
-            if result:
-                return result
-            time.sleep(1)
-        pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}\n{self.service_logs()}")
+        """``helpers.wait_until`` whose failure also shows the end of each service's log."""
+        return helpers.wait_until(check, timeout, lambda: f"{what}\n{self.service_logs()}", interval=1)
 
     def service_logs(self) -> str:
         """The end of each service's log: what a failed assertion about the scheduler's work shows."""

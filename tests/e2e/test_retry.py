@@ -4,7 +4,6 @@ the failed attempt and the retry land in the next batch, not in this one."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -22,9 +21,7 @@ def test_retry_after_the_spark_driver_is_killed_reads_the_same_frozen_ranges(sta
     crashed = tmp_path / "crashed"
 
     def produce_after_the_crash() -> None:
-        deadline = time.monotonic() + 300
-        while not crashed.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
+        helpers.wait_until(crashed.exists, 300, "the Spark driver to be killed during its read", interval=0.1)
         helpers.produce(topic, 30, start=40)
 
     producer = threading.Thread(target=produce_after_the_crash)

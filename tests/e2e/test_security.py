@@ -21,7 +21,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -51,10 +50,8 @@ def create_scram_user(user: str, password: str) -> None:
     try:
         upsert = UserScramCredentialUpsertion(user, ScramMechanism.SCRAM_SHA_512, password, iterations=4096)
         assert admin.alter_user_scram_credentials([upsert]) == {user: None}
-        deadline = time.monotonic() + 30
-        while not admin.describe_user_scram_credentials([user]).get(user, {}).get("credential_infos"):
-            assert time.monotonic() < deadline, f"the broker never listed the SCRAM user {user}"
-            time.sleep(0.2)
+        helpers.wait_until(lambda: admin.describe_user_scram_credentials([user]).get(user, {}).get("credential_infos"),
+                           30, f"the broker to list the SCRAM user {user}")
     finally:
         admin.close()
 
@@ -206,9 +203,8 @@ def test_the_leak_searches_find_a_planted_canary(tmp_path):
     sampler.start()
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3)", f"--password={canary}"])
     try:
-        deadline = time.monotonic() + 10
-        while not any(canary in line for line in sampler.lines) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        helpers.wait_until(lambda: any(canary in line for line in sampler.lines), 10,
+                           "the command-line sampler to see the sleeper's --password argument", interval=0.1)
     finally:
         sleeper.kill()
         lines = sampler.stop()

@@ -17,7 +17,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -172,11 +171,11 @@ def test_a_stale_driver_that_wakes_after_a_take_over_commits_nothing(s3_pipeline
                                  env={**job_env, "TIDEMARK_PAUSE_AT": crash.AFTER_DEAD_LETTERS}, stdout=out,
                                  stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 300
-        while not _stopped(stale.pid):
+        def paused() -> bool:
             assert stale.poll() is None, f"driver A exited before its pause:\n{log.read_text()[-4000:]}"
-            assert time.monotonic() < deadline, "driver A never reached its pause point"
-            time.sleep(0.2)
+            return _stopped(stale.pid)
+
+        helpers.wait_until(paused, 300, "driver A to reach its pause point")
 
         # A's run is over as far as the orchestrator knows: B takes the batch over and commits it.
         plan_b = prepare_batch(config, properties, run_id="manual__B", run_state=lambda run_id: "failed")
