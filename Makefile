@@ -59,6 +59,13 @@ connect-up: jars ## start a Spark Connect server (the warm path: no JVM per batc
 connect-down: ## stop the Spark Connect server
 	scripts/connect.sh down
 
+.PHONY: spark-cluster-up spark-cluster-down
+spark-cluster-up: venv ## start a Spark standalone master and $SPARK_WORKERS (2) workers on 127.0.0.1 (spark://127.0.0.1:$SPARK_MASTER_PORT, 7077; idempotent)
+	scripts/spark_cluster.sh up
+
+spark-cluster-down: ## stop the Spark standalone master and its workers (and their executors)
+	scripts/spark_cluster.sh down
+
 demo: setup ## set everything up and run the demo pipeline end to end through Airflow
 	scripts/demo.sh
 

@@ -24,7 +24,7 @@ for viewer in ${AIRFLOW_VIEWERS:-}; do users+=",$viewer:viewer"; done
 services=(api-server scheduler dag-processor triggerer)
 pids=$AIRFLOW_HOME/pids
 logs=$AIRFLOW_HOME/logs/services
-service=airflow logfile=$logs
+service=airflow logfile=$logs sessions=1  # each service with its task processes in a process group
 
 write_env() {  # the one environment every service and CLI call of this Airflow shares
   mkdir -p "$AIRFLOW_HOME" "$pids" "$logs"
@@ -80,25 +80,12 @@ sys.exit(0 if sys.argv[2] == "answering" or (health.get("metadatabase", {}).get(
 PY
 }
 
-launched=()  # the services `up` has started or found running: service_exited watches them
-start() {
+start() {  # a service, unless it runs; either way a member whose exit fails `up`
   local args=("$1") pidfile=$pids/$1.pid logfile=$logs/$1.log
-  launched+=("$1")
+  members+=("$pidfile:$logfile")
   service_alive && return
   [ "$1" = api-server ] && args+=(--port "$port" --host 127.0.0.1)
-  service_launch --session "$root" airflow "${args[@]}"
-}
-
-service_exited() {  # a service `up` started (or found running) has exited: say which, with its log
-  local name logfile
-  for name in "${launched[@]}"; do
-    service_alive "$pids/$name.pid" && continue
-    logfile=$logs/$name.log
-    echo "airflow: the $name exited" >&2
-    service_show_log
-    return 0
-  done
-  return 1
+  service_launch "$root" airflow "${args[@]}"
 }
 
 cmd_up() {
@@ -157,7 +144,7 @@ EOF
 cmd_down() {
   local files=() name
   for name in "${services[@]}"; do files+=("$pids/$name.pid"); done
-  service_stop --group "${files[@]}" || true
+  service_stop "${files[@]}" || true
   scripts/postgres.sh down
   if [ -f "$AIRFLOW_HOME/.started-kafka" ]; then
     scripts/kafka.sh down

@@ -1,24 +1,36 @@
 # Sourced by the scripts of the local services (kafka.sh, storage.sh, registry.sh, connect.sh,
-# spark_cluster.sh, airflow.sh, postgres.sh): one life cycle for a background process kept by a pid file.
+# spark_cluster.sh, airflow.sh, postgres.sh): one life cycle for background processes kept by pid files.
 # The script sets, before calling these:
 #   service   its name, the prefix of every message ("kafka")
-#   pidfile   the pid file of its process
+#   pidfile   the pid file of its (main) process
 #   logfile   the file its process writes (named in errors; a folder is named, not shown)
 #   where     where it answers, for messages ("on 127.0.0.1:9092", "at sc://127.0.0.1:15002")
 #   start_timeout  seconds `up` and `wait` give it to answer (the function `answers` checks it)
 #   show_logs (optional array) the logs to show when it fails to start, if not logfile
+#   members   (optional array) a service of several processes: each as PIDFILE:LOGFILE; a start fails when
+#             any of them exits, and a stop stops them all (the single process of pidfile otherwise)
+#   sessions  (optional, 1) each process starts in a session of its own and stops with its process group
+#             (the children it started too: Airflow's task runners, Spark's executors)
 # and defines a function cmd_<command> per command of its usage (cmd_up, cmd_env, ...; cmd_down, cmd_status
 # and cmd_wait have defaults below), then ends with `service_main "up|down|status|env" "$@"`.
 # One grace policy for every stop: SIGTERM, up to SERVICE_STOP_GRACE seconds (30) to exit, then SIGKILL.
 # shellcheck shell=bash
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+show_logs=() members=() sessions=
 
 service_pid() { cat "${1:-$pidfile}" 2>/dev/null; }
 
-service_alive() {  # service_alive [PIDFILE] [--group]: its process (or any of its process group) is alive
+service_alive() {  # service_alive [PIDFILE]: its process (with sessions=1: any of its process group) is alive
   local pid
   pid=$(service_pid "${1:-$pidfile}") && [ -n "$pid" ] || return 1
-  if [ "${2:-}" = --group ]; then kill -0 -- "-$pid" 2>/dev/null; else kill -0 "$pid" 2>/dev/null; fi
+  if [ "$sessions" = 1 ]; then kill -0 -- "-$pid" 2>/dev/null; else kill -0 "$pid" 2>/dev/null; fi
+}
+
+service_signal() {  # service_signal SIGNAL PIDFILE: to its process, or with sessions=1 its process group
+  local target
+  target=$(service_pid "$2") || return 0
+  if [ "$sessions" = 1 ]; then target=-$target; fi
+  kill "-$1" -- "$target" 2>/dev/null || true
 }
 
 service_listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }  # something answers on 127.0.0.1:PORT
@@ -36,13 +48,11 @@ service_already_up() {  # true (and says so) if the service runs; otherwise clea
   return 1
 }
 
-service_launch() {  # service_launch [--session] DIR COMMAND...: start COMMAND in DIR in the background
-  local session=()
-  if [ "$1" = --session ]; then session=(setsid); shift; fi  # its own process group, stopped as a whole
-  local dir=$1
-  shift
+service_launch() {  # service_launch DIR COMMAND...: start COMMAND in DIR in the background, as pidfile, into logfile
+  local setsid=()
+  if [ "$sessions" = 1 ]; then setsid=(setsid); fi
   mkdir -p "$(dirname "$pidfile")" "$(dirname "$logfile")"
-  (cd "$dir" && exec "${session[@]}" nohup "$@" >"$logfile" 2>&1 </dev/null) &
+  (cd "$1" && shift && exec "${setsid[@]}" nohup "$@" >"$logfile" 2>&1 </dev/null) &
   echo $! >"$pidfile"
 }
 
@@ -56,13 +66,21 @@ service_show_log() {  # the last lines of the service's logs (logfile, or the ar
   fi
 }
 
-service_exited() {  # true, after saying so, if the process died; a script may redefine it (airflow.sh)
+service_exited() {  # true, after saying which with its log, if a process of the service has exited
+  if [ ${#members[@]} -eq 0 ]; then service_exited_one "$pidfile" "$logfile"; return; fi
+  local member
+  for member in "${members[@]}"; do service_exited_one "${member%%:*}" "${member#*:}" && return 0; done
+  return 1
+}
+
+service_exited_one() {  # service_exited_one PIDFILE LOGFILE
+  local pidfile=$1 logfile=$2
   service_alive && return 1
-  echo "$service: the process of $pidfile exited while starting" >&2
+  echo "$service: $(basename "${pidfile%.pid}") exited while starting" >&2
   service_show_log
 }
 
-service_wait_ready() {  # service_wait_ready TIMEOUT COMMAND...: until COMMAND succeeds, the process dies or
+service_wait_ready() {  # service_wait_ready TIMEOUT COMMAND...: until COMMAND succeeds, a process exits or
   local timeout=$1 deadline=$((SECONDS + $1))  # TIMEOUT seconds pass (both fail, naming what to look at)
   shift
   until "$@" >/dev/null 2>&1; do
@@ -82,24 +100,20 @@ service_await_start() {  # service_await_start: wait until it answers, else stop
   exit 1
 }
 
-service_signal() {  # service_signal SIGNAL PIDFILE [--group]: to its process, or its whole process group
-  local target
-  target=$(service_pid "$2") || return 0
-  if [ "${3:-}" = --group ]; then target=-$target; fi
-  kill "-$1" -- "$target" 2>/dev/null || true
-}
-
-service_stop() {  # service_stop [--group] [PIDFILE...]: the grace policy for each; false if none was running
-  local group= files file none=1
-  if [ "${1:-}" = --group ]; then group=--group; shift; fi
-  files=("${@:-$pidfile}")
+service_stop() {  # service_stop [PIDFILE...]: the grace policy for each (default: the service's); false if none ran
+  local files file none=1 member
+  files=("$@")
+  if [ $# -eq 0 ]; then
+    files=("$pidfile")
+    if [ ${#members[@]} -gt 0 ]; then files=(); for member in "${members[@]}"; do files+=("${member%%:*}"); done; fi
+  fi
   for file in "${files[@]}"; do
-    if service_alive "$file" $group; then none=0; service_signal TERM "$file" $group; fi
+    if service_alive "$file"; then none=0; service_signal TERM "$file"; fi
   done
   local deadline=$((SECONDS + ${SERVICE_STOP_GRACE:-30}))
   for file in "${files[@]}"; do
-    while service_alive "$file" $group && [ $SECONDS -lt $deadline ]; do sleep 0.5; done
-    if service_alive "$file" $group; then service_signal KILL "$file" $group; fi
+    while service_alive "$file" && [ $SECONDS -lt $deadline ]; do sleep 0.5; done
+    if service_alive "$file"; then service_signal KILL "$file"; fi
     rm -f "$file"
   done
   return $none
