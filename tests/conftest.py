@@ -10,22 +10,30 @@ from pathlib import Path
 
 import pytest
 
-from tests import helpers
+from tests import helpers, module_order
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
 # The tier of each test folder: ``pytest -m unit`` runs the tests that need no service.
 TIERS = {"unit": "unit", "dags": "unit", "integration": "integration", "e2e": "e2e"}
-# The longest modules, longest first (as the run's module summary measured them on 2 cores). `make test` runs
-# two pytest-xdist workers that each take whole modules in collection order, so the long ones go first and no
-# worker is left with one at the end.
-LONGEST_FIRST = ["e2e/test_local_airflow.py", "integration/test_lake_on_s3.py", "integration/test_crash_points.py",
-                 "integration/test_object_store_server.py", "e2e/test_ingest_dag.py", "e2e/test_cluster_on_s3.py",
-                 "e2e/test_security.py", "e2e/test_avro_dag.py", "integration/test_faults.py", "e2e/test_retry.py",
-                 "integration/test_replay.py", "integration/test_avro.py", "e2e/test_manual_modes.py",
-                 "integration/test_install.py", "integration/test_schema_evolution.py",
-                 "integration/test_spark_connect.py", "integration/test_dead_letters.py",
-                 "integration/test_backfill.py"]
+# The module times the order follows (tests/module_order.py): read once by the controller, which hands them to
+# each pytest-xdist worker, so that every worker collects the same order.
+_DURATIONS: dict[str, float] | None = None
+
+
+def _durations(config) -> dict[str, float]:
+    global _DURATIONS
+    if hasattr(config, "workerinput"):
+        return config.workerinput.get("tidemark_durations", {})
+    if _DURATIONS is None:
+        _DURATIONS = module_order.load()
+    return _DURATIONS
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """pytest-xdist, on the controller: a worker is starting."""
+    node.workerinput["tidemark_durations"] = _durations(node.config)
 
 
 def _relative(item) -> Path | None:
@@ -36,16 +44,16 @@ def _relative(item) -> Path | None:
         return None
 
 
-def _module_rank(item) -> int:
+def _module(item) -> str:
     relative = _relative(item)
-    module = relative.as_posix() if relative else None
-    return LONGEST_FIRST.index(module) if module in LONGEST_FIRST else len(LONGEST_FIRST)
+    return relative.as_posix() if relative else str(item.path)
 
 
 def pytest_collection_modifyitems(config, items) -> None:
     """Mark every test with the tier of its folder (tests/unit and tests/dags are ``unit``); run the
-    longest modules first (LONGEST_FIRST). Slow tests carry ``slow`` in their own modules."""
-    items.sort(key=_module_rank)  # stable: the order within and after them is unchanged
+    longest modules of the last run first. Slow tests carry ``slow`` in their own modules."""
+    rank = module_order.longest_first((_module(item) for item in items), _durations(config))
+    items.sort(key=lambda item: rank[_module(item)])  # stable: a module's tests keep their order
     for item in items:
         relative = _relative(item)
         tier = TIERS.get(relative.parts[0]) if relative else None
@@ -64,9 +72,23 @@ def pytest_runtest_logreport(report) -> None:
     _MODULE_SECONDS[worker, report.nodeid.split("::", 1)[0]] += report.duration
 
 
+def pytest_sessionfinish(session) -> None:
+    """The controller keeps this run's module times for the next run's order (tests/module_order.py)."""
+    if hasattr(session.config, "workerinput"):
+        return
+    measured: Counter[str] = Counter()
+    for (_, nodeid_path), seconds in _MODULE_SECONDS.items():
+        try:
+            module = (session.config.rootpath / nodeid_path).resolve().relative_to(TESTS).as_posix()
+        except ValueError:
+            continue  # a test from outside tests/
+        measured[module] += seconds
+    module_order.record(measured)
+
+
 def pytest_terminal_summary(terminalreporter, config) -> None:
-    """The slowest modules and each worker's busy time: what LONGEST_FIRST should follow, and how evenly
-    the workers were loaded (their difference is time one worker sat idle at the end)."""
+    """The slowest modules and each worker's busy time: how evenly the workers were loaded (their
+    difference is time one worker sat idle at the end)."""
     if hasattr(config, "workerinput") or not _MODULE_SECONDS:
         return
     terminalreporter.write_sep("=", "slowest modules (setup + call + teardown)")
