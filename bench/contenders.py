@@ -11,8 +11,6 @@ from dataclasses import dataclass, field
 from bench import stack
 from bench.measure import Measurement, check, run_measured
 from bench.settings import BIN, ROOT, BenchSettings
-from tidemark.batch.prepare import prepare_batch
-from tidemark_airflow.naming import ingest_dag_id
 
 log = logging.getLogger("bench")
 JOBS = ROOT / "bench" / "jobs"
@@ -60,32 +58,32 @@ def keep_log(settings: BenchSettings, name: str, measured: Measurement) -> None:
     (folder / f"{name}.log").write_text(measured.output)
 
 
-# Log lines of spark_jobs/ingest.py and tidemark.commit that end a phase of the ingest job.
-_PHASES = (("startup", r"batch \d+: reading \d+ offsets"), ("read_and_tally", r"batch \d+ read \d+ records"),
-           ("write_output", r"batch \d+ committed to "), ("ledger_commit", r"batch \d+ committed in the ledger"))
+# Log lines of the ingest job (tidemark.batch.execute) that end a phase: raw values, then typed values
+# (one pass writes the good records while Spark tallies every record; the dead letters read again).
+RAW_PHASES = (("startup", r"batch \d+: reading \d+ offsets"), ("read_and_tally", r"batch \d+ read \d+ records"),
+              ("write_output", r"batch \d+ committed to "), ("ledger_commit", r"batch \d+ committed in the ledger"))
+TYPED_PHASES = (("startup", r"batch \d+: reading \d+ offsets"), ("write_output_and_tally", r"batch \d+ committed to "),
+                ("dead_letters", r"dead letters written to "), ("ledger_commit", r"batch \d+ committed in the ledger"))
 _STAMP = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO "
 
 
-def ingest_phases(output: str, started: float, wall: float) -> dict[str, float]:
+def ingest_phases(output: str, started: float, wall: float,
+                  phases: tuple[tuple[str, str], ...] = RAW_PHASES) -> dict[str, float]:
     """Seconds spent in each phase of the ingest job, from its log lines' timestamps (``started`` is
-    the epoch time the process started): start-up (JVM, session, ledger check), the Kafka read and
-    tally over the persisted rows (only for values that can be bad), the output write (for raw
-    values: the one pass over Kafka), the ledger commit, and the shutdown."""
+    the epoch time the process started), and the shutdown after the last one. Raw values: start-up
+    (JVM, session, ledger check), the Kafka read and tally (only for values that can be bad), the
+    output write (the one pass over Kafka), the ledger commit."""
     import datetime as dt
 
-    ends = {}
-    for phase, pattern in _PHASES:
+    spent, previous = {}, started
+    for phase, pattern in phases:
         match = re.search(_STAMP + r".*" + pattern, output, re.MULTILINE)
         if match:
-            stamp = dt.datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f")
-            ends[phase] = stamp.timestamp()
-    phases, previous = {}, started
-    for phase, _ in _PHASES:
-        if phase in ends:
-            phases[phase] = round(ends[phase] - previous, 2)
-            previous = ends[phase]
-    phases["shutdown"] = round(started + wall - previous, 2)
-    return phases
+            end = dt.datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            spent[phase] = round(end - previous, 2)
+            previous = end
+    spent["shutdown"] = round(started + wall - previous, 2)
+    return spent
 
 
 def plan_task_breakdown(output: str) -> dict[str, float]:
@@ -117,14 +115,9 @@ def tidemark_job(settings: BenchSettings, topic: str, records: int, rep: int, na
     """The `tidemark run` path: plan (pure Python, timed apart) then the ingest job's spark-submit, on a
     fresh pipeline NAME_REP."""
     config = stack.add_pipeline(settings, f"{name}_{rep}", topic)
-    started = time.perf_counter()
-    plan = prepare_batch(config, stack.kafka_properties(settings))
-    plan_seconds = time.perf_counter() - started
-    if plan.total_offsets != records:
-        raise RuntimeError(f"Tidemark planned {plan.total_offsets} offsets, expected {records}")
+    plan, plan_seconds = stack.plan_batch(settings, config, expect=records)
     began = time.time()
-    measured = check(run_measured(stack.tidemark_submit(settings, plan), stack.spark_env(settings)),
-                     "the Tidemark ingest job")
+    measured = stack.run_ingest(settings, plan, "the Tidemark ingest job")
     keep_log(settings, f"{TIDEMARK_JOB}-{rep}", measured)
     _expect_rows(config.table_uri, records, TIDEMARK_JOB)
     stack.remove_pipeline(settings, config)
@@ -148,18 +141,17 @@ def tidemark_dag(settings: BenchSettings, topic: str, records: int, rep: int) ->
     """The whole DAG through Airflow; then the same DAG again with nothing new (an empty run).
     Returns the repetition and the empty run's facts."""
     config = stack.add_pipeline(settings, f"bench_dag_{rep}", topic)
-    measured, tasks = airflow_dag_test(settings, ingest_dag_id(config.name))
+    measured, tasks = airflow_dag_test(settings, stack.dag_id(config.name))
     keep_log(settings, f"{TIDEMARK_DAG}-{rep}", measured)
     _expect_rows(config.table_uri, records, TIDEMARK_DAG)
-    empty, empty_tasks = airflow_dag_test(settings, ingest_dag_id(config.name))
+    empty, empty_tasks = airflow_dag_test(settings, stack.dag_id(config.name))
     keep_log(settings, f"{TIDEMARK_DAG}-{rep}-empty", empty)
     cli = check(run_measured([str(BIN / "tidemark"), "run", config.name]), "tidemark run (nothing new)")
     if "nothing new" not in cli.output:
         raise RuntimeError(f"`tidemark run {config.name}` found something new:\n{cli.output[-3000:]}")
-    started = time.perf_counter()
-    if not prepare_batch(config, stack.kafka_properties(settings)).is_empty:
-        raise RuntimeError("the plan call froze a batch with nothing new")
-    plan_call = time.perf_counter() - started
+    plan, plan_call = stack.plan_batch(settings, config)
+    if not plan.is_empty:
+        raise RuntimeError(f"pipeline '{config.name}': the plan call froze a batch with nothing new")
     stack.remove_pipeline(settings, config)
     result = Result(TIDEMARK_DAG, rep, records, measured.wall_seconds, "`airflow dags test` wall time", measured,
                     {"tasks": tasks})

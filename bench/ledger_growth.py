@@ -24,7 +24,6 @@ import pyarrow as pa
 
 from bench import data, stack
 from bench.settings import BenchSettings
-from tidemark.batch.prepare import prepare_batch
 from tidemark.config import PipelineConfig
 from tidemark.kafka_client import KafkaOffsets
 from tidemark.ledger import COMMITTED, SCHEMA, Ledger, LedgerRow, derive_state, planned_rows
@@ -95,7 +94,7 @@ def measure(uri: str, config: PipelineConfig | None, settings: BenchSettings) ->
               "full_read": timed_ms(lambda: derive_state(ledger.rows(PIPELINE))), **log_facts(uri)}
     if config is not None:
         def plan() -> None:
-            batch = prepare_batch(config, stack.kafka_properties(settings), ledger_uri=uri)
+            batch, _ = stack.plan_batch(settings, config, ledger_uri=uri)
             if not batch.is_empty:
                 raise RuntimeError(f"the ledger-growth plan froze a batch: {batch.to_json()}")
         result["plan"] = timed_ms(plan)

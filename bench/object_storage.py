@@ -17,11 +17,8 @@ import os
 import uuid
 
 from bench import data, machine, stack
-from bench.measure import check, run_measured
 from bench.settings import BenchSettings, save_result
 from devkit import localstack
-from tidemark import storage
-from tidemark.batch.prepare import prepare_batch
 
 log = logging.getLogger("bench")
 
@@ -29,17 +26,11 @@ log = logging.getLogger("bench")
 def one_batch(settings: BenchSettings, topic: str, target: str, rep: int) -> dict:
     lake = str(settings.lake) if target == "local" else f"s3a://lake/bench-{uuid.uuid4().hex[:8]}"
     os.environ["TIDEMARK_LAKE_ROOT"] = lake
-    store = storage.ObjectStore(localstack.S3_ACCESS_KEY, localstack.S3_SECRET_KEY,
-                                endpoint_url=localstack.s3_endpoint()) if target == "s3" else None
-    storage.configure(store)
+    store = stack.s3_store(localstack.s3_endpoint(), localstack.S3_ACCESS_KEY,
+                           localstack.S3_SECRET_KEY) if target == "s3" else stack.local_store()
     config = stack.add_pipeline(settings, f"bench_{target}_{rep}", topic)
-    plan = prepare_batch(config, stack.kafka_properties(settings))
-    if plan.total_offsets != settings.records:
-        raise RuntimeError(f"planned {plan.total_offsets} offsets, expected {settings.records}")
-    env = stack.spark_env(settings)
-    if store is not None:
-        env[storage.ENV_VAR] = store.to_json()
-    measured = check(run_measured(stack.tidemark_submit(settings, plan), env), f"the ingest job ({target})")
+    plan, _ = stack.plan_batch(settings, config, expect=settings.records)
+    measured = stack.run_ingest(settings, plan, f"the ingest job ({target})", store=store)
     found = localstack.query(config.table_uri, "SELECT COUNT(*) AS n FROM t")[0]["n"]
     if found != settings.records:
         raise RuntimeError(f"{target}: the output holds {found} rows, expected {settings.records}")

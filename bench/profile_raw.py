@@ -34,7 +34,6 @@ from bench import data, machine, stack
 from bench.contenders import JOBS
 from bench.measure import check, run_measured
 from bench.settings import BIN, BenchSettings
-from tidemark.batch.prepare import prepare_batch
 
 log = logging.getLogger("bench")
 RATE = 50
@@ -169,8 +168,8 @@ def one(settings: BenchSettings, topic: str, name: str, rep: int, work: Path) ->
     folder = work / f"{name}-{rep}"
     if name == "tidemark_job":
         config = stack.add_pipeline(settings, f"bench_profile_{rep}", topic)
-        plan = prepare_batch(config, stack.kafka_properties(settings))
-        result = _profiled(settings, name, stack.tidemark_submit(settings, plan), folder, "ingest.py")
+        plan, _ = stack.plan_batch(settings, config)
+        result = _profiled(settings, name, stack.ingest_command(settings, plan)[0], folder, "ingest.py")
         if stack.table_count(config.table_uri) != settings.records:
             raise RuntimeError(f"{name}: the output does not hold the backlog")
         stack.remove_pipeline(settings, config)

@@ -18,9 +18,7 @@ import statistics
 import time
 
 from bench import data, machine, stack
-from bench.measure import check, run_measured
 from bench.settings import BenchSettings
-from tidemark.batch.prepare import prepare_batch
 
 log = logging.getLogger("bench")
 
@@ -32,11 +30,8 @@ def sizes() -> list[int]:
 
 def one_batch(settings: BenchSettings, topic: str, size: int, rep: int) -> dict:
     config = stack.add_pipeline(settings, f"bench_scale_{size}_{rep}", topic, max_offsets_per_run=size)
-    plan = prepare_batch(config, stack.kafka_properties(settings))
-    if plan.total_offsets != size:
-        raise RuntimeError(f"planned {plan.total_offsets} offsets, expected {size}")
-    measured = check(run_measured(stack.tidemark_submit(settings, plan), stack.spark_env(settings)),
-                     f"the ingest job ({size:,} records)")
+    plan, _ = stack.plan_batch(settings, config, expect=size)
+    measured = stack.run_ingest(settings, plan, f"the ingest job ({size:,} records)")
     found = stack.table_count(config.table_uri)
     if found != size:
         raise RuntimeError(f"{config.name}: the output holds {found} rows, expected {size}")

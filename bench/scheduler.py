@@ -28,7 +28,6 @@ from bench import contenders, stack
 from bench.measure import TreeSampler
 from bench.settings import ROOT, BenchSettings
 from devkit import localstack
-from tidemark_airflow.naming import ingest_dag_id
 
 log = logging.getLogger("bench")
 SCRIPT = ROOT / "scripts" / "airflow.sh"
@@ -128,7 +127,7 @@ class Airflow:
 def run(settings: BenchSettings, topic: str, records: int) -> dict:
     """The DAG under a running scheduler, ``settings.repeats`` times on the backlog, then empty runs."""
     configs = [stack.add_pipeline(settings, f"bench_sched_{rep}", topic) for rep in range(1, settings.repeats + 1)]
-    dag_ids = [ingest_dag_id(c.name) for c in configs]
+    dag_ids = [stack.dag_id(c.name) for c in configs]
     runs, empty, jobs = [], [], []
     with Airflow(settings) as airflow:
         airflow.wait_for_dags(dag_ids)

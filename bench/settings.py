@@ -8,11 +8,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = ROOT / ".venv" / "bin"
-RESULTS = ROOT / "bench" / "results"
+RESULTS = Path(os.environ.get("BENCH_RESULTS", str(ROOT / "bench" / "results")))
+"""BENCH_RESULTS: another folder for the results of a trial run (the committed ones stay the measurements)."""
 
 
 def save_result(name: str, out: dict) -> Path:
-    """Write one benchmark's results to bench/results/<name> (indented JSON)."""
+    """Write one benchmark's results to bench/results/<name> (or BENCH_RESULTS/<name>), indented JSON."""
     import json
 
     RESULTS.mkdir(parents=True, exist_ok=True)

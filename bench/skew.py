@@ -18,12 +18,9 @@ import statistics
 import uuid
 
 from bench import data, machine, stack
-from bench.measure import check, run_measured
 from bench.settings import BenchSettings
 from devkit import localstack
-from tidemark.batch.prepare import prepare_batch
 from tidemark.config import PipelineConfig
-from tidemark.spark_io import kafka_source_options
 
 log = logging.getLogger("bench")
 NO_SPLIT = 10**12
@@ -50,12 +47,9 @@ def one_batch(settings: BenchSettings, topic: str, split: bool, rep: int) -> dic
     size = int(os.environ.get("BENCH_SPLIT_OFFSETS", "500000"))
     extra = {"max_offsets_per_spark_task": size if split else NO_SPLIT}
     config: PipelineConfig = stack.add_pipeline(settings, name, topic, **extra)
-    plan = prepare_batch(config, stack.kafka_properties(settings))
-    if plan.total_offsets != settings.records:
-        raise RuntimeError(f"planned {plan.total_offsets} offsets, expected {settings.records}")
-    tasks = kafka_source_options(plan, stack.kafka_properties(settings)).get("minPartitions")
-    measured = check(run_measured(stack.tidemark_submit(settings, plan), stack.spark_env(settings)),
-                     f"the ingest job ({name})")
+    plan, _ = stack.plan_batch(settings, config, expect=settings.records)
+    tasks = stack.spark_tasks(settings, plan)
+    measured = stack.run_ingest(settings, plan, f"the ingest job ({name})")
     found = localstack.query(config.table_uri, "SELECT COUNT(*) AS n FROM t")[0]["n"]
     if found != settings.records:
         raise RuntimeError(f"{name}: the output holds {found} rows, expected {settings.records}")

@@ -21,24 +21,17 @@ import statistics
 import uuid
 
 from bench import data, machine, stack
-from bench.measure import check, run_measured
 from bench.settings import BenchSettings, save_result
 from devkit import localstack
-from tidemark.batch.prepare import prepare_batch
-from tidemark_spark.ingest import REMOTE_ENV_VAR
-from tidemark_spark.submit import connect_command
 
 log = logging.getLogger("bench")
-SUBMIT, WARM = "spark-submit", "spark-connect"
+SUBMIT, WARM = stack.SUBMIT, stack.WARM
 
 
 def run_batch(settings: BenchSettings, config, launcher: str, url: str) -> dict:
-    plan = prepare_batch(config, stack.kafka_properties(settings))
-    if launcher == WARM:
-        command, env = connect_command(plan, "read_committed"), {**stack.spark_env(settings), REMOTE_ENV_VAR: url}
-    else:
-        command, env = stack.tidemark_submit(settings, plan), stack.spark_env(settings)
-    measured = check(run_measured(command, env), f"the ingest job ({launcher}, batch {plan.batch_id})")
+    plan, _ = stack.plan_batch(settings, config)
+    measured = stack.run_ingest(settings, plan, f"the ingest job ({launcher}, batch {plan.batch_id})",
+                                launcher=launcher, connect_url=url)
     found = localstack.query(config.table_uri, "SELECT COUNT(*) AS n FROM t")[0]["n"]
     log.info("%s: batch %d of %d offsets in %.2f s (%d JVMs started)", launcher, plan.batch_id, plan.total_offsets,
              measured.wall_seconds, len(measured.jvm_pids))

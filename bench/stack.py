@@ -1,6 +1,8 @@
-"""The environment every contender runs in: a private lake, pipelines folder and Airflow home
-under BENCH_WORK, the broker of scripts/with_broker.sh, and the spark-submit command of
-Tidemark's ingest job (tidemark.submit), shared by the Spark baselines."""
+"""The environment every contender runs in (a private lake, pipelines folder and Airflow home under
+BENCH_WORK, the broker of scripts/with_broker.sh), and the one place the benchmark wires a Tidemark
+run: the pipeline's config, the Kafka properties, the storage, the Schema Registry, the plan call and
+the ingest job's launch (spark-submit, or the warm path), whose spark-submit base the Spark
+baselines share. The other modules call these functions, never the core's run wiring."""
 
 from __future__ import annotations
 
@@ -9,15 +11,26 @@ import os
 import shutil
 import sqlite3
 import subprocess
+import time
 from pathlib import Path
 
 import yaml
 
+from bench.measure import Measurement, check, run_measured
 from bench.settings import BIN, ROOT, BenchSettings
+from tidemark import storage
 from tidemark.batch.plan import BatchPlan
+from tidemark.batch.prepare import prepare_batch
 from tidemark.config import PipelineConfig, find_pipeline
 from tidemark.offsets import OffsetRange
-from tidemark_spark.submit import INGEST_SCRIPT, local_spark_env, spark_submit_command
+from tidemark.schema_registry import RegistryClient
+from tidemark.spark_io import kafka_source_options
+from tidemark_airflow.naming import ingest_dag_id
+from tidemark_spark.ingest import REMOTE_ENV_VAR
+from tidemark_spark.submit import INGEST_SCRIPT, connect_command, local_spark_env, spark_submit_command
+
+SUBMIT, WARM = "spark-submit", "spark-connect"
+"""The ingest job's launchers: a spark-submit per batch (the default), or a Spark Connect server."""
 
 
 def configure_environment(settings: BenchSettings) -> None:
@@ -71,10 +84,65 @@ def drop_table(uri: str | None) -> None:
 
 
 def spark_env(settings: BenchSettings) -> dict[str, str]:
-    """The ingest job's environment (tidemark_spark.submit.run_ingest_job), plus the repository on
-    PYTHONPATH so that the baseline scripts can import bench.jobs."""
-    return {**os.environ, **local_spark_env(), "PYTHONPATH": str(ROOT),
+    """The ingest job's environment (tidemark_spark.submit.run_ingest_job), plus on PYTHONPATH the
+    repository (the baseline scripts import bench.jobs) and the core this process imported (the jobs
+    run the same code as the plan call)."""
+    import tidemark
+
+    core = str(Path(tidemark.__file__).resolve().parents[1])
+    return {**os.environ, **local_spark_env(), "PYTHONPATH": os.pathsep.join([str(ROOT), core]),
             "TIDEMARK_KAFKA_PROPERTIES": json.dumps(kafka_properties(settings))}
+
+
+def plan_batch(settings: BenchSettings, config: PipelineConfig, *, expect: int | None = None,
+               registry_url: str | None = None, ledger_uri: str | None = None) -> tuple[BatchPlan, float]:
+    """The plan call of `tidemark run` (recover, plan, freeze) and its seconds; ``expect``: the offsets
+    the batch must hold; ``registry_url``: the Schema Registry of an Avro pipeline."""
+    started = time.perf_counter()
+    plan = prepare_batch(config, kafka_properties(settings), ledger_uri=ledger_uri,
+                         schemas=RegistryClient(registry_url) if registry_url else None)
+    seconds = time.perf_counter() - started
+    if expect is not None and plan.total_offsets != expect:
+        raise RuntimeError(f"pipeline '{config.name}': Tidemark planned {plan.total_offsets} offsets, "
+                           f"expected {expect}")
+    return plan, seconds
+
+
+def ingest_command(settings: BenchSettings, plan: BatchPlan, launcher: str = SUBMIT, connect_url: str | None = None,
+                   store: storage.ObjectStore | None = None) -> tuple[list[str], dict[str, str]]:
+    """The command and environment that run the ingest job of ``plan``, as `tidemark run` launches it."""
+    env = spark_env(settings)
+    if store is not None:
+        env[storage.ENV_VAR] = store.to_json()
+    if launcher == WARM:
+        return connect_command(plan, "read_committed"), {**env, REMOTE_ENV_VAR: connect_url or ""}
+    return tidemark_submit(settings, plan), env
+
+
+def run_ingest(settings: BenchSettings, plan: BatchPlan, what: str, **launch) -> Measurement:
+    """Run the ingest job of ``plan`` (``launch``: ``ingest_command``'s options), measured; fails loudly."""
+    command, env = ingest_command(settings, plan, **launch)
+    return check(run_measured(command, env), what)
+
+
+def s3_store(endpoint: str, access_key: str, secret_key: str) -> storage.ObjectStore:
+    """The lake on an S3 server for this process (the plan call) and, through ``ingest_command``, the job."""
+    store = storage.ObjectStore(access_key, secret_key, endpoint_url=endpoint)
+    storage.configure(store)
+    return store
+
+
+def local_store() -> None:
+    storage.configure(None)
+
+
+def spark_tasks(settings: BenchSettings, plan: BatchPlan) -> str | None:
+    """The Spark tasks the job's Kafka read asks for (``minPartitions``), None: one per partition."""
+    return kafka_source_options(plan, kafka_properties(settings)).get("minPartitions")
+
+
+def dag_id(pipeline: str) -> str:
+    return ingest_dag_id(pipeline)
 
 
 def tidemark_submit(settings: BenchSettings, plan: BatchPlan) -> list[str]:
