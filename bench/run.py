@@ -20,7 +20,7 @@ import os
 import time
 from collections.abc import Callable
 
-from bench import contenders, data, ledger_growth, machine, profile_raw, report, scale, scheduler, skew, stack
+from bench import contenders, data, ledger_growth, machine, profile_raw, report, scale, scheduler, skew, stack, summary
 from bench.contenders import Result
 from bench.settings import RESULTS, BenchSettings, save_result
 
@@ -77,7 +77,7 @@ def run_contenders(settings: BenchSettings, topic: str) -> tuple[list[dict], lis
 
 def save(results: dict) -> str:
     """Write what there is so far (with its summary) to bench/results/bench.json."""
-    results["summary"] = report.summarize(results)
+    results["summary"] = summary.summarize(results)
     return str(save_result("bench.json", results))
 
 
