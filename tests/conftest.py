@@ -113,6 +113,18 @@ def kafka_bootstrap() -> str:
 
 
 @pytest.fixture(scope="session")
+def kafka_cluster():
+    """The three-broker TLS cluster (scripts/kafka_cluster.sh; tests/kafka_cluster.py), started once if it
+    is not running (KAFKA_CLUSTER_BASE_PORT picks its ports); `make kafka-cluster-down` stops it."""
+    from tests.kafka_cluster import ensure_cluster
+
+    try:
+        return ensure_cluster()
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
+
+
+@pytest.fixture(scope="session")
 def schema_registry() -> str:
     """The Schema Registry's Confluent-compatible API URL (`make test` starts one: scripts/registry.sh)."""
     import requests

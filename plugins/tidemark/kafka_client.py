@@ -9,6 +9,7 @@ import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
 
+from tidemark import kafka_tls
 from tidemark.errors import ConfigError, KafkaAuthenticationError, KafkaUnavailableError, UnknownTopicError
 from tidemark.offsets import TopicPartition
 
@@ -48,7 +49,12 @@ def _jaas_quote(value: str) -> str:
 def java_client_properties(properties: Mapping[str, str]) -> dict[str, str]:
     """The properties as Kafka's Java client (Spark's Kafka source) takes them. The spelling of
     Airflow's Kafka provider (librdkafka) works too: ``sasl.mechanisms`` is ``sasl.mechanism``, and
-    ``sasl.username`` / ``sasl.password`` become a ``sasl.jaas.config`` for PLAIN or SCRAM."""
+    ``sasl.username`` / ``sasl.password`` become a ``sasl.jaas.config`` for PLAIN or SCRAM. Over TLS,
+    the CA, client certificate and key become PEM text (``tidemark.kafka_tls``): paths are read here."""
+    return kafka_tls.java_tls_properties(_sasl_properties(properties))
+
+
+def _sasl_properties(properties: Mapping[str, str]) -> dict[str, str]:
     props = {key: str(value) for key, value in properties.items()}
     if "sasl.mechanisms" in props:
         mechanisms = props.pop("sasl.mechanisms")
@@ -66,10 +72,11 @@ def java_client_properties(properties: Mapping[str, str]) -> dict[str, str]:
 
 
 def secret_values(properties: Mapping[str, str]) -> list[str]:
-    """Every credential in the properties: values of password/secret/JAAS/token properties and
-    the secret options inside a JAAS config. For masking, and for checking that none leaks."""
+    """Every credential in the properties: values of password/secret/JAAS/token properties, the
+    secret options inside a JAAS config, and the client's private key (inline, or read from its file
+    if readable here; also line by line). For masking, and for checking that none leaks."""
     found: list[str] = []
-    for key, value in java_client_properties(properties).items():
+    for key, value in _sasl_properties(properties).items():
         if not _SECRET_NAME.search(key) or not value:
             continue
         found.append(value)
@@ -78,15 +85,17 @@ def secret_values(properties: Mapping[str, str]) -> list[str]:
     for key in ("sasl.password",):  # the original spelling, before it became a JAAS config
         if properties.get(key):
             found.append(str(properties[key]))
+    found += kafka_tls.key_secrets(properties)
     return list(dict.fromkeys(found))
 
 
 def client_kwargs(properties: Mapping[str, str]) -> dict:
     """Translate Kafka client properties to kafka-python keyword arguments. SASL credentials in
     ``sasl.jaas.config`` (or ``sasl.username`` / ``sasl.password``) become ``sasl_plain_username`` /
-    ``sasl_plain_password``."""
+    ``sasl_plain_password``. Over TLS, one ``ssl_context`` carries the CA, the client certificate and
+    hostname verification (``tidemark.kafka_tls.ssl_context``)."""
     kwargs: dict = {}
-    for key, value in java_client_properties(properties).items():
+    for key, value in _sasl_properties(properties).items():
         if key in _DIRECT:
             kwargs[_DIRECT[key]] = value
         elif key == "sasl.jaas.config":
@@ -101,6 +110,10 @@ def client_kwargs(properties: Mapping[str, str]) -> dict:
     for key in _INTEGER_KWARGS:
         if key in kwargs:
             kwargs[key] = int(kwargs[key])
+    if kafka_tls.uses_tls(properties):
+        for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password", "ssl_check_hostname"):
+            kwargs.pop(key, None)
+        kwargs["ssl_context"] = kafka_tls.ssl_context(properties)
     return kwargs
 
 
@@ -110,17 +123,24 @@ def quiet_kafka_logging() -> None:
 
 
 class _AuthenticationFailures(logging.Handler):
-    """Notes the SASL authentication failures kafka-python logs while it bootstraps: it retries
-    them until its timeout, which alone would read as 'Kafka unreachable'."""
+    """Notes the SASL authentication and TLS handshake failures kafka-python logs while it
+    bootstraps: it retries them until its timeout, which alone would read as 'Kafka unreachable'."""
 
-    def __init__(self) -> None:
+    def __init__(self, client_certificate: bool | None = None) -> None:
         super().__init__(logging.WARNING)
         self.failure: str | None = None
+        self.tls_failure: str | None = None
+        self._client_certificate = client_certificate
+
+    def _handshake_failure(self, text: str) -> str | None:
+        return kafka_tls.handshake_failure(text, self._client_certificate)
 
     def emit(self, record: logging.LogRecord) -> None:
         from kafka.errors import SaslAuthenticationFailedError
 
         args = record.args if isinstance(record.args, tuple) else ()
+        if self.tls_failure is None:
+            self.tls_failure = next(filter(None, map(self._handshake_failure, map(str, args))), None)
         for arg in args:
             if isinstance(arg, SaslAuthenticationFailedError):
                 # the broker's words (reason and mechanism), which never hold the password
@@ -132,8 +152,8 @@ class _AuthenticationFailures(logging.Handler):
 
 
 @contextlib.contextmanager
-def _watch_authentication() -> Iterator[_AuthenticationFailures]:
-    watcher = _AuthenticationFailures()
+def _watch_authentication(client_certificate: bool | None = None) -> Iterator[_AuthenticationFailures]:
+    watcher = _AuthenticationFailures(client_certificate)
     logger = logging.getLogger("kafka")
     logger.addHandler(watcher)
     try:
@@ -149,6 +169,11 @@ def authentication_error(servers: str, failure: str, pipeline: str | None = None
         f"Nothing was read or committed.", pipeline=pipeline)
 
 
+def tls_error(properties: Mapping[str, str], failure: str, pipeline: str | None = None) -> KafkaAuthenticationError:
+    return KafkaAuthenticationError(f"TLS with {kafka_tls.listener(properties)} failed: {failure}. Nothing was "
+                                    f"read or committed.", pipeline=pipeline)
+
+
 class KafkaOffsets:
     """Reads partitions and offsets with a group-less consumer (no group join, no commits)."""
 
@@ -160,16 +185,20 @@ class KafkaOffsets:
         quiet_kafka_logging()
         self._pipeline = pipeline
         self._timeout_ms = timeout_ms
-        kwargs = client_kwargs(properties)
+        try:
+            kwargs = client_kwargs(properties)
+        except ConfigError as exc:
+            raise ConfigError(str(exc), pipeline=pipeline) from None
         kwargs.setdefault("request_timeout_ms", timeout_ms)
         # The Java client's default (kafka-python's is 30 s): within the timeout, bootstrap retries often
         # enough to see the broker's answer to a SASL exchange, which it does not always get on one try.
         kwargs.setdefault("reconnect_backoff_max_ms", 1000)
         servers = ",".join(kwargs["bootstrap_servers"])
         sasl = str(kwargs.get("security_protocol", "")).startswith("SASL")
+        short = sasl or kafka_tls.uses_tls(properties)  # a refused login or handshake shows in the first attempt
         deadline = time.monotonic() + timeout_ms / 1000
-        attempt_ms = 1000 if sasl else timeout_ms
-        with _watch_authentication() as auth:
+        attempt_ms = 1000 if short else timeout_ms
+        with _watch_authentication(kafka_tls.has_client_certificate(properties)) as auth:
             while True:
                 # kafka-python retries a refused SASL login until its bootstrap timeout ends, and a
                 # refusal sometimes reaches it only as a bare disconnect. Over SASL each attempt is
@@ -186,7 +215,9 @@ class KafkaOffsets:
                 except KafkaError as exc:
                     if auth.failure is not None:
                         raise authentication_error(servers, auth.failure, pipeline) from None
-                    if sasl and deadline - time.monotonic() > 0.2:
+                    if auth.tls_failure is not None:
+                        raise tls_error(properties, auth.tls_failure, pipeline) from None
+                    if short and deadline - time.monotonic() > 0.2:
                         attempt_ms *= 2
                         continue
                     raise KafkaUnavailableError(
