@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING
 from tidemark.batch.plan import BatchPlan
 from tidemark.offsets import OffsetRange
 from tidemark.records import RecordFormat, output_columns
-from tidemark.spark_io import kafka_source_options
-from tidemark.spark_records import to_rows
+from tidemark.spark_io import kafka_source_options, to_rows
 from tidemark_spark.ingest import build_session, kafka_properties_from_env
 
 if TYPE_CHECKING:
