@@ -197,7 +197,9 @@ cmd_up() {
   make_certificates
   local n id started=$SECONDS
   id=$(cluster_id)
-  for n in "${BROKERS[@]}"; do write_config "$n"; format_storage "$n" "$id"; done
+  local formats=()
+  for n in "${BROKERS[@]}"; do write_config "$n"; format_storage "$n" "$id" & formats+=($!); done
+  for n in "${formats[@]}"; do wait "$n" || exit 1; done  # formatted side by side: three JVM starts at once
   for n in "${BROKERS[@]}"; do launch "$n"; done
   if ! service_wait_ready "$start_timeout" answers; then
     mapfile -t files < <(all_pidfiles)
