@@ -306,13 +306,13 @@ def _master_state(ui_port: int) -> dict:
 
 
 class StandaloneCluster:
-    """A Spark standalone master and ``workers`` workers on 127.0.0.1, from the installed pyspark,
-    each worker with a working directory of its own (no node shares a folder with another)."""
+    """A Spark standalone master and ``workers`` workers on 127.0.0.1, started and stopped by
+    scripts/spark_cluster.sh (`make spark-cluster-up`, the documented way) on free ports, each worker with a
+    working directory of its own under ``work`` (no node shares a folder with another)."""
 
     def __init__(self, work, workers: int = 2, cores: int = 1, memory: str = "1g") -> None:
         self.work, self.workers, self.cores, self.memory = work, workers, cores, memory
         self.port, self.ui_port = free_port(), free_port()
-        self.procs: list = []
 
     @property
     def master(self) -> str:
@@ -324,51 +324,28 @@ class StandaloneCluster:
     def state(self) -> dict:
         return _master_state(self.ui_port)
 
-    def __enter__(self) -> StandaloneCluster:
+    def _script(self, command: str) -> None:
         import subprocess
         from pathlib import Path
 
-        from tidemark_spark.submit import local_spark_env
-
-        spark_class = str(Path(local_spark_env()["SPARK_HOME"]) / "bin" / "spark-class")
-        base = {**os.environ, **local_spark_env(), "SPARK_DAEMON_MEMORY": "256m", "SPARK_LOG_DIR": str(self.work)}
+        env = {**os.environ, "SPARK_CLUSTER_HOME": str(self.work), "SPARK_WORKERS": str(self.workers),
+               "SPARK_MASTER_PORT": str(self.port), "SPARK_MASTER_WEBUI_PORT": str(self.ui_port),
+               "SPARK_WORKER_WEBUI_PORT": "0", "SPARK_WORKER_CORES": str(self.cores),
+               "SPARK_WORKER_MEMORY": self.memory}
         if os.environ.get("SPARK_SUBMIT_OPTS"):  # the test run's JVM options (devkit/spark_cds.py), for the
-            base["JDK_JAVA_OPTIONS"] = os.environ["SPARK_SUBMIT_OPTS"]  # daemons and the executors they start
-        roles = [("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
-                             str(self.port), "--webui-port", str(self.ui_port)], {})]
-        for i in range(self.workers):
-            self.worker_dir(i).mkdir(parents=True, exist_ok=True)
-            roles.append((f"worker-{i}", ["org.apache.spark.deploy.worker.Worker", self.master, "--host", "127.0.0.1",
-                                          "--cores", str(self.cores), "--memory", self.memory, "--work-dir",
-                                          str(self.worker_dir(i)), "--webui-port", str(free_port())],
-                          {"SPARK_WORKER_DIR": str(self.worker_dir(i))}))
-        for name, args, env in roles:
-            log = open(self.work / f"{name}.log", "w")  # noqa: SIM115 - lives as long as the process
-            self.procs.append(subprocess.Popen([spark_class, *args], env={**base, **env}, stdout=log,
-                                               stderr=subprocess.STDOUT, start_new_session=True))
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if self.state().get("aliveworkers", 0) >= self.workers:
-                    return self
-            except OSError:
-                pass
-            if time.monotonic() > deadline or any(p.poll() is not None for p in self.procs):
-                logs = "\n".join(f.read_text()[-2000:] for f in sorted(self.work.glob("*.log")))
-                self.__exit__()
-                raise RuntimeError(f"the Spark standalone master and {self.workers} workers did not come up:\n{logs}")
-            time.sleep(1)
+            env["JDK_JAVA_OPTIONS"] = os.environ["SPARK_SUBMIT_OPTS"]  # daemons and the executors they start
+        script = Path(__file__).resolve().parents[1] / "scripts" / "spark_cluster.sh"
+        run = subprocess.run([str(script), command], env=env, capture_output=True, text=True, timeout=300)
+        if run.returncode != 0:
+            raise RuntimeError(f"`scripts/spark_cluster.sh {command}` (master {self.master}, {self.workers} workers, "
+                               f"logs in {self.work}) failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}")
+
+    def __enter__(self) -> StandaloneCluster:
+        self._script("up")
+        return self
 
     def __exit__(self, *exc) -> None:
-        import subprocess
-
-        for proc in self.procs:
-            proc.terminate()
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        self._script("down")
 
 
 if __name__ == "__main__":  # `python -m devkit.localstack connect-conf` (scripts/test.sh)
