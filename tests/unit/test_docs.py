@@ -158,3 +158,21 @@ def test_the_errors_quoted_in_the_readme_troubleshooting_are_produced_by_the_cod
         for piece in (p.strip(" ;,.") for p in pieces):
             if len(piece) > 6:
                 assert piece in sources, f"README's troubleshooting quotes '{quote}', but no code writes '{piece}'"
+
+
+def _anchors(doc: str) -> set[str]:
+    """GitHub's anchors of a document's headings: lower case, punctuation dropped, spaces as hyphens."""
+    headings = re.findall(r"^#+ (.+)$", re.sub(r"```.*?```", "", text(doc), flags=re.S), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_every_link_to_a_section_finds_its_heading(doc):
+    links = re.findall(r"\]\(((?:docs/)?[\w/]*\.md)?#([\w-]+)\)", text(doc))
+    broken = []
+    for target, anchor in links:
+        target_doc = doc if not target else (target if target.startswith("docs/") or target == "README.md"
+                                             else f"{Path(doc).parent}/{target}".removeprefix("./"))
+        if anchor not in _anchors(target_doc):
+            broken.append(f"{target or doc}#{anchor}")
+    assert not broken, f"{doc} links to sections that do not exist: {broken}"
