@@ -20,10 +20,10 @@ from bench.measure import Measurement, check, run_measured
 from bench.settings import BIN, ROOT, BenchSettings
 from tidemark import storage
 from tidemark.batch.plan import BatchPlan
-from tidemark.batch.prepare import prepare_batch
 from tidemark.config import PipelineConfig, find_pipeline
+from tidemark.connections import EnvironmentResolver
 from tidemark.offsets import OffsetRange
-from tidemark.schema_registry import RegistryClient
+from tidemark.run import KAFKA_ENV_VAR, PipelineRun
 from tidemark.spark_io import kafka_source_options
 from tidemark_airflow.naming import ingest_dag_id
 from tidemark_spark.ingest import REMOTE_ENV_VAR
@@ -91,16 +91,18 @@ def spark_env(settings: BenchSettings) -> dict[str, str]:
 
     core = str(Path(tidemark.__file__).resolve().parents[1])
     return {**os.environ, **local_spark_env(), "PYTHONPATH": os.pathsep.join([str(ROOT), core]),
-            "TIDEMARK_KAFKA_PROPERTIES": json.dumps(kafka_properties(settings))}
+            KAFKA_ENV_VAR: json.dumps(kafka_properties(settings))}
 
 
 def plan_batch(settings: BenchSettings, config: PipelineConfig, *, expect: int | None = None,
                registry_url: str | None = None, ledger_uri: str | None = None) -> tuple[BatchPlan, float]:
-    """The plan call of `tidemark run` (recover, plan, freeze) and its seconds; ``expect``: the offsets
-    the batch must hold; ``registry_url``: the Schema Registry of an Avro pipeline."""
+    """The plan call of `tidemark run` (open the pipeline's run: connections from this process's
+    AIRFLOW_CONN_* variables; recover, plan, freeze) and its seconds; ``expect``: the offsets the batch
+    must hold; ``registry_url``: the Schema Registry of an Avro pipeline."""
+    if registry_url:
+        os.environ["AIRFLOW_CONN_SCHEMA_REGISTRY_DEFAULT"] = json.dumps({"conn_type": "http", "host": registry_url})
     started = time.perf_counter()
-    plan = prepare_batch(config, kafka_properties(settings), ledger_uri=ledger_uri,
-                         schemas=RegistryClient(registry_url) if registry_url else None)
+    plan = PipelineRun.open(config, EnvironmentResolver(), ledger_uri=ledger_uri).prepare()
     seconds = time.perf_counter() - started
     if expect is not None and plan.total_offsets != expect:
         raise RuntimeError(f"pipeline '{config.name}': Tidemark planned {plan.total_offsets} offsets, "
@@ -126,14 +128,15 @@ def run_ingest(settings: BenchSettings, plan: BatchPlan, what: str, **launch) ->
 
 
 def s3_store(endpoint: str, access_key: str, secret_key: str) -> storage.ObjectStore:
-    """The lake on an S3 server for this process (the plan call) and, through ``ingest_command``, the job."""
-    store = storage.ObjectStore(access_key, secret_key, endpoint_url=endpoint)
-    storage.configure(store)
-    return store
+    """The lake on an S3 server: the storage connection this process's runs resolve (the plan call)
+    and, through ``ingest_command``, the job's store."""
+    os.environ["AIRFLOW_CONN_AWS_DEFAULT"] = json.dumps({"conn_type": "aws", "login": access_key,
+                                                         "password": secret_key, "extra": {"endpoint_url": endpoint}})
+    return storage.ObjectStore(access_key, secret_key, endpoint_url=endpoint)
 
 
 def local_store() -> None:
-    storage.configure(None)
+    os.environ.pop("AIRFLOW_CONN_AWS_DEFAULT", None)
 
 
 def spark_tasks(settings: BenchSettings, plan: BatchPlan) -> str | None:

@@ -62,7 +62,9 @@ def _count(lake: str, pipeline: str) -> tuple[int, int, int]:
     present = {(r["p"]): r["n"] for r in helpers.query(
         table, "SELECT kafka_partition AS p, COUNT(DISTINCT kafka_offset) AS n FROM t GROUP BY kafka_partition")}
     committed = {}
-    for row in Ledger(f"{lake}/_tidemark/offsets").rows(pipeline):
+    store = (storage.ObjectStore(helpers.S3_ACCESS_KEY, helpers.S3_SECRET_KEY, endpoint_url=helpers.s3_endpoint())
+             if ON_S3 else None)
+    for row in Ledger(f"{lake}/_tidemark/offsets", store).rows(pipeline):
         if row.status == "committed":
             committed[row.partition] = committed.get(row.partition, 0) + (row.end_offset - row.start_offset)
     lost = sum(max(n - present.get(p, 0), 0) for p, n in committed.items())
@@ -142,8 +144,6 @@ def main() -> None:
     extra = {}
     if ON_S3:
         extra["AIRFLOW_CONN_AWS_DEFAULT"] = helpers.aws_connection()
-        storage.configure(storage.ObjectStore(helpers.S3_ACCESS_KEY, helpers.S3_SECRET_KEY,
-                                              endpoint_url=helpers.s3_endpoint()))
     log(f"lake: {lake}")
     env = helpers.service_env(pipelines, lake, AIRFLOW_HOME=str(airflow_home), **extra,
                               AIRFLOW__CORE__DAGS_FOLDER=str(ROOT / "dags"), AIRFLOW__CORE__LOAD_EXAMPLES="False")

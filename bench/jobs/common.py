@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING
 from tidemark.batch.plan import BatchPlan
 from tidemark.offsets import OffsetRange
 from tidemark.records import RecordFormat, output_columns
-from tidemark.spark_io import kafka_source_options, to_rows
-from tidemark_spark.ingest import build_session, kafka_properties_from_env
+from tidemark.run import JobSettings
+from tidemark.spark_io import kafka_source_options
+from tidemark.spark_records import to_rows
+from tidemark_spark.ingest import build_session
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -36,7 +38,7 @@ def source_options(topic: str) -> dict[str, str]:
     """Tidemark's Kafka source options (client properties, isolation, timeouts, headers) with the
     frozen ranges replaced by a subscription to the whole topic from the earliest offset."""
     probe = BatchPlan("bench", 1, "unused", "unused", [OffsetRange(topic, 0, 0, 1)])
-    options = kafka_source_options(probe, kafka_properties_from_env(), "read_committed")
+    options = kafka_source_options(probe, JobSettings.from_environment().kafka_properties, "read_committed")
     for key in _RANGE_OPTIONS:
         options.pop(key)
     return {**options, "subscribe": topic, "startingOffsets": "earliest"}

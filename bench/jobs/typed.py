@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from bench.jobs.common import session, source_options
 from tidemark.avro_schemas import reader_fields
 from tidemark.records import BATCH_COLUMNS, KAFKA_COLUMNS, RecordFormat
-from tidemark.spark_io import to_rows
+from tidemark.spark_records import to_rows
 
 if TYPE_CHECKING:
     import pyarrow as pa

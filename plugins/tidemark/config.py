@@ -258,6 +258,11 @@ class PipelineConfig(BaseModel):
         return RecordFormat(self.value_format, fields, self.max_value_bytes, self.on_bad_record)
 
     @property
+    def uses_avro(self) -> bool:
+        """Whether values or keys are Avro (then batches freeze schemas from a Schema Registry)."""
+        return "avro" in (self.value_format, self.key_format)
+
+    @property
     def dead_letter_uri(self) -> str:
         return settings.resolve_table_uri(self.dead_letter_table or f"{self.table.rstrip('/')}_dead_letters")
 

@@ -12,16 +12,50 @@ whether a retry can help:
 
 from __future__ import annotations
 
+from enum import IntEnum
+
+
+class JobExit(IntEnum):
+    """How the ingest job ends, shared by the job (``tidemark_spark.ingest``) and its launchers (the
+    Airflow operator, ``tidemark run``, the benchmark): spark-submit and the warm path pass it on."""
+
+    OK = 0
+    RETRYABLE = 1
+    """Any failure a retry may fix (Python's own exit code for an uncaught exception)."""
+    TERMINAL = 3
+    """A terminal Tidemark error: the launcher fails at once, without retries."""
+
 
 class TidemarkError(Exception):
-    """Base class. ``transient`` tells the caller whether retrying the same step may succeed."""
+    """Base class. ``transient`` tells the caller whether retrying the same step may succeed. The
+    fields (pipeline, batch id, step, topic, partition, location) are kept beside the message, for
+    callers that act on them and for structured logs (``fields``)."""
 
     transient = False
 
-    def __init__(self, message: str, *, pipeline: str | None = None) -> None:
-        self.pipeline = pipeline
+    def __init__(self, message: str, *, pipeline: str | None = None, batch_id: int | None = None,
+                 step: str | None = None, topic: str | None = None, partition: int | None = None,
+                 location: str | None = None) -> None:
+        self.pipeline, self.batch_id, self.step = pipeline, batch_id, step
+        self.topic, self.partition, self.location = topic, partition, location
+        self.detail = message
         prefix = f"pipeline '{pipeline}': " if pipeline else ""
         super().__init__(prefix + message)
+
+    @property
+    def fields(self) -> dict[str, object]:
+        """The error's known coordinates (those that are set), with its kind and whether it is transient."""
+        known = {"pipeline": self.pipeline, "batch_id": self.batch_id, "step": self.step, "topic": self.topic,
+                 "partition": self.partition, "location": self.location}
+        return {"error": type(self).__name__, "transient": self.transient,
+                **{k: v for k, v in known.items() if v is not None}}
+
+    def with_fields(self, **fields) -> TidemarkError:
+        """The same error with more coordinates filled in (those already set are kept)."""
+        for name, value in fields.items():
+            if getattr(self, name, None) is None:
+                setattr(self, name, value)
+        return self
 
 
 def is_transient(error: BaseException) -> bool:
@@ -108,6 +142,12 @@ class PipelineBusyError(TidemarkError):
                    f"retry once the other run has finished.", pipeline=pipeline)
 
 
+class LedgerMissingError(ConfigError):
+    """The output table holds batches of the pipeline (its Delta commits carry Tidemark's marker) but
+    the ledger has no row of it: the lake root moved without the ledger, or the ledger was deleted.
+    Terminal: starting again from ``starting_offsets`` would ingest every record a second time."""
+
+
 class PlanMismatchError(TidemarkError):
     """The plan handed to a step does not match the frozen plan in the ledger. Terminal."""
 
@@ -138,6 +178,21 @@ class SchemaRegistryError(ConfigError):
 class SchemaChangeError(ConfigError):
     """The pipeline's value schema removes or retypes a column the output table already has, and
     ``schema_changes`` is ``additive``. Terminal, checked at plan time: nothing was frozen."""
+
+
+# --- object storage -------------------------------------------------------------------------
+
+class StorageLocationError(ConfigError):
+    """A table's location cannot be used: its bucket does not exist, the storage connection's
+    credentials are refused, or the endpoint is wrong. Terminal, checked at plan time before anything
+    is frozen (and again inside the job when a storage call fails): fix the location or the connection."""
+
+
+class StorageUnavailableError(TidemarkError):
+    """Object storage did not answer, or failed a request, in a way that a retry may fix (a restart,
+    a throttled request). Transient: nothing was committed past the last completed step."""
+
+    transient = True
 
 
 # --- Spark ------------------------------------------------------------------------------------

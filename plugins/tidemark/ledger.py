@@ -1,10 +1,7 @@
 """The ledger: a Delta table of every pipeline's offset ranges and their history, read and
-written with delta-rs (no JVM).
-
-One row per (pipeline, batch, topic, partition). A batch's rows are appended with status
-``planned`` when its ranges are frozen, and flipped to ``committed`` (with record counts) once
-the output table holds the batch. The latest committed row per partition is the committed
-position. See docs/DESIGN.md for the protocol.
+written with delta-rs (no JVM). What the rows mean is ``tidemark.ledger_state`` (pure); this module
+stores them: the SQL that reads one pipeline's state, compare-and-commit, the commit flip and
+compaction.
 
 The table records its schema version (ledger_migrations): reads take an older ledger as it is, the first
 write of a process migrates it, and a ledger from a newer release is refused.
@@ -12,175 +9,40 @@ write of a process migrates it, and a ledger from a newer release is refused.
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 import pyarrow as pa
 
 from tidemark import ledger_migrations as migrations
 from tidemark import storage
 from tidemark.errors import LedgerConflictError, PipelineBusyError
-from tidemark.offsets import OffsetRange, TopicPartition
+from tidemark.ledger_state import (
+    COMMITTED,
+    KIND_BATCH,
+    KIND_GAP,
+    PLANNED,
+    POSITION_KINDS,
+    SCHEMA,
+    WRITING_KINDS,
+    LedgerRow,
+    LedgerState,
+    derive_state,
+    fingerprint,
+    gap_rows,
+    now,
+    planned_rows,
+)
+from tidemark.offsets import TopicPartition
+
+__all__ = ["COMMITTED", "KIND_BATCH", "KIND_GAP", "PLANNED", "POSITION_KINDS", "SCHEMA", "WRITING_KINDS", "Ledger",
+           "LedgerRow", "LedgerState", "derive_state", "fingerprint", "gap_rows", "now", "planned_rows"]
 
 log = logging.getLogger(__name__)
 
 _CAS_ATTEMPTS = 20
 # A pipeline's small files (about one per batch) are compacted into one once there are this many.
 COMPACT_AFTER_FILES = 32
-PLANNED = "planned"
-COMMITTED = "committed"
-KIND_BATCH = "batch"
-KIND_GAP = "gap"
-# Kinds whose committed rows move the position (backfill rows are history only).
-POSITION_KINDS = ("batch", "reset", "gap")
-# Kinds whose rows wrote records to the output.
-WRITING_KINDS = ("batch", "backfill")
-
-SCHEMA = pa.schema([
-    pa.field("pipeline", pa.string(), nullable=False),
-    pa.field("batch_id", pa.int64(), nullable=False),
-    pa.field("kind", pa.string(), nullable=False),
-    pa.field("status", pa.string(), nullable=False),
-    pa.field("topic", pa.string(), nullable=False),
-    pa.field("partition", pa.int32(), nullable=False),
-    pa.field("start_offset", pa.int64(), nullable=False),
-    pa.field("end_offset", pa.int64(), nullable=False),
-    pa.field("record_count", pa.int64()),
-    pa.field("dead_letter_count", pa.int64()),
-    pa.field("dag_run_id", pa.string()),
-    pa.field("reason", pa.string()),
-    pa.field("planned_at", pa.timestamp("us", tz="UTC")),
-    pa.field("committed_at", pa.timestamp("us", tz="UTC")),
-    # Kafka's id of the topic the range was read from (changes when a topic is deleted and
-    # recreated). Added after the first release: a schema version 1 ledger may lack it (its rows read
-    # null); migrating it to version 2 adds the column (ledger_migrations).
-    pa.field("topic_id", pa.string()),
-    # The schemas the batch decodes with (Avro values and keys from a Schema Registry:
-    # ``schemas.BatchSchemas`` as JSON), frozen with its planned rows so a retry decodes exactly as
-    # planned, registry or not.
-    # Added in schema version 3 (ledger_migrations); null for other formats and older rows.
-    pa.field("frozen_schemas", pa.string()),
-])
-# A new column, or any other change to the table's shape, is a new schema version: see ledger_migrations.
-
-
-@dataclass(frozen=True)
-class LedgerRow:
-    pipeline: str
-    batch_id: int
-    kind: str
-    status: str
-    topic: str
-    partition: int
-    start_offset: int
-    end_offset: int
-    record_count: int | None = None
-    dead_letter_count: int | None = None
-    dag_run_id: str | None = None
-    reason: str | None = None
-    planned_at: dt.datetime | None = None
-    committed_at: dt.datetime | None = None
-    topic_id: str | None = None
-    frozen_schemas: str | None = None
-
-    @property
-    def tp(self) -> TopicPartition:
-        return TopicPartition(self.topic, self.partition)
-
-    @property
-    def range(self) -> OffsetRange:
-        return OffsetRange(self.topic, self.partition, self.start_offset, self.end_offset)
-
-
-@dataclass
-class LedgerState:
-    """What the ledger says about one pipeline (derived, pure)."""
-
-    positions: dict[TopicPartition, int] = field(default_factory=dict)
-    last_batch: dict[TopicPartition, int] = field(default_factory=dict)
-    last_batch_id: int = 0
-    pending_batch_id: int | None = None
-    pending_ranges: list[OffsetRange] = field(default_factory=list)
-    pending_owner: str | None = None
-    fingerprint: str = ""
-    high_water: dict[TopicPartition, int] = field(default_factory=dict)
-    """Per partition, the end of the highest range ever written (batches and backfills): offsets
-    below it may already be in the output, so a batch that starts below it is deduplicated."""
-    topic_ids: dict[str, str] = field(default_factory=dict)
-    """Per topic, the Kafka topic id of its newest ledger row that has one (the incarnation of the
-    topic the position refers to)."""
-    pending_schemas: str | None = None
-    """The pending batch's frozen schemas (JSON), when its format has any."""
-
-
-def derive_state(rows: list[LedgerRow]) -> LedgerState:
-    """Positions from committed rows, in batch order; the pending batch is the highest batch
-    whose rows are still ``planned``."""
-    state = LedgerState()
-    for row in sorted(rows, key=lambda r: (r.batch_id, r.topic, r.partition)):
-        state.last_batch_id = max(state.last_batch_id, row.batch_id)
-        if row.topic_id:
-            if state.topic_ids.get(row.topic, row.topic_id) != row.topic_id:
-                # A new incarnation of the topic (recreated, then reset onto): positions and written
-                # offsets of the old one number other records. Partitions the reset did not cover start
-                # from the configured start position, like new partitions.
-                for seen in (state.positions, state.last_batch, state.high_water):
-                    for tp in [tp for tp in seen if tp.topic == row.topic]:
-                        del seen[tp]
-            state.topic_ids[row.topic] = row.topic_id
-        if row.status == COMMITTED and row.kind in POSITION_KINDS:
-            state.positions[row.tp] = row.end_offset
-            state.last_batch[row.tp] = row.batch_id
-        if row.status == COMMITTED and row.kind in WRITING_KINDS:
-            state.high_water[row.tp] = max(state.high_water.get(row.tp, 0), row.end_offset)
-    pending = [r for r in rows if r.status == PLANNED]
-    if pending:
-        state.pending_batch_id = max(r.batch_id for r in pending)
-        current = [r for r in pending if r.batch_id == state.pending_batch_id]
-        state.pending_ranges = sorted(r.range for r in current)
-        state.pending_owner = current[0].dag_run_id
-        state.pending_schemas = next((r.frozen_schemas for r in current if r.frozen_schemas), None)
-    state.fingerprint = fingerprint(rows)
-    return state
-
-
-def fingerprint(rows: list[LedgerRow]) -> str:
-    """A digest of everything a run of the pipeline can change in its rows: two reads with the same
-    fingerprint saw the same pipeline state, whatever other pipelines did to the table."""
-    keys = sorted((r.batch_id, r.kind, r.status, r.topic, r.partition, r.start_offset, r.end_offset,
-                   r.dag_run_id or "") for r in rows)
-    return hashlib.sha256(repr(keys).encode()).hexdigest()
-
-
-def now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
-
-
-def planned_rows(pipeline: str, batch_id: int, ranges: list[OffsetRange], dag_run_id: str | None,
-                 kind: str = KIND_BATCH, reason: str | None = None,
-                 topic_ids: Mapping[str, str] | None = None, frozen_schemas: str | None = None) -> list[LedgerRow]:
-    at = now()
-    ids = topic_ids or {}
-    return [LedgerRow(pipeline, batch_id, kind, PLANNED, r.topic, r.partition, r.start, r.end,
-                      dag_run_id=dag_run_id, reason=reason, planned_at=at, topic_id=ids.get(r.topic),
-                      frozen_schemas=frozen_schemas)
-            for r in ranges]
-
-
-def gap_rows(pipeline: str, batch_id: int, gaps: list[OffsetRange], dag_run_id: str | None,
-             topic_ids: Mapping[str, str] | None = None) -> list[LedgerRow]:
-    """Committed ``gap`` rows: offsets deleted by retention before they were read, skipped under
-    ``on_data_loss: skip``. They move the position to the end of the gap and hold no records."""
-    at = now()
-    ids = topic_ids or {}
-    return [LedgerRow(pipeline, batch_id, KIND_GAP, COMMITTED, g.topic, g.partition, g.start, g.end,
-                      record_count=0, dead_letter_count=0, dag_run_id=dag_run_id,
-                      reason=f"offsets [{g.start}, {g.end}) deleted by retention before they were ingested "
-                             f"(on_data_loss: skip)", planned_at=at, committed_at=at, topic_id=ids.get(g.topic))
-            for g in gaps]
 
 
 def _table(rows: list[LedgerRow]) -> pa.Table:
@@ -261,18 +123,15 @@ def _read_state(table, pipeline: str) -> LedgerState:
     return state
 
 
-def _is_missing_table(exc: Exception) -> bool:
-    return type(exc).__name__ == "TableNotFoundError" or "no log files" in str(exc).lower()
-
-
 class Ledger:
-    """delta-rs access to the ledger table at ``uri``."""
+    """delta-rs access to the ledger table at ``uri``, on ``store`` when it is on object storage."""
 
-    def __init__(self, uri: str) -> None:
+    def __init__(self, uri: str, store: storage.ObjectStore | None = None) -> None:
         self.uri = uri
+        self.store = store
 
     def _load(self):
-        return storage.open_table(self.uri)
+        return storage.open_table(self.uri, self.store)
 
     def _open(self):
         """The table to read (None when missing): an older schema version reads as it is; a newer one
@@ -349,7 +208,8 @@ class Ledger:
         # once both "succeed", the second create retried onto version 1 of the table the first made, and its
         # append then never re-checked the fingerprint (both runs froze batch 1; seen under load in CI).
         table = DeltaTable.create(
-            storage.delta_rs_uri(self.uri), SCHEMA, storage_options=storage.delta_options(self.uri), mode="error",
+            storage.delta_rs_uri(self.uri), SCHEMA, storage_options=storage.delta_options(self.uri, self.store),
+            mode="error",
             partition_by=["pipeline"], name="tidemark_offsets",
             description="Tidemark offset ledger: one row per pipeline, batch, topic, partition",
             configuration=migrations.new_table_configuration(), raise_if_key_not_exists=False,
@@ -363,7 +223,7 @@ class Ledger:
         have the ``expected`` fingerprint, and only if no one commits to the ledger in between
         (``max_commit_retries=0``). Commits of other pipelines make it re-check and try again; a
         change to this pipeline's rows means another run got there first: PipelineBusyError."""
-        from deltalake.exceptions import CommitFailedError
+        from deltalake.exceptions import CommitFailedError, DeltaError
 
         for _ in range(_CAS_ATTEMPTS):
             table = self._open_for_write()  # migrating leaves the rows, and so the fingerprint, as they were
@@ -376,9 +236,9 @@ class Ledger:
                 return
             except CommitFailedError:
                 continue  # another commit (any pipeline) landed first: re-check and retry
-            except Exception as exc:
-                if table is None and "exists" in str(exc).lower():
-                    continue  # another run created the ledger at the same moment
+            except DeltaError:
+                if table is None and self._load() is not None:
+                    continue  # another run created the ledger at the same moment: re-check and retry
                 raise
         raise LedgerConflictError(f"the ledger was too busy to commit after {_CAS_ATTEMPTS} attempts "
                                   f"while {what}; this run wrote nothing, retry it", pipeline=pipeline)
@@ -398,15 +258,19 @@ class Ledger:
 
         self._compare_and_commit(rows[0].pipeline, expected, commit, what)
 
-    def take_over(self, pipeline: str, batch_id: int, owner: str, *, expected: str) -> None:
-        """Make ``owner`` the run that executes the pending batch (after its previous owner died)."""
+    def take_over(self, pipeline: str, batch_id: int, owner: str, *, expected: str, reason: str | None = None) -> None:
+        """Make ``owner`` the run that executes the pending batch (after its previous owner died). An
+        explicit take-over's ``reason`` is added to the rows' reason: the ledger keeps who did it and why."""
         from deltalake import CommitProperties
 
+        updates = {"dag_run_id": f"'{_quote(owner)}'"}
+        if reason:
+            updates["reason"] = f"concat_ws('; ', reason, '{_quote(reason)}')"
+
         def commit(table) -> None:
-            quoted = owner.replace("'", "''")
-            table.update(predicate=f"pipeline = '{pipeline}' AND batch_id = {int(batch_id)} AND status = '{PLANNED}'",
-                         updates={"dag_run_id": f"'{quoted}'"},
-                         commit_properties=CommitProperties(max_commit_retries=0))
+            table.update(predicate=f"pipeline = '{_quote(pipeline)}' AND batch_id = {int(batch_id)} "
+                                   f"AND status = '{PLANNED}'",
+                         updates=updates, commit_properties=CommitProperties(max_commit_retries=0))
 
         self._compare_and_commit(pipeline, expected, commit, f"taking over batch {batch_id}")
 
@@ -416,7 +280,7 @@ class Ledger:
         from deltalake import DeltaTable
 
         table = migrations.migrate(DeltaTable(storage.delta_rs_uri(self.uri),  # missing: TableNotFoundError
-                                               storage_options=storage.delta_options(self.uri)))
+                                               storage_options=storage.delta_options(self.uri, self.store)))
         source = pa.table({
             "pipeline": [pipeline] * len(counts),
             "batch_id": [batch_id] * len(counts),
@@ -446,7 +310,7 @@ class Ledger:
         """Rewrite the pipeline's small files (about one per batch) into one once there are
         COMPACT_AFTER_FILES of them, so that reads and commits do not slow down as batches accumulate.
         Rows do not change. Best effort: a failure (a concurrent commit) only postpones it."""
-        table = storage.open_table(self.uri)
+        table = self._load()
         selected = [("pipeline", "=", pipeline)]
         if len(table.file_uris(file_pruning_predicate=selected)) < COMPACT_AFTER_FILES:
             return

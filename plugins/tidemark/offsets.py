@@ -35,6 +35,9 @@ class OffsetRange:
         if self.start < 0 or self.end < self.start:
             raise ValueError(f"invalid offset range {self.topic}:{self.partition} [{self.start}, {self.end})")
 
+    def __str__(self) -> str:
+        return f"{self.topic}:{self.partition} [{self.start}, {self.end})"
+
     @property
     def tp(self) -> TopicPartition:
         return TopicPartition(self.topic, self.partition)
@@ -50,6 +53,26 @@ class OffsetRange:
     @classmethod
     def from_dict(cls, data: dict) -> OffsetRange:
         return cls(str(data["topic"]), int(data["partition"]), int(data["start"]), int(data["end"]))
+
+
+class HasRanges:
+    """What a set of ranges says as a whole (mixed into ``RangeDecision`` and ``BatchPlan``)."""
+
+    ranges: list[OffsetRange]
+
+    @property
+    def is_empty(self) -> bool:
+        return all(r.size == 0 for r in self.ranges)
+
+    @property
+    def total_offsets(self) -> int:
+        """Offsets spanned (not records: transaction markers and compaction leave gaps)."""
+        return sum(r.size for r in self.ranges)
+
+
+def describe_ranges(ranges) -> str:
+    """Ranges as messages and logs show them: ``orders:0 [0, 5), orders:1 [3, 9)``."""
+    return ", ".join(str(r) for r in ranges)
 
 
 def spark_kafka_options(ranges: list[OffsetRange]) -> dict[str, str]:

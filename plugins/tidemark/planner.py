@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from tidemark.errors import DataLossError, OffsetsWentBackwardsError, TopicRecreatedError
-from tidemark.offsets import OffsetRange, TopicPartition
+from tidemark.offsets import HasRanges, OffsetRange, TopicPartition
 
 
 def kafka_topic_id(topic_id: str) -> str:
@@ -65,20 +65,12 @@ class Gap:
 
 
 @dataclass
-class RangeDecision:
+class RangeDecision(HasRanges):
     """The outcome of range planning: the ranges to read, and the gaps the skip policy recorded.
     Not yet a batch: ``batch.prepare`` turns it into a frozen ``BatchPlan``."""
 
     ranges: list[OffsetRange] = field(default_factory=list)
     gaps: list[Gap] = field(default_factory=list)
-
-    @property
-    def is_empty(self) -> bool:
-        return all(r.size == 0 for r in self.ranges)
-
-    @property
-    def total_offsets(self) -> int:
-        return sum(r.size for r in self.ranges)
 
 
 def start_offset(

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from tidemark import avro_schemas
+from tidemark import avro_resolution, avro_schemas
 from tidemark.errors import SchemaChangeError, SchemaRegistryError
 from tidemark.records import BATCH_COLUMNS, DATE_COLUMN, KAFKA_COLUMNS, RESERVED_COLUMNS, Field, RecordFormat
 from tidemark.schema_registry import SchemaSource
@@ -117,7 +117,7 @@ def freeze_avro(pipeline: str, subject: str, pinned_version: int | None, source:
     writers, unreadable = {}, {}
     for schema in registered:
         try:
-            reason = avro_schemas.incompatibility(avro_schemas.parse_any(schema.schema), reader_schema)
+            reason = avro_resolution.incompatibility(avro_schemas.parse_any(schema.schema), reader_schema)
         except ValueError as exc:
             reason = str(exc)
         if reason is None:
@@ -158,11 +158,12 @@ def delta_type(spec: str | Mapping) -> str:
     return str(kind)
 
 
-def table_columns(table_uri: str) -> dict[str, str] | None:
-    """The output table's columns and their types (Spark DDL), or None when it does not exist yet."""
+def table_columns(table_uri: str, store=None) -> dict[str, str] | None:
+    """The output table's columns and their types (Spark DDL), or None when it does not exist yet.
+    ``store``: the object store of a table on S3."""
     from tidemark import storage
 
-    table = storage.open_table(table_uri)
+    table = storage.open_table(table_uri, store)
     if table is None:
         return None
     return {f["name"]: delta_type(f["type"]) for f in json.loads(table.schema().to_json())["fields"]}
@@ -213,7 +214,7 @@ KEY_COLUMN = "key"
 """The decoded key's column (``key_format: avro``); ``kafka_key`` keeps the key's bytes."""
 
 
-def batch_format(config: PipelineConfig, frozen: BatchSchemas | None) -> RecordFormat:
+def batch_format(config: PipelineConfig, frozen: BatchSchemas | None, store=None) -> RecordFormat:
     """The pipeline's record format for one batch: the fields (the JSON ``value_schema``, or the
     frozen Avro reader schema's, and the decoded key) checked against the output table under
     ``schema_changes``, with the columns to add and the casts to make. Reads the output table's schema
@@ -246,7 +247,7 @@ def batch_format(config: PipelineConfig, frozen: BatchSchemas | None) -> RecordF
         if column not in names and column not in (*KAFKA_COLUMNS, *BATCH_COLUMNS, DATE_COLUMN, "value"):
             raise SchemaRegistryError(f"partition_by: '{column}' is not an output column ({source})",
                                       pipeline=config.name)
-    columns = table_columns(config.table_uri)
+    columns = table_columns(config.table_uri, store)
     add_columns, casts = False, {}
     if columns is not None:
         checked = [*fields, *([Field(KEY_COLUMN, key_type, False)] if key_type else [])]

@@ -5,9 +5,11 @@ Credentials and the endpoint of object storage come from an Airflow connection o
 (``storage_conn_id``, default ``aws_default``), following the Amazon provider: the access key in
 ``login``, the secret in ``password``, ``endpoint_url``, ``region_name`` and ``aws_session_token``
 in ``extra``. A connection without keys leaves credentials to the default AWS chain (an instance
-role, say). The adapters read the connection and call ``configure``; every Delta table the core
-opens with delta-rs then gets the options (``open_table``, ``delta_options``). Nothing here puts a
-secret on a command line: the Spark job receives the same settings in an environment variable.
+role, say). The run (``tidemark.run``) reads the connection once; every Delta table the core
+opens with delta-rs is opened with the store it is handed (``open_table(uri, store)``,
+``Ledger(uri, store)``): there is no process-wide setting, so two pipelines on different stores can
+be served side by side. Nothing here puts a secret on a command line: the Spark job receives the
+same settings in an environment variable.
 
 Safe commits: delta-rs commits with a conditional PUT (``If-None-Match: *``) on S3, which AWS S3
 and MinIO honour, so two writers can never both take one table version. Settings that turn that
@@ -21,9 +23,10 @@ import logging
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from tidemark.connections import Connection, ConnectionResolver
-from tidemark.errors import ConfigError
+from tidemark.errors import ConfigError, StorageLocationError, StorageUnavailableError, TidemarkError
 
 log = logging.getLogger(__name__)
 
@@ -171,16 +174,6 @@ def check_safe_commits(options: Mapping[str, str], where: str) -> None:
                           f"remove it")
 
 
-_configured: ObjectStore | None = None
-
-
-def configure(store: ObjectStore | None) -> None:
-    """Set the object store every object-store table of this process is opened with (adapters call
-    this once per task, CLI command or Spark job)."""
-    global _configured
-    _configured = store
-
-
 def object_store(resolver: ConnectionResolver, conn_id: str = DEFAULT_CONN_ID,
                  pipeline: str | None = None) -> ObjectStore:
     """The object store of an ``aws`` connection, its secrets registered with the resolver's masker.
@@ -198,47 +191,102 @@ def object_store(resolver: ConnectionResolver, conn_id: str = DEFAULT_CONN_ID,
     try:
         store = ObjectStore.from_connection(conn)
     except ConfigError as exc:
-        raise ConfigError(str(exc), pipeline=pipeline) from None
+        raise ConfigError(exc.detail, pipeline=pipeline) from None
     resolver.mask(store.secrets())
     return store
 
 
-def configure_for(locations: Iterable[str | None], resolver: ConnectionResolver, conn_id: str = DEFAULT_CONN_ID,
-                  pipeline: str | None = None) -> ObjectStore | None:
-    """An adapter's one call before it works on a pipeline: when any of its tables (output, dead
-    letters, ledger) is on object storage, read the storage connection and ``configure`` this
-    process with it; else configure nothing. Returns the store (for the Spark job's environment)."""
-    store = object_store(resolver, conn_id, pipeline) if any(is_object_store(u) for u in locations) else None
-    configure(store)
-    return store
+def store_for(locations: Iterable[str | None], resolver: ConnectionResolver, conn_id: str = DEFAULT_CONN_ID,
+              pipeline: str | None = None) -> ObjectStore | None:
+    """The object store a pipeline's tables (output, dead letters, ledger) need: read from the storage
+    connection when any of them is on object storage, else None (the local disk needs none)."""
+    return object_store(resolver, conn_id, pipeline) if any(is_object_store(u) for u in locations) else None
 
 
-def configured() -> ObjectStore | None:
-    return _configured
-
-
-def configure_from_env() -> None:
-    """The Spark job's side of ``configure``: the settings from TIDEMARK_STORAGE_OPTIONS, if any."""
+def store_from_env() -> ObjectStore | None:
+    """The Spark job's side: the object store its launcher passed in TIDEMARK_STORAGE_OPTIONS, if any."""
     raw = os.environ.get(ENV_VAR)
-    configure(ObjectStore.from_json(raw) if raw else None)
+    return ObjectStore.from_json(raw) if raw else None
 
 
-def delta_options(uri: str) -> dict[str, str] | None:
-    """delta-rs storage options for a table location: None on the local disk."""
+def delta_options(uri: str, store: ObjectStore | None) -> dict[str, str] | None:
+    """delta-rs storage options for a table location: None on the local disk. On object storage,
+    ``store`` (None: the default AWS chain and endpoint)."""
     if not is_object_store(uri):
         return None
-    options = (_configured or ObjectStore()).delta_rs_options()
+    options = (store or ObjectStore()).delta_rs_options()
     check_safe_commits(options, f"table {uri}")
     return options
 
 
-def open_table(uri: str):
-    """The Delta table at ``uri`` (delta-rs), or None when there is none."""
+def open_table(uri: str, store: ObjectStore | None = None):
+    """The Delta table at ``uri`` (delta-rs), or None when there is none. ``store`` is needed for a
+    table on object storage. A storage failure is raised as Tidemark's error (``storage_failure``)."""
     from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
 
     try:
-        return DeltaTable(delta_rs_uri(uri), storage_options=delta_options(uri))
-    except Exception as exc:
-        if type(exc).__name__ == "TableNotFoundError" or "no log files" in str(exc).lower():
-            return None
-        raise
+        return DeltaTable(delta_rs_uri(uri), storage_options=delta_options(uri, store))
+    except TableNotFoundError:
+        return None
+    except OSError as exc:
+        raise storage_failure(exc, uri, store) from None
+
+
+def storage_failure(exc: OSError, uri: str, store: ObjectStore | None, pipeline: str | None = None) -> TidemarkError:
+    """Tidemark's error for an I/O failure of delta-rs on a table (it raises ``OSError`` for every
+    object-store failure): the location is checked again with typed answers (``check_location``), so
+    a missing bucket or refused credentials is terminal and names the cause; anything else is
+    transient (the store did not answer, or failed one request)."""
+    if is_object_store(uri):
+        check_location(uri, store, pipeline)  # raises StorageLocationError when the location is wrong
+    return StorageUnavailableError(f"object storage failed a request on table {uri} ({type(exc).__name__}); "
+                                   f"nothing was committed past the last completed step, and a retry resumes "
+                                   f"from there", pipeline=pipeline, location=uri)
+
+
+
+def check_location(uri: str | None, store: ObjectStore | None, pipeline: str | None = None) -> None:
+    """Refuse a table location on object storage that cannot work, before anything is frozen: a bucket
+    that does not exist, credentials the store refuses, an endpoint that does not answer. One HEAD
+    request per call, whose answer is typed (botocore's error codes); terminal StorageLocationError
+    naming the table, the bucket, the endpoint and what to fix. Local paths are not checked."""
+    if not is_object_store(uri):
+        return
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError, NoCredentialsError
+
+    store = store or ObjectStore()
+    bucket = urlsplit(uri).netloc
+    endpoint = store.endpoint_url or "AWS S3"
+    client = boto3.client("s3", endpoint_url=store.endpoint_url, region_name=store.region,
+                          aws_access_key_id=store.access_key_id, aws_secret_access_key=store.secret_access_key,
+                          aws_session_token=store.session_token,
+                          config=Config(connect_timeout=5, read_timeout=10, retries={"max_attempts": 2}))
+    try:
+        client.head_bucket(Bucket=bucket)
+    except ClientError as exc:
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        code = exc.response.get("Error", {}).get("Code")
+        if status == 404 or code in ("NoSuchBucket", "404"):
+            cause = (f"bucket '{bucket}' does not exist at {endpoint}. Fix the table's location in the pipeline "
+                     f"file (or TIDEMARK_LAKE_ROOT), or create the bucket")
+        elif status in (401, 403):
+            cause = (f"{endpoint} refused the storage connection's credentials for bucket '{bucket}' ({code}). "
+                     f"Fix the access key and secret of the storage connection, or grant them the bucket")
+        else:
+            raise StorageUnavailableError(f"object storage at {endpoint} answered {status} ({code}) for bucket "
+                                          f"'{bucket}' of table {uri}; retry once it answers", pipeline=pipeline,
+                                          location=uri) from None
+        raise StorageLocationError(f"table {uri}: {cause}. Nothing was frozen or written.", pipeline=pipeline,
+                                   location=uri) from None
+    except (EndpointConnectionError, NoCredentialsError) as exc:
+        what = ("no credentials were found (storage connection without keys and no AWS chain)"
+                if isinstance(exc, NoCredentialsError) else f"the endpoint {endpoint} does not answer")
+        raise StorageLocationError(f"table {uri}: {what}. Check endpoint_url and the keys of the storage "
+                                   f"connection. Nothing was frozen or written.", pipeline=pipeline,
+                                   location=uri) from None
+    except BotoCoreError as exc:
+        raise StorageUnavailableError(f"object storage at {endpoint} failed for table {uri} ({type(exc).__name__}); "
+                                      f"retry once it answers", pipeline=pipeline, location=uri) from None

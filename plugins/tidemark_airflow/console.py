@@ -3,10 +3,12 @@ on the api-server at ``/tidemark``, and JSON endpoints behind it. Imported on th
 request only (the plugin mounts a lazy app), so processes that load plugins for other reasons (every
 task) do not pay for FastAPI.
 
-Read-only by construction: it has only GET routes and calls only the core's readers
-(``tidemark.batch.status``), which read the ledger with delta-rs and Kafka's offsets with a bounded
-timeout; it never starts Spark and cannot change offsets. Every route requires Airflow's login (the
-api-server's JWT, as a cookie from the UI or a bearer token): without it the answer is 401.
+Read-only by construction: it has only GET routes and calls only the run's readers
+(``PipelineRun.overview``, ``history``, ``recent_entries``), which read the ledger with delta-rs and
+Kafka's offsets with a bounded timeout; it never starts Spark and cannot change offsets. Each request
+opens its own run (no state is shared between requests), so requests are served concurrently. Every
+route requires Airflow's login (the api-server's JWT, as a cookie from the UI or a bearer token):
+without it the answer is 401.
 
 Routes (``/tidemark`` + ...):
   /                                  every pipeline: status, total lag, last batch and its age (HTML)
@@ -21,7 +23,6 @@ Routes (``/tidemark`` + ...):
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from urllib.parse import quote
 
@@ -36,11 +37,6 @@ RECENT_ENTRIES = 20
 
 LastRunFailed = Callable[[str], bool]
 log = logging.getLogger(__name__)
-
-# Storage settings (an S3 connection's credentials) are per process in the core: one request at a time
-# configures and reads, so two pipelines on different stores never mix their settings.
-_lock = threading.Lock()
-
 
 def last_run_failed(dag_id: str) -> bool:
     """Whether the newest run of a DAG failed, from Airflow's metadata DB (False when unknown)."""
@@ -59,46 +55,28 @@ def last_run_failed(dag_id: str) -> bool:
     return str(state) in {"failed", "DagRunState.FAILED"}
 
 
-def _pipeline(name: str):
-    from tidemark.config import find_pipeline
+def _open(name: str):
+    """The pipeline's run (404 for an unknown pipeline, 503 when its storage connection cannot be read).
+    Each request opens its own: nothing is shared between requests, so they are served concurrently."""
     from tidemark.errors import ConfigError
+    from tidemark_airflow.resolver import open_run
 
     try:
+        from tidemark.config import find_pipeline
+
         config = find_pipeline(name)
     except ConfigError as exc:
         raise HTTPException(status_code=404, detail=str(exc)) from None
     try:
-        return _with_storage(config)
+        return open_run(config)
     except ConfigError as exc:  # e.g. its storage connection is missing
         raise HTTPException(status_code=503, detail=str(exc)) from None
 
 
-def _with_storage(config):
-    from tidemark_airflow.connections import configure_storage
-
-    configure_storage(config)
-    return config
-
-
-def _kafka_properties(config) -> dict[str, str] | str:
-    """The pipeline's Kafka properties, or why they cannot be had (a missing connection is shown as a
-    Kafka error on the page, not a failed page)."""
-    from tidemark.errors import TidemarkError
-    from tidemark_airflow.connections import kafka_properties
-
-    try:
-        return kafka_properties(config.kafka_conn_id, config.name)
-    except TidemarkError as exc:
-        return str(exc)
-
-
-def pipeline_overview(config, failed: LastRunFailed) -> dict:
-    from tidemark.batch import overview
-
-    properties = _kafka_properties(config)
-    view = overview(config, properties, timeout_seconds=min(KAFKA_TIMEOUT_SECONDS, config.kafka_timeout_seconds),
-                    last_run_failed=failed(ingest_dag_id(config.name)))
-    view["dag_id"] = ingest_dag_id(config.name)
+def pipeline_overview(run, failed: LastRunFailed) -> dict:
+    view = run.overview(timeout_seconds=min(KAFKA_TIMEOUT_SECONDS, run.config.kafka_timeout_seconds),
+                        last_run_failed=failed(ingest_dag_id(run.name)))
+    view["dag_id"] = ingest_dag_id(run.name)
     return view
 
 
@@ -116,6 +94,33 @@ def run_link(kind: str, owner: str | None, pipeline: str) -> str | None:
     return f"/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
 
 
+def all_pipelines(failed: LastRunFailed) -> dict:
+    """Every pipeline's overview, and the errors of those that cannot be shown (broken files, say)."""
+    from tidemark.config import load_all
+    from tidemark.errors import TidemarkError
+    from tidemark_airflow.resolver import open_run
+
+    good, bad = load_all()
+    errors = {path: str(e) for path, e in bad.items()}
+    views = []
+    for name in sorted(good):
+        try:  # one pipeline that cannot be read (its store's connection, say) leaves the others shown
+            views.append(pipeline_overview(open_run(good[name]), failed))
+        except TidemarkError as exc:
+            errors[name] = str(exc)
+    return {"pipelines": views, "errors": errors}
+
+
+def one_pipeline(name: str, failed: LastRunFailed) -> dict:
+    """One pipeline: its overview and recent ledger entries, each linked to the run that wrote it."""
+    run = _open(name)
+    view = pipeline_overview(run, failed)
+    entries = run.recent_entries(RECENT_ENTRIES)
+    for entry in entries:
+        entry["run_link"] = run_link(entry["kind"], entry["owner"], run.name)
+    return {**view, "entries": entries}
+
+
 def create_app(failed: LastRunFailed = last_run_failed) -> FastAPI:
     """The app. ``failed`` tells whether a DAG's newest run failed (Airflow's DB by default)."""
     # Airflow's own authentication dependency: the JWT from the UI's cookie or an Authorization header.
@@ -126,30 +131,10 @@ def create_app(failed: LastRunFailed = last_run_failed) -> FastAPI:
     app = FastAPI(title="Tidemark", dependencies=[Depends(get_user)], docs_url=None, redoc_url=None, openapi_url=None)
 
     def pipelines() -> dict:
-        from tidemark.config import load_all
-        from tidemark.errors import TidemarkError
-
-        good, bad = load_all()
-        errors = {path: str(e) for path, e in bad.items()}
-        views = []
-        with _lock:
-            for name in sorted(good):
-                try:  # one pipeline that cannot be read (its store's connection, say) leaves the others shown
-                    views.append(pipeline_overview(_with_storage(good[name]), failed))
-                except TidemarkError as exc:
-                    errors[name] = str(exc)
-        return {"pipelines": views, "errors": errors}
+        return all_pipelines(failed)
 
     def pipeline(name: str) -> dict:
-        from tidemark.batch import recent_entries
-
-        with _lock:
-            config = _pipeline(name)
-            view = pipeline_overview(config, failed)
-            entries = recent_entries(config.name, RECENT_ENTRIES)
-        for entry in entries:
-            entry["run_link"] = run_link(entry["kind"], entry["owner"], config.name)
-        return {**view, "entries": entries}
+        return one_pipeline(name, failed)
 
     @app.get("/api/pipelines")
     def api_pipelines() -> dict:
@@ -165,10 +150,7 @@ def create_app(failed: LastRunFailed = last_run_failed) -> FastAPI:
 
     @app.get("/api/pipelines/{name}/history")
     def api_history(name: str, limit: int = Query(50, ge=1, le=10_000)) -> list[dict]:
-        from tidemark.batch import history
-
-        with _lock:
-            return history(_pipeline(name).name, limit)
+        return _open(name).history(limit)
 
     @app.get("/", response_class=HTMLResponse)
     def page_pipelines() -> str:

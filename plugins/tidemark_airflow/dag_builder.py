@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 
 from tidemark.config import PipelineConfig
-from tidemark.resets import SCENARIOS
+from tidemark.reset_targets import SCENARIOS
 from tidemark_airflow.naming import ingest_dag_id, replay_dag_id
 from tidemark_airflow.run_modes import MODES
 
@@ -87,10 +87,7 @@ def build_ingest_dag(config: PipelineConfig):
         plan = ShortCircuitOperator(task_id="plan", python_callable=tasks.plan, op_kwargs={"pipeline": config.name},
                                     ignore_downstream_trigger_rules=False)
         ingest = TidemarkIngestOperator(
-            task_id="ingest", conn_id=config.spark_conn_id, kafka_conn_id=config.kafka_conn_id,
-            storage_conn_id=config.storage_conn_id,
-            isolation_level=config.isolation_level,
-            conf={**DEFAULT_CONF, **config.spark_conf},
+            task_id="ingest", conn_id=config.spark_conn_id, conf={**DEFAULT_CONF, **config.spark_conf},
             driver_memory="1g", name=f"tidemark-{config.name}", outlets=[table_asset(config)])
         plan >> ingest
     return dag

@@ -1,67 +1,64 @@
 """The ingest operator: SparkSubmitOperator with the frozen plan from the plan task and the Kafka
-credentials passed in the environment (never on the command line or in rendered templates)."""
+and storage credentials passed in the environment (never on the command line or in rendered
+templates). Thin, as Airflow's own providers keep their operators: the pipeline's run
+(``tidemark.run.PipelineRun``) owns the connections, the hook owns spark-submit."""
 
 from __future__ import annotations
 
-import json
 import os
+import subprocess
 import sys
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from tidemark import storage
-from tidemark.batch import BatchPlan, batch_summary
-from tidemark.config import find_pipeline
+from tidemark.batch import BatchPlan
 from tidemark.connections import spark_connect_address
-from tidemark.errors import ConfigError, TidemarkError
+from tidemark.errors import ConfigError, JobExit
+from tidemark.kafka_client import secret_values
+from tidemark.run import SECRET_ENV_VARS, PipelineRun
 from tidemark.settings import require_spark_jars
-from tidemark_airflow.connections import kafka_properties, object_store, spark_master
-from tidemark_airflow.tasks import report
-from tidemark_spark.ingest import TERMINAL_EXIT_CODE
-from tidemark_spark.submit import INGEST_SCRIPT, core_archive, is_spark_connect, job_arguments, local_spark_env
+from tidemark_airflow.resolver import RESOLVER
+from tidemark_spark.submit import (
+    INGEST_SCRIPT,
+    connect_command,
+    core_archive,
+    is_spark_connect,
+    job_arguments,
+    job_environment,
+    local_spark_env,
+)
 
 
-def refuse_credentials_on_the_command_line(master: str, properties: dict[str, str], pipeline: str,
-                                          store: storage.ObjectStore | None = None) -> None:
+def refuse_credentials_on_the_command_line(master: str, run: PipelineRun) -> None:
     """On YARN and Kubernetes masters the Spark provider turns ``env_vars`` into ``--conf
     spark.yarn.appMasterEnv.*`` / ``spark.kubernetes.driverEnv.*`` arguments of spark-submit, where
     ``ps`` and the Spark event log show them: refuse rather than expose Kafka or storage credentials
     (on those masters, give the nodes an instance role or IRSA and leave the connection's keys empty)."""
-    from tidemark.kafka_client import secret_values
-
     if "yarn" not in master and "k8s" not in master:
         return
-    if secret_values(properties):
+    if secret_values(run.kafka_properties):
         raise ConfigError(f"the Kafka connection holds credentials and the Spark master '{master}' would receive "
                           f"them on the spark-submit command line; run the ingest job on a local or standalone "
-                          f"master (client mode)", pipeline=pipeline)
-    if store is not None and store.secrets():
+                          f"master (client mode)", pipeline=run.name, step="ingest")
+    if run.store is not None and run.store.secrets():
         raise ConfigError(f"the storage connection holds a secret key and the Spark master '{master}' would "
                           f"receive it on the spark-submit command line; leave the connection's keys empty and "
                           f"give the cluster's nodes an IAM role, or run on a local or standalone master",
-                          pipeline=pipeline)
-
-
-# The job's environment variables that hold credentials (Kafka properties, object-store keys).
-SECRET_ENV_VARS = ("TIDEMARK_KAFKA_PROPERTIES", storage.ENV_VAR)
+                          pipeline=run.name, step="ingest")
 
 
 class TidemarkIngestOperator(SparkSubmitOperator):
     """Runs the ingest job (``tidemark_spark/ingest.py``) for the batch the ``plan`` task froze, then
     reports (offsets mirrored to the consumer group, lag logged; best effort). A job that ends on a
-    terminal error (exit code ``TERMINAL_EXIT_CODE``: bad records under
-    ``on_bad_record: fail``, another run holding the pipeline, refused credentials...) fails the
-    task at once; any other failure is left to Airflow's retries."""
+    terminal error (``JobExit.TERMINAL``: bad records under ``on_bad_record: fail``, another run
+    holding the pipeline, refused credentials...) fails the task at once; any other failure is left to
+    Airflow's retries."""
 
     ui_color = "#e8f4fd"
 
-    def __init__(self, *, kafka_conn_id: str, isolation_level: str, plan_task_id: str = "plan",
-                 storage_conn_id: str = storage.DEFAULT_CONN_ID, **kwargs) -> None:
+    def __init__(self, *, plan_task_id: str = "plan", **kwargs) -> None:
         super().__init__(application=INGEST_SCRIPT, **kwargs)
-        self.kafka_conn_id = kafka_conn_id
-        self.storage_conn_id = storage_conn_id
-        self.isolation_level = isolation_level
         self.plan_task_id = plan_task_id
 
     def execute(self, context):
@@ -69,67 +66,68 @@ class TidemarkIngestOperator(SparkSubmitOperator):
         self.log.info("ingesting batch %d of pipeline '%s': %d offsets over %d partitions%s",
                       plan.batch_id, plan.pipeline, plan.total_offsets, len(plan.ranges),
                       " (recovered batch, same frozen ranges)" if plan.recovered else "")
+        run = PipelineRun.for_plan(plan, RESOLVER)
+        master = self._master(run)
+        refuse_credentials_on_the_command_line(master, run)
         os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
-        self.application_args = job_arguments(plan, self.isolation_level)
+        self.application_args = job_arguments(plan, run.config.isolation_level)
         self.py_files = core_archive()  # the core for executors on other machines
         self.jars = ",".join(require_spark_jars())
-        properties = kafka_properties(self.kafka_conn_id, plan.pipeline)
-        self._bootstrap_servers = properties.get("bootstrap.servers", "")
+        self.env_vars = {**local_spark_env(), **(self.env_vars or {}), **run.job_environment()}
+        self._bootstrap_servers = run.kafka_properties.get("bootstrap.servers", "")
         try:
-            master = spark_master(self._conn_id, plan.pipeline)
-        except ConfigError:
-            master = "yarn"  # what the Spark provider falls back to without a connection
-        tables = (plan.table_uri, plan.dead_letter_uri, plan.ledger_uri)
-        store = (object_store(self.storage_conn_id, plan.pipeline)
-                 if any(storage.is_object_store(uri) for uri in tables) else None)
-        refuse_credentials_on_the_command_line(master, properties, plan.pipeline, store)
-        self.env_vars = {**local_spark_env(), **(self.env_vars or {}),
-                         SECRET_ENV_VARS[0]: json.dumps(properties)}
-        if store is not None:
-            self.env_vars[storage.ENV_VAR] = store.to_json()
-        try:
-            if is_spark_connect(master):
-                result = self.run_on_spark_connect(plan, master, properties)
-            else:
-                result = super().execute(context)
-        except AirflowException as exc:
-            if f"Error code is: {TERMINAL_EXIT_CODE}." in str(exc):
-                raise AirflowFailException(
-                    f"pipeline '{plan.pipeline}': batch {plan.batch_id} failed on an error that a retry cannot fix "
-                    f"(see the job's log above); not retrying") from None
-            raise
+            code, result = self._launch(context, plan, master, run.config.isolation_level)
         finally:  # the secrets leave the operator with the job: listeners (OpenLineage) read it afterwards
             self.env_vars = {k: v for k, v in self.env_vars.items() if k not in SECRET_ENV_VARS}
-            self._hook = None  # it holds a copy
-        storage.configure(store)
-        self.describe_asset_events(context, plan)
-        try:
-            config = find_pipeline(plan.pipeline)
-        except TidemarkError as exc:  # the batch is committed: the report is best effort
-            self.log.warning("pipeline '%s': batch %d is committed; no offset report (%s)", plan.pipeline,
-                             plan.batch_id, exc)
-        else:
-            report(config, properties)
+        if code == JobExit.TERMINAL:
+            raise AirflowFailException(
+                f"pipeline '{plan.pipeline}': batch {plan.batch_id} failed on an error that a retry cannot fix "
+                f"(see the job's log above); not retrying")
+        if code != JobExit.OK:
+            raise AirflowException(f"pipeline '{plan.pipeline}': the ingest job of batch {plan.batch_id} exited with "
+                                   f"{code}; Airflow retries it (the same frozen ranges)")
+        self.describe_asset_events(context, run, plan)
+        run.report()
         return result
 
-    def run_on_spark_connect(self, plan: BatchPlan, url: str, properties: dict[str, str]) -> None:
+    def _master(self, run: PipelineRun) -> str:
+        try:
+            return run.spark_master
+        except ConfigError:
+            return "yarn"  # what the Spark provider falls back to without a connection
+
+    def _launch(self, context, plan: BatchPlan, master: str, isolation_level: str) -> tuple[int, object]:
+        """Run the job; returns its exit code (``JobExit``) and the provider's result."""
+        if is_spark_connect(master):
+            return self.run_on_spark_connect(plan, master, isolation_level), None
+        try:
+            return JobExit.OK, super().execute(context)
+        except AirflowException:
+            code = self._spark_submit_exit_code()
+            if code is None:
+                raise
+            return code, None
+        finally:
+            self._hook = None  # it holds a copy of the secrets
+
+    def _spark_submit_exit_code(self) -> int | None:
+        """spark-submit's exit code, from the process the provider's hook ran (its exception carries the
+        code only inside its message); None when no job ran."""
+        process = getattr(self._hook, "_submit_sp", None)
+        return getattr(process, "returncode", None)
+
+    def run_on_spark_connect(self, plan: BatchPlan, url: str, isolation_level: str) -> int:
         """The warm path (a ``spark_connect`` Spark connection): the job runs as a Spark Connect
         client in a child process of this task (its own interpreter, so a kill -9 of the job is what
         it would be under spark-submit), its output in this task's log; no JVM is started."""
-        import subprocess
-
-        from tidemark_spark.submit import connect_command, job_environment
-
         self.log.info("pipeline '%s': running the ingest job on the Spark Connect server %s (no spark-submit)",
                       plan.pipeline, spark_connect_address(url))
-        env = job_environment(properties, url, self.env_vars)
-        self._connect_job = subprocess.Popen(connect_command(plan, self.isolation_level), env=env,
+        env = job_environment(url, self.env_vars)
+        self._connect_job = subprocess.Popen(connect_command(plan, isolation_level), env=env,
                                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for line in self._connect_job.stdout:
             self.log.info("%s", line.rstrip())
-        code = self._connect_job.wait()
-        if code != 0:
-            raise AirflowException(f"the ingest job on Spark Connect failed. Error code is: {code}.")
+        return self._connect_job.wait()
 
     def on_kill(self) -> None:
         job = getattr(self, "_connect_job", None)
@@ -138,12 +136,12 @@ class TidemarkIngestOperator(SparkSubmitOperator):
         elif job.poll() is None:
             job.kill()
 
-    def describe_asset_events(self, context, plan: BatchPlan) -> None:
+    def describe_asset_events(self, context, run: PipelineRun, plan: BatchPlan) -> None:
         """The output table's asset event (emitted when this task succeeds) carries what the batch
         committed: pipeline, batch id, ranges, record and dead-letter counts, Delta version. The batch
         is committed by now: a failure to describe it only thins the event, never fails the task."""
         try:
-            summary = batch_summary(plan)
+            summary = run.batch_summary(plan)
         except Exception as exc:  # the data is committed; the event still says which batch
             self.log.warning("pipeline '%s': could not summarise batch %d for its asset event: %s", plan.pipeline,
                              plan.batch_id, exc)

@@ -7,7 +7,8 @@
                                      --to-datetime T | --by-duration D | --from-file CSV)
                            [--topic T[:P,...]]... [--execute --reason TEXT]
     tidemark lag PIPELINE
-    tidemark run PIPELINE
+    tidemark run PIPELINE [--take-over --reason TEXT]
+    tidemark ledger move PIPELINE --from OLD_LEDGER_URI
 
 Exit codes, the same for every command:
     0  done
@@ -32,7 +33,6 @@ import os
 import sys
 from collections.abc import Sequence
 
-from tidemark import connections
 from tidemark.connections import Connection, EnvironmentResolver
 from tidemark.errors import ConfigError, TidemarkError
 
@@ -80,6 +80,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="run one batch now without Airflow: plan, Spark ingest, report")
     run.add_argument("pipeline")
+    run.add_argument("--take-over", action="store_true",
+                     help="take the pending batch over from a run that is dead although its state says otherwise "
+                          "(needs --reason, recorded in the ledger)")
+    run.add_argument("--reason", help="why the batch is taken over; required with --take-over")
+
+    ledger = commands.add_parser("ledger", help="the pipeline's ledger rows as a whole")
+    ledger_cmd = ledger.add_subparsers(dest="action", required=True, metavar="ACTION")
+    move = ledger_cmd.add_parser(
+        "move", help="copy a pipeline's rows from the ledger of its old lake root into its current ledger",
+        description="After the lake root moved (TIDEMARK_LAKE_ROOT, e.g. from the local disk to S3), copy the "
+                    "pipeline's ledger rows from the old location into the ledger at the new one. The old ledger "
+                    "is left as it was.")
+    move.add_argument("pipeline")
+    move.add_argument("--from", dest="source", required=True, metavar="URI",
+                      help="the old ledger's location: the old lake root followed by /_tidemark/offsets")
     return parser
 
 
@@ -97,7 +112,7 @@ class CliConnectionResolver:
         if f"AIRFLOW_CONN_{conn_id.upper()}" in os.environ:
             return self.environment.get(conn_id, pipeline)
         try:
-            from tidemark_airflow.connections import AirflowConnectionResolver
+            from tidemark_airflow.resolver import AirflowConnectionResolver
         except ImportError:
             return self.environment.get(conn_id, pipeline)  # no Airflow here: says how to define it
         connection = AirflowConnectionResolver().get(conn_id, pipeline)
@@ -111,26 +126,11 @@ class CliConnectionResolver:
 RESOLVER = CliConnectionResolver()
 
 
-def _kafka_properties(config) -> dict[str, str]:
-    return connections.kafka_properties(RESOLVER, config.kafka_conn_id, config.name)
+def _open(name: str):
+    """The pipeline's run (``tidemark.run.PipelineRun``), its connections read through the CLI's resolver."""
+    from tidemark.run import PipelineRun
 
-
-def _schema_registry(config):
-    """The Schema Registry client of an Avro pipeline (None for other formats)."""
-    from tidemark.schema_registry import client_for
-
-    avro = "avro" in (config.value_format, config.key_format)
-    return client_for(RESOLVER, config.schema_registry_conn_id, config.name) if avro else None
-
-
-def _pipeline(name: str):
-    """A pipeline's configuration, with this process set up for its object store (if any)."""
-    from tidemark import storage
-    from tidemark.config import find_pipeline
-
-    config = find_pipeline(name)
-    storage.configure_for(config.locations, RESOLVER, config.storage_conn_id, config.name)
-    return config
+    return PipelineRun.open(name, RESOLVER)
 
 
 def _logs_to_stderr() -> None:
@@ -172,61 +172,81 @@ def cmd_pipelines_list(args: argparse.Namespace) -> int:
     return EXIT_PARTIAL if bad else EXIT_OK
 
 
-def cmd_offsets_show(args: argparse.Namespace) -> int:
-    from tidemark.batch import partition_status
+STATUS_COLUMNS = ["topic", "partition", "committed_offset", "latest_offset", "lag", "last_batch_id"]
 
-    config = _pipeline(args.pipeline)
-    rows = partition_status(config, _kafka_properties(config))
-    if args.json:
-        print(json.dumps(rows, indent=2))
-    else:
-        print(_table(rows, ["topic", "partition", "committed_offset", "latest_offset", "lag", "last_batch_id"]))
-    return 0
+
+def cmd_offsets_show(args: argparse.Namespace) -> int:
+    rows = _open(args.pipeline).status()
+    print(json.dumps(rows, indent=2) if args.json else _table(rows, STATUS_COLUMNS))
+    return EXIT_OK
 
 
 def cmd_lag(args: argparse.Namespace) -> int:
-    from tidemark.batch import partition_status
-
-    config = _pipeline(args.pipeline)
-    rows = partition_status(config, _kafka_properties(config))
+    run = _open(args.pipeline)
+    rows = run.status()
     print(_table(rows, ["topic", "partition", "lag"]))
-    print(f"total lag of '{config.name}': {sum(r['lag'] or 0 for r in rows)}")
-    return 0
+    print(f"total lag of '{run.name}': {sum(r['lag'] or 0 for r in rows)}")
+    return EXIT_OK
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from tidemark.batch import mirror_to_consumer_group, partition_status, prepare_batch
-    from tidemark_spark.ingest import TERMINAL_EXIT_CODE
-    from tidemark_spark.submit import run_ingest_job
+    from tidemark.errors import JobExit
+    from tidemark_spark.submit import launch
 
-    config = _pipeline(args.pipeline)
-    properties = _kafka_properties(config)
-    plan = prepare_batch(config, properties, schemas=_schema_registry(config))
+    if args.take_over and not (args.reason or "").strip():
+        raise ConfigError("--take-over needs --reason '...': it is recorded in the ledger with the batch")
+    run = _open(args.pipeline)
+    plan = run.prepare(run_state=_airflow_run_state(run.name), take_over=args.reason if args.take_over else None)
     if plan.is_empty:
-        print(f"pipeline '{config.name}': nothing new; no Spark job started")
-        mirror_to_consumer_group(config, properties)
-        return 0
-    print(f"pipeline '{config.name}': batch {plan.batch_id} frozen, {plan.total_offsets} offsets over "
+        print(f"pipeline '{run.name}': nothing new; no Spark job started")
+        run.report()
+        return EXIT_OK
+    print(f"pipeline '{run.name}': batch {plan.batch_id} frozen, {plan.total_offsets} offsets over "
           f"{len(plan.ranges)} partition(s){' (recovered)' if plan.recovered else ''}; starting Spark", flush=True)
-    from tidemark import storage
-
-    store = storage.configured()
-    code = run_ingest_job(plan, properties, connections.spark_master(RESOLVER, config.spark_conn_id, config.name),
-                          config.isolation_level, config.spark_conf,
-                          extra_env={storage.ENV_VAR: store.to_json()} if store is not None else None)
-    if code != 0:
+    code = launch(run, plan)
+    if code != JobExit.OK:
         cause = (" on an error that a retry cannot fix (its log above says which and how to fix it)"
-                 if code == TERMINAL_EXIT_CODE else "")
-        print(f"tidemark: error: pipeline '{config.name}': the ingest job for batch {plan.batch_id} exited with "
+                 if code == JobExit.TERMINAL else "")
+        print(f"tidemark: error: pipeline '{run.name}': the ingest job for batch {plan.batch_id} exited with "
               f"{code}{cause}; nothing is lost: the next run executes the same frozen ranges again", file=sys.stderr)
         return EXIT_JOB_FAILED
-    mirror_to_consumer_group(config, properties)
-    rows = partition_status(config, properties)
-    print(_table(rows, ["topic", "partition", "committed_offset", "latest_offset", "lag", "last_batch_id"]))
-    return 0
+    rows = run.report()
+    print(_table(rows, STATUS_COLUMNS))
+    return EXIT_OK
 
 
-def reset_request(args: argparse.Namespace, actor: str):
+def _airflow_run_state(pipeline: str):
+    """A lookup of an ingest DAG run's state in Airflow's metadata DB, made only when a pending batch's
+    owner is an Airflow run. Whatever cannot be known here (no Airflow, no DB, no such run in this DB)
+    is ``unknown``, which counts as alive: ``--take-over --reason`` is then the way past it."""
+    def state(run_id: str) -> str:
+        try:
+            from airflow.models.dagrun import DagRun
+            from airflow.utils.session import create_session
+            from sqlalchemy import select
+
+            from tidemark_airflow.naming import ingest_dag_id
+
+            with create_session() as session:
+                found = session.scalar(select(DagRun.state).where(DagRun.dag_id == ingest_dag_id(pipeline),
+                                                                  DagRun.run_id == run_id))
+        except Exception:
+            return "unknown"
+        finally:
+            _logs_to_stderr()
+        return "unknown" if found is None else str(getattr(found, "value", found))
+    return state
+
+
+def cmd_ledger_move(args: argparse.Namespace) -> int:
+    run = _open(args.pipeline)
+    copied = run.move_ledger(args.source)
+    print(f"pipeline '{run.name}': {copied} ledger rows copied from {args.source} to {run.ledger_uri}; the next run "
+          f"continues from them (the old ledger is unchanged: delete it once you no longer need it)")
+    return EXIT_OK
+
+
+def reset_request(args: argparse.Namespace, owner: str):
     from tidemark.batch import ResetRequest
 
     scenario = args.scenario
@@ -243,20 +263,17 @@ def reset_request(args: argparse.Namespace, actor: str):
             raise ConfigError(f"cannot read the offsets file {args.from_file}: {exc.strerror}") from None
     return ResetRequest(scenario, tuple(args.topic or ()), offset=args.to_offset, shift=args.shift_by,
                         datetime=args.to_datetime, duration=args.by_duration, offsets_file=file_text,
-                        execute=args.execute, reason=args.reason, actor=actor)
+                        execute=args.execute, reason=args.reason, owner=owner)
 
 
 def cmd_offsets_reset(args: argparse.Namespace) -> int:
     import getpass
     import socket
 
-    from tidemark.batch import reset_offsets
-
-    config = _pipeline(args.pipeline)
     request = reset_request(args, f"cli:{getpass.getuser()}@{socket.gethostname()}")
-    outcome = reset_offsets(config, _kafka_properties(config), request)
-    print(_table(outcome.plan.as_table(), ["topic", "partition", "current", "new", "change"]))
-    for warning in outcome.plan.warnings:
+    outcome = _open(args.pipeline).reset(request)
+    print(_table(outcome.preview.as_table(), ["topic", "partition", "current", "new", "change"]))
+    for warning in outcome.preview.warnings:
         print(f"warning: {warning}")
     if outcome.executed:
         print(f"applied: ledger entry {outcome.batch_id} (kind 'reset'); the next run starts from the new offsets")
@@ -266,9 +283,7 @@ def cmd_offsets_reset(args: argparse.Namespace) -> int:
 
 
 def cmd_offsets_history(args: argparse.Namespace) -> int:
-    from tidemark.batch import history
-
-    listing = history(_pipeline(args.pipeline).name, args.limit)
+    listing = _open(args.pipeline).history(args.limit)
     if args.json:
         print(json.dumps(listing, indent=2))
     else:
@@ -284,6 +299,7 @@ HANDLERS = {
     ("offsets", "reset"): cmd_offsets_reset,
     ("lag", None): cmd_lag,
     ("run", None): cmd_run,
+    ("ledger", "move"): cmd_ledger_move,
 }
 
 

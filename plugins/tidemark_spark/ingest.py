@@ -6,8 +6,9 @@
 Kafka client properties (which may hold credentials) come from the environment variable
 TIDEMARK_KAFKA_PROPERTIES (JSON), never from the command line; so do the object-store settings
 (TIDEMARK_STORAGE_OPTIONS), which this job turns into S3A and Delta log store configuration of its
-own session. The batch protocol itself is
-``tidemark.batch.execute.execute_batch``.
+own session (``tidemark.run.JobSettings``). The batch protocol itself is
+``tidemark.batch.execute.execute_batch``. The job's exit code is a ``tidemark.errors.JobExit``: 0 done,
+3 a terminal error (the launchers fail without retries), anything else a failure a retry may fix.
 
 The warm path: with TIDEMARK_SPARK_REMOTE set (a Spark Connect URL, ``sc://host:port/;token=...``,
 kept off the command line because it may hold a token), the same script runs under a plain Python
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import os
 import re
@@ -31,7 +31,8 @@ import sys
 from tidemark import storage
 from tidemark.batch.execute import execute_batch
 from tidemark.batch.plan import BatchPlan
-from tidemark.errors import TidemarkError
+from tidemark.errors import JobExit, TidemarkError
+from tidemark.run import JobSettings
 from tidemark.spark_io import error_chain
 
 log = logging.getLogger("tidemark.ingest")
@@ -39,9 +40,6 @@ log = logging.getLogger("tidemark.ingest")
 REMOTE_ENV_VAR = "TIDEMARK_SPARK_REMOTE"
 """The Spark Connect URL of the warm path (unset: the job runs in spark-submit's own JVM)."""
 
-TERMINAL_EXIT_CODE = 3
-"""The job's exit code for a terminal error (``TidemarkError.transient`` false): spark-submit passes
-it on, and the Airflow operator fails the task without retries."""
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -50,14 +48,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--isolation-level", default="read_committed",
                         choices=["read_committed", "read_uncommitted"])
     return parser.parse_args(argv)
-
-
-def kafka_properties_from_env() -> dict[str, str]:
-    raw = os.environ.get("TIDEMARK_KAFKA_PROPERTIES")
-    if not raw:
-        raise SystemExit("TIDEMARK_KAFKA_PROPERTIES is not set: the Kafka client properties (JSON) "
-                         "must be passed in the environment")
-    return json.loads(raw)
 
 
 def build_session(pipeline: str = "ingest", defaults: dict[str, str] | None = None):
@@ -121,37 +111,41 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = parse_args(sys.argv[1:] if argv is None else argv)
     plan = BatchPlan.from_json(args.plan)
-    properties = kafka_properties_from_env()
-    tables = [plan.table_uri, plan.dead_letter_uri, plan.ledger_uri]
     try:
-        storage.configure_from_env()
-        on_object_store = any(storage.is_object_store(uri) for uri in tables)
-        remote = os.environ.get(REMOTE_ENV_VAR)
-        if remote:
-            spark = connect_session(remote, plan.pipeline)
-        else:
-            spark = build_session(plan.pipeline, storage.spark_conf(storage.configured(), secrets=True)
-                                  if on_object_store else None)
+        job = JobSettings.from_environment()
         try:
-            storage.check_spark_commits(
-                {key: spark.conf.get(key, None) for scheme in ("s3a", "s3")
-                 for key in (f"spark.delta.logStore.{scheme}.impl",)},
-                [plan.table_uri, plan.dead_letter_uri], f"pipeline '{plan.pipeline}'")
-            execute_batch(spark, plan, properties, args.isolation_level)
-        finally:
-            spark.stop()
+            run_batch(plan, job, args.isolation_level)
+        except OSError as exc:  # delta-rs on object storage: a wrong location is terminal, the rest transient
+            raise storage.storage_failure(exc, plan.table_uri, job.store, plan.pipeline) from None
     except TidemarkError as exc:
+        exc.with_fields(pipeline=plan.pipeline, batch_id=plan.batch_id, step="ingest")
         log.error("pipeline '%s': batch %d failed, nothing past the last completed step was committed: %s: %s%s",
-                  plan.pipeline, plan.batch_id, type(exc).__name__, exc,
+                  plan.pipeline, plan.batch_id, type(exc).__name__, exc.detail,
                   " (a retry resumes from there)" if exc.transient else " (a retry cannot fix this: fix the cause)")
-        if not exc.transient:
-            return TERMINAL_EXIT_CODE
-        raise
+        return JobExit.RETRYABLE if exc.transient else JobExit.TERMINAL
     except Exception as exc:
         log.error("pipeline '%s': batch %d failed, nothing past the last completed step was committed (a retry "
                   "resumes from there): %s", plan.pipeline, plan.batch_id, error_chain(exc))
         raise
-    return 0
+    return JobExit.OK
+
+
+def run_batch(plan: BatchPlan, job: JobSettings, isolation_level: str) -> None:
+    """Open the session (spark-submit's JVM, or the warm path's server) and execute the batch."""
+    remote = os.environ.get(REMOTE_ENV_VAR)
+    if remote:
+        spark = connect_session(remote, plan.pipeline)
+    else:
+        on_object_store = any(storage.is_object_store(u) for u in (plan.table_uri, plan.dead_letter_uri,
+                                                                   plan.ledger_uri))
+        spark = build_session(plan.pipeline, storage.spark_conf(job.store, secrets=True) if on_object_store else None)
+    try:
+        log_stores = [f"spark.delta.logStore.{scheme}.impl" for scheme in ("s3a", "s3")]
+        storage.check_spark_commits({key: spark.conf.get(key, None) for key in log_stores},
+                                    [plan.table_uri, plan.dead_letter_uri], f"pipeline '{plan.pipeline}'")
+        execute_batch(spark, plan, job.kafka_properties, isolation_level, job.store)
+    finally:
+        spark.stop()
 
 
 if __name__ == "__main__":

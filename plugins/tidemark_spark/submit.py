@@ -4,7 +4,6 @@ spark-submit command the Airflow operator builds, from plain values."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from tidemark.batch.plan import BatchPlan
+from tidemark.run import PipelineRun
 from tidemark.settings import spark_jars
 
 INGEST_SCRIPT = str(Path(__file__).resolve().parent / "ingest.py")
@@ -91,26 +91,32 @@ def connect_command(plan: BatchPlan, isolation_level: str) -> list[str]:
     return [sys.executable, INGEST_SCRIPT, *job_arguments(plan, isolation_level)]
 
 
-def job_environment(kafka_properties: Mapping[str, str], master: str,
-                    extra_env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The job's environment: Kafka properties (and the Spark Connect URL) in variables, never on
-    the command line."""
+def job_environment(master: str, extra_env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The job's environment: this process's, the local Spark set-up, ``extra_env`` (the run's
+    ``job_environment``: Kafka properties, the object store) and, on the warm path, the Spark Connect
+    URL. Credentials travel here, never on the command line."""
     from tidemark_spark.ingest import REMOTE_ENV_VAR
 
-    env = {**os.environ, **local_spark_env(), **(extra_env or {}),
-           "TIDEMARK_KAFKA_PROPERTIES": json.dumps(dict(kafka_properties))}
+    env = {**os.environ, **local_spark_env(), **(extra_env or {})}
     env.pop(REMOTE_ENV_VAR, None)
     if is_spark_connect(master):
         env[REMOTE_ENV_VAR] = master
     return env
 
 
-def run_ingest_job(plan: BatchPlan, kafka_properties: Mapping[str, str], master: str, isolation_level: str,
-                   conf: Mapping[str, str] | None = None, extra_env: Mapping[str, str] | None = None) -> int:
-    """Run the ingest job to completion; its output streams to this process's stdout/stderr.
-    Kafka properties travel in the environment, never on the command line. A Spark Connect
-    master (``sc://...``) runs the job as a client of that server (``conf`` is the server's then)."""
-    env = job_environment(kafka_properties, master, extra_env)
+def run_ingest_job(plan: BatchPlan, master: str, isolation_level: str, conf: Mapping[str, str] | None = None,
+                   extra_env: Mapping[str, str] | None = None) -> int:
+    """Run the ingest job to completion; its output streams to this process's stdout/stderr. A Spark
+    Connect master (``sc://...``) runs the job as a client of that server (``conf`` is the server's
+    then). Returns its exit code (``JobExit``)."""
+    env = job_environment(master, extra_env)
     if is_spark_connect(master):
         return subprocess.call(connect_command(plan, isolation_level), env=env)
     return subprocess.call(spark_submit_command(plan, master, isolation_level, conf), env=env)
+
+
+def launch(run: PipelineRun, plan: BatchPlan) -> int:
+    """Run a pipeline's frozen batch with its Spark connection's master (``tidemark run``, the
+    benchmark): spark-submit, or the warm path. Returns the job's exit code (``JobExit``)."""
+    return run_ingest_job(plan, run.spark_master, run.config.isolation_level, run.config.spark_conf,
+                          run.job_environment())

@@ -55,7 +55,8 @@ def test_one_dag_per_pipeline_and_no_import_errors(dagbag):
 def test_the_ingest_task_declares_the_output_table_as_an_asset_and_the_example_is_scheduled_on_it(dagbag, tmp_path):
     bag = dagbag(FIXTURES / "good" / "orders.yaml")
     ingest = bag.dags["tidemark_ingest__orders"].get_task("ingest")
-    assert [(a.name, a.uri) for a in ingest.outlets] == [("tidemark/orders", (tmp_path / "lake" / "orders").as_uri())]
+    assert [(a.name, a.uri, a.extra["table"]) for a in ingest.outlets] == [
+        ("tidemark/orders", "tidemark://pipelines/orders", (tmp_path / "lake" / "orders").as_uri())]
     assert bag.dags["tidemark_ingest__orders"].get_task("plan").outlets == []
     assert [ref.name for ref in bag.dags[EXAMPLE].timetable.asset_condition.objects] == ["tidemark/orders"]
 

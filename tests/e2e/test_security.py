@@ -340,9 +340,8 @@ def test_a_wrong_password_fails_clearly_without_echoing_it_and_loses_nothing(sas
     # 3. Spark: a batch frozen with the right password, read with a wrong one. The freeze runs in a
     # process of its own on purpose: step 4 needs the batch's owner to be gone.
     freeze = subprocess.run(
-        [sys.executable, "-c", "import sys\nfrom tidemark.config import find_pipeline\nfrom tidemark.batch import "
-         "prepare_batch\nfrom tidemark_airflow.connections import kafka_properties\nc = find_pipeline(sys.argv[1])\n"
-         "print(prepare_batch(c, kafka_properties(c.kafka_conn_id, c.name)).to_json())", topic],
+        [sys.executable, "-c", "import sys\nfrom tidemark_airflow.resolver import open_run\n"
+         "print(open_run(sys.argv[1]).prepare().to_json())", topic],
         env=stack.env, capture_output=True, text=True, timeout=120)
     outputs["freeze"] = process_output(freeze)
     assert freeze.returncode == 0, outputs["freeze"]

@@ -98,11 +98,11 @@ def test_a_retry_decodes_with_the_frozen_schemas_while_the_registry_is_down(kafk
     v1 = helpers.register_schema(f"{topic}-value", V1)
     helpers.produce_values(topic, [helpers.avro_value(v1, V1, {"order_id": i, "amount": 1.0}) for i in range(3)])
     config = avro_pipeline(topic)
-    frozen = prepare_batch(config, props(), schemas=RegistryClient(schema_registry), run_id="run-that-crashed")
+    frozen = prepare_batch(config, props(), schemas=RegistryClient(schema_registry), owner="run-that-crashed")
     # A later version in the registry changes nothing for the frozen batch.
     helpers.register_schema(f"{topic}-value", V2)
     down = RegistryClient(f"http://127.0.0.1:{helpers.free_port()}", timeout_s=2)
-    retry = prepare_batch(config, props(), schemas=down, run_id="next-run",  # recovers the crashed run's batch
+    retry = prepare_batch(config, props(), schemas=down, owner="next-run",  # recovers the crashed run's batch
                           run_state=lambda run: "failed")
     assert retry.recovered and retry.batch_id == frozen.batch_id and retry.format == frozen.format
     execute_batch(spark, retry, props())

@@ -39,7 +39,7 @@ def test_time_window_backfill_twice_adds_nothing_the_second_time(kafka_bootstrap
     config = parse_pipeline({"name": topic, "topics": [topic], "table": topic}, "test")
     request = BackfillRequest(window=(start, end))
 
-    plan = prepare_backfill(config, props(), request, run_id="backfill-1")
+    plan = prepare_backfill(config, props(), request, owner="backfill-1")
     assert [(r.partition, r.start, r.end) for r in plan.ranges] == [(0, 5, 8), (1, 5, 8)]
     execute_batch(spark, plan, props(), "read_committed")
     assert count(config.table_uri) == {"n": 6, "u": 6}
@@ -48,7 +48,7 @@ def test_time_window_backfill_twice_adds_nothing_the_second_time(kafka_bootstrap
     assert Ledger(settings.ledger_uri()).state(topic).positions == {}  # the position did not move
 
     version = helpers.table_version(config.table_uri)
-    again = prepare_backfill(config, props(), request, run_id="backfill-2")
+    again = prepare_backfill(config, props(), request, owner="backfill-2")
     execute_batch(spark, again, props(), "read_committed")
     assert count(config.table_uri) == {"n": 6, "u": 6}
     # nothing new: no output commit at all, and the backfill's ledger rows are committed with 0 records
@@ -76,3 +76,63 @@ def test_explicit_offsets_are_validated_against_kafka(kafka_bootstrap, spark, la
     with pytest.raises(ConfigError, match="must be after its start"):
         now = dt.datetime.now(dt.UTC)
         prepare_backfill(config, props(), BackfillRequest(window=(now, now)))
+
+
+# A backfill goes through the same steps as a scheduled batch (batch.prepare): its rows record the topic's id,
+# its recovery checks it, and a batch whose output committed before the ledger did is rolled forward.
+
+def test_a_backfill_frozen_before_its_topic_was_recreated_is_not_executed(kafka_bootstrap, lake):
+    from tests.integration.test_faults import recreate, topic_id
+    from tidemark.errors import TopicRecreatedError
+
+    topic = helpers.create_topic(helpers.unique("backfill_recreated"), partitions=1)
+    helpers.produce(topic, 3)
+    config = parse_pipeline({"name": topic, "topics": [topic], "table": topic}, "test")
+    request = BackfillRequest(offsets={TP(topic, 0): (0, 3)})
+    frozen = prepare_backfill(config, props(), request, owner="backfill-1")
+    ledger = Ledger(settings.ledger_uri())
+    assert {(r.kind, r.status, r.topic_id) for r in ledger.rows(topic)} == {("backfill", "planned", topic_id(topic))}
+    recreate(topic, partitions=1)
+    helpers.produce(topic, 3)  # the same offsets exist again: only the topic id tells them apart
+    before = ledger.version()
+    with pytest.raises(TopicRecreatedError, match=rf"Batch {frozen.batch_id} was frozen against the old topic"):
+        prepare_backfill(config, props(), request, owner="backfill-1")  # the same run, retried
+    assert ledger.version() == before and helpers.query_or_none(config.table_uri) is None
+
+
+def test_a_backfill_whose_output_committed_before_its_ledger_is_rolled_forward(kafka_bootstrap, spark, lake,
+                                                                             monkeypatch):
+    from tidemark.batch import execute
+
+    topic = helpers.create_topic(helpers.unique("backfill_pending"), partitions=2)
+    helpers.produce(topic, 8)
+    config = parse_pipeline({"name": topic, "topics": [topic], "table": topic}, "test")
+    request = BackfillRequest(offsets={TP(topic, 0): (0, 4), TP(topic, 1): (0, 4)})
+    plan = prepare_backfill(config, props(), request, owner="backfill-1")
+
+    def crash(*args, **kwargs):  # the driver dies between the output commit and the ledger commit
+        raise SystemExit("killed after the output commit")
+
+    with monkeypatch.context() as patched, pytest.raises(SystemExit):
+        patched.setattr(execute, "finalize_batch", crash)
+        execute_batch(spark, plan, props(), "read_committed")
+    ledger = Ledger(settings.ledger_uri())
+    assert ledger.state(topic).pending_batch_id == plan.batch_id
+    assert count(config.table_uri) == {"n": 8, "u": 8}  # the commit point was reached
+
+    again = prepare_backfill(config, props(), request, owner="backfill-1")  # the retry rolls the batch forward
+    assert {(r.batch_id, r.status, r.record_count) for r in ledger.rows(topic) if r.batch_id == plan.batch_id} == {
+        (plan.batch_id, "committed", 4)}
+    execute_batch(spark, again, props(), "read_committed")  # the window again: nothing new is written
+    assert count(config.table_uri) == {"n": 8, "u": 8}
+    assert ledger.state(topic).positions == {}  # backfills never move the committed position
+
+
+def test_a_backfill_is_refused_before_anything_is_frozen_when_its_table_could_be_committed_twice(lake):
+    single = {"spark.delta.logStore.s3a.impl": "io.delta.storage.S3SingleDriverLogStore"}
+    config = parse_pipeline({"name": "unsafe", "topics": ["unsafe"], "table": "s3a://lake/unsafe",
+                             "spark_conf": single}, "test")
+    request = BackfillRequest(offsets={TP("unsafe", 0): (0, 1)})
+    with pytest.raises(ConfigError, match="S3SingleDriverLogStore.*could then commit the same batch twice"):
+        prepare_backfill(config, {"bootstrap.servers": "127.0.0.1:1"}, request)
+    assert Ledger(settings.ledger_uri()).version() == -1

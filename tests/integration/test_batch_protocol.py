@@ -6,11 +6,10 @@ import pytest
 
 from tests import helpers
 from tidemark import settings
+from tidemark.batch import mirror_to_consumer_group, partition_status
 from tidemark.batch.execute import execute_batch
-from tidemark.batch.finalize import count_batch_records
 from tidemark.batch.prepare import prepare_batch
-from tidemark.batch.recovery import output_txn_version
-from tidemark.batch.status import mirror_to_consumer_group, partition_status
+from tidemark.batch.tables import count_batch_records, output_txn_version
 from tidemark.config import parse_pipeline
 from tidemark.errors import PipelineBusyError, PlanMismatchError
 from tidemark.ledger import Ledger
@@ -32,7 +31,7 @@ def test_plan_freezes_ranges_up_to_the_latest_offsets_and_records_them(kafka_boo
     topic = helpers.create_topic(helpers.unique("plan"), partitions=2)
     helpers.produce(topic, 9)
     config = make_config(topic)
-    plan = prepare_batch(config, props(), run_id="run-1")
+    plan = prepare_batch(config, props(), owner="run-1")
     assert plan.batch_id == 1
     assert plan.ranges == [OffsetRange(topic, 0, 0, 5), OffsetRange(topic, 1, 0, 4)]
     state = Ledger(settings.ledger_uri()).state(topic)
@@ -44,9 +43,9 @@ def test_unfinished_batch_is_planned_again_with_the_same_ranges(kafka_bootstrap,
     topic = helpers.create_topic(helpers.unique("replan"), partitions=1)
     helpers.produce(topic, 5)
     config = make_config(topic)
-    first = prepare_batch(config, props(), run_id="run-a")
+    first = prepare_batch(config, props(), owner="run-a")
     helpers.produce(topic, 3)  # arrives after the freeze: must not widen batch 1
-    again = prepare_batch(config, props(), run_id="run-a")  # the same run, retried
+    again = prepare_batch(config, props(), owner="run-a")  # the same run, retried
     assert again.batch_id == first.batch_id and again.ranges == first.ranges and again.recovered
 
 
@@ -54,11 +53,11 @@ def test_a_second_run_is_refused_while_the_owner_of_the_pending_batch_is_alive(k
     topic = helpers.create_topic(helpers.unique("busy"), partitions=1)
     helpers.produce(topic, 5)
     config = make_config(topic)
-    prepare_batch(config, props(), run_id="manual__a")
+    prepare_batch(config, props(), owner="manual__a")
     ledger = Ledger(settings.ledger_uri())
     before = ledger.version()
     with pytest.raises(PipelineBusyError, match=r"another run holds the pipeline: run 'manual__a' froze batch 1"):
-        prepare_batch(config, props(), run_id="manual__b", run_state=lambda run_id: "running")
+        prepare_batch(config, props(), owner="manual__b", run_state=lambda run_id: "running")
     assert ledger.version() == before
 
 
@@ -66,10 +65,10 @@ def test_a_dead_owners_batch_is_taken_over_with_the_same_ranges(kafka_bootstrap,
     topic = helpers.create_topic(helpers.unique("takeover"), partitions=2)
     helpers.produce(topic, 6)
     config = make_config(topic)
-    first = prepare_batch(config, props(), run_id="manual__a")
+    first = prepare_batch(config, props(), owner="manual__a")
     helpers.produce(topic, 4)
-    again = prepare_batch(config, props(), run_id="manual__b", run_state=lambda run_id: "failed")
-    assert (again.batch_id, again.ranges, again.run_id) == (first.batch_id, first.ranges, "manual__b")
+    again = prepare_batch(config, props(), owner="manual__b", run_state=lambda run_id: "failed")
+    assert (again.batch_id, again.ranges, again.owner) == (first.batch_id, first.ranges, "manual__b")
     assert Ledger(settings.ledger_uri()).state(topic).pending_owner == "manual__b"
 
 
@@ -111,7 +110,7 @@ def test_ingest_job_refuses_a_plan_the_ledger_did_not_freeze(kafka_bootstrap, sp
     widened = type(plan)(**{**plan.__dict__, "ranges": [OffsetRange(topic, 0, 0, 4 + 1)]})
     with pytest.raises(PlanMismatchError, match="not the ledger's pending batch"):
         execute_batch(spark, widened, props(), "read_committed")
-    someone_else = type(plan)(**{**plan.__dict__, "run_id": "not-the-owner"})
+    someone_else = type(plan)(**{**plan.__dict__, "owner": "not-the-owner"})
     with pytest.raises(PipelineBusyError, match="another run holds the pipeline"):
         execute_batch(spark, someone_else, props(), "read_committed")
     assert output_txn_version(plan.table_uri, plan.pipeline) is None

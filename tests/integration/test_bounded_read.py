@@ -7,9 +7,9 @@ import datetime as dt
 import pytest
 
 from tests import helpers
-from tidemark import settings, spark_io
+from tidemark import settings, spark_io, spark_records
 from tidemark.batch.plan import BatchPlan
-from tidemark.batch.recovery import output_txn_version
+from tidemark.batch.tables import output_txn_version
 from tidemark.offsets import OffsetRange
 from tidemark.records import RecordFormat
 
@@ -37,7 +37,7 @@ def test_output_has_the_contracted_columns_and_the_marker_makes_a_rewrite_a_no_o
                      [OffsetRange(topic, 0, 0, 3), OffsetRange(topic, 1, 0, 3)])
     at = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
     raw = spark_io.read_ranges(spark, spark_io.kafka_source_options(plan, props()))
-    output = spark_io.to_rows(raw, RecordFormat(), 7, at)
+    output = spark_records.to_rows(raw, RecordFormat(), 7, at)
     spark_io.write_output(output, plan)
 
     df = spark.read.format("delta").load(table)
@@ -60,3 +60,14 @@ def test_output_has_the_contracted_columns_and_the_marker_makes_a_rewrite_a_no_o
     spark_io.write_output(output, plan)  # the same batch again: Delta skips it by the marker
     assert helpers.table_version(table) == version
     assert spark.read.format("delta").load(table).count() == 6
+
+
+def test_a_record_without_key_or_headers_has_null_in_both_columns(kafka_bootstrap, spark, lake):
+    """The documented null rules (docs/CONFIGURATION.md): no key -> kafka_key null; no headers ->
+    kafka_headers null (not an empty list), as Spark's Kafka source gives them."""
+    topic = helpers.create_topic(helpers.unique("nulls"), partitions=1)
+    helpers.produce_pairs(topic, [(None, b"v")])
+    plan = BatchPlan("nulls", 1, str(lake / "t"), settings.ledger_uri(), [OffsetRange(topic, 0, 0, 1)])
+    raw = spark_io.read_ranges(spark, spark_io.kafka_source_options(plan, props()))
+    [row] = spark_records.to_rows(raw, RecordFormat(), 1, dt.datetime.now(dt.UTC)).collect()
+    assert (row.kafka_key, row.kafka_headers, row.value) == (None, None, b"v")

@@ -60,7 +60,7 @@ def run_in_process(spark, pipeline_name: str, env: dict, owner: str | None = Non
         for name in ("TIDEMARK_LEDGER_URI", "TIDEMARK_CRASH_AT", "TIDEMARK_CRASH_ONCE"):
             patch.delenv(name, raising=False)
         config = find_pipeline(pipeline_name)
-        plan = prepare_batch(config, properties, run_id=owner)
+        plan = prepare_batch(config, properties, owner=owner)
         if not plan.is_empty:
             execute_batch(spark, plan, properties, config.isolation_level)
     return plan
@@ -103,8 +103,8 @@ def check_recovery(point: str, value_format: str, killed, marker: int | None, re
         assert killed.pending_owner.startswith(f"cli:{socket.gethostname()}:{pid}:"), killed.pending_owner
         assert recovery.recovered and recovery.batch_id == 1, recovery
         assert sorted(recovery.ranges) == killed.pending_ranges, "the retry must read the same frozen ranges"
-        assert recovery.run_id.startswith(f"cli:{socket.gethostname()}:{os.getpid()}:"), (
-            f"the dead owner's batch is taken over by this process's own owner id, not {recovery.run_id}")
+        assert recovery.owner.startswith(f"cli:{socket.gethostname()}:{os.getpid()}:"), (
+            f"the dead owner's batch is taken over by this process's own owner id, not {recovery.owner}")
     elif point in (crash.AFTER_OUTPUT_COMMIT, crash.AFTER_DEAD_LETTERS):
         assert killed.pending_batch_id == 1 and marker == 1, (killed, marker)
         assert recovery.is_empty, "the batch in the output (with its dead letters) is rolled forward, not read again"

@@ -95,7 +95,7 @@ def test_the_one_parse_flags_exactly_the_values_the_full_checks_reject(spark):
 
     from pyspark.sql import functions as F
 
-    from tidemark import spark_io
+    from tidemark import spark_records
     from tidemark.records import RecordFormat, parse_field_type
 
     schema = {"order_id": "bigint", "amount": "double", "note": "string?", "at": "timestamp?",
@@ -106,10 +106,10 @@ def test_the_one_parse_flags_exactly_the_values_the_full_checks_reject(spark):
                        F.monotonically_increasing_id().alias("offset"), F.current_timestamp().alias("timestamp"),
                        F.lit(None).cast("binary").alias("key"),
                        F.lit(None).cast("array<struct<key:string,value:binary>>").alias("headers"), "value")
-    got = {r.kafka_offset: r.error for r in spark_io.to_rows(kafka, fmt, 1, dt.datetime.now(dt.UTC)).collect()}
+    got = {r.kafka_offset: r.error for r in spark_records.to_rows(kafka, fmt, 1, dt.datetime.now(dt.UTC)).collect()}
     text = F.col("value").cast("string")
     full = kafka.withColumn("_parsed", F.from_json(text, fmt.spark_ddl(), {"mode": "PERMISSIVE"}))
-    message = F.concat_ws("; ", *spark_io._json_errors(text, F.col("_parsed"), fmt))
+    message = F.concat_ws("; ", *spark_records._json_errors(text, F.col("_parsed"), fmt))
     expected = {r.offset: r.e for r in full.select("offset", F.when(message != "", message).alias("e")).collect()}
     assert got == expected
     assert sum(e is not None for e in got.values()) == 24  # the table above: 10 good values, 24 bad

@@ -16,9 +16,9 @@ from tests import helpers
 from tidemark import settings
 from tidemark.batch.execute import execute_batch
 from tidemark.batch.prepare import prepare_batch
-from tidemark.batch.recovery import output_txn_version
 from tidemark.batch.reset import ResetRequest, reset_offsets
 from tidemark.batch.status import partition_status
+from tidemark.batch.tables import output_txn_version
 from tidemark.config import parse_pipeline
 from tidemark.errors import DataLossError, TopicRecreatedError
 from tidemark.ledger import Ledger
@@ -315,7 +315,7 @@ def test_a_recreated_topic_is_refused_even_with_more_records_until_a_reset_moves
 
     # The way out: an audited reset onto the new topic.
     reset_offsets(config, props(), ResetRequest("to-earliest", (topic,), execute=True, reason="topic recreated",
-                                                actor="test"))
+                                                owner="test"))
     plan = run_batch(config, spark)
     assert (plan.batch_id, plan.ranges, plan.dedupe) == (3, [OffsetRange(topic, 0, 0, 8)], False)
     # offsets 0..4 of the old topic and 0..7 of the new one are different records: all are kept
@@ -332,12 +332,12 @@ def test_a_batch_frozen_before_the_topic_was_recreated_is_not_executed(kafka_boo
     topic = helpers.create_topic(helpers.unique("recreated_pending"), partitions=1)
     helpers.produce(topic, 3)
     config = make_config(topic)
-    frozen = prepare_batch(config, props(), run_id="run-1")
+    frozen = prepare_batch(config, props(), owner="run-1")
     recreate(topic, partitions=1)
     helpers.produce(topic, 3)  # the same offsets exist again: only the topic id tells them apart
     with pytest.raises(TopicRecreatedError, match=rf"topic '{topic}' was deleted and recreated.*Batch "
                                                   rf"{frozen.batch_id} was frozen against the old topic"):
-        prepare_batch(config, props(), run_id="run-1")
+        prepare_batch(config, props(), owner="run-1")
 
 
 # --- 4. transactions and compaction ---------------------------------------------------------------
@@ -387,11 +387,11 @@ def test_aborted_records_never_appear_and_control_markers_anywhere_in_a_batch_ar
     # with a marker.
     sliced = make_config(topic, name=f"{topic}_sliced", max_offsets_per_run=1)
     reset_offsets(sliced, props(), ResetRequest("to-offset", offset=3, execute=True, reason="to the marker",
-                                                actor="test"))
+                                                owner="test"))
     only_marker = run_batch(sliced, spark)
     assert only_marker.ranges == [OffsetRange(topic, 0, 3, 4)]
     reset_offsets(sliced, props(), ResetRequest("to-offset", offset=6, execute=True, reason="to the abort marker",
-                                                actor="test"))
+                                                owner="test"))
     marker_first = run_batch(make_config(topic, name=sliced.name, max_offsets_per_run=3), spark)
     assert marker_first.ranges == [OffsetRange(topic, 0, 6, 9)]
     assert output(sliced) == [(0, 7, marker_first.batch_id), (0, 8, marker_first.batch_id)]

@@ -24,6 +24,7 @@ import pytest
 from tests import helpers
 from tidemark import crash, storage
 from tidemark.ledger import Ledger
+from tidemark.run import SECRET_ENV_VARS
 
 pytestmark = pytest.mark.integration
 
@@ -49,9 +50,12 @@ def s3_pipeline(kafka_bootstrap, tmp_path, monkeypatch):
         env.pop(name, None)
     for name in ("TIDEMARK_PIPELINES_DIR", "TIDEMARK_LAKE_ROOT", "AIRFLOW_CONN_AWS_DEFAULT"):
         monkeypatch.setenv(name, env[name])
-    storage.configure(storage.ObjectStore(helpers.S3_ACCESS_KEY, CANARY, endpoint_url=helpers.s3_endpoint()))
     yield topic, lake, env
-    storage.configure(None)
+
+
+def store() -> storage.ObjectStore:
+    """The local S3 server's store, with the canary as its secret (as the aws_default connection holds it)."""
+    return storage.ObjectStore(helpers.S3_ACCESS_KEY, CANARY, endpoint_url=helpers.s3_endpoint())
 
 
 def run(env: dict, pipeline: str, *args: str, **extra: str) -> subprocess.CompletedProcess:
@@ -92,7 +96,7 @@ def test_tidemark_run_writes_every_table_on_s3_exactly_once_and_never_prints_the
         {"p": 0, "o": 20}]
     end = helpers.end_offsets(topic)
     assert {p["partition"]: p["committed_offset"] for p in json.loads(shown.stdout)} == end
-    ledger = Ledger(f"{lake}/_tidemark/offsets")
+    ledger = Ledger(f"{lake}/_tidemark/offsets", store())
     assert {(r.batch_id, r.status) for r in ledger.rows(topic)} == {(1, "committed"), (2, "committed")}
     # An audited reset on S3, then the history shows it (the ledger's other commands).
     reset = subprocess.run([TIDEMARK, "offsets", "reset", topic, "--shift-by", "-5", "--execute", "--reason",
@@ -116,7 +120,7 @@ def test_kill_9_of_the_driver_during_the_s3_write_then_recovery_on_the_warm_path
     produced = helpers.produce(topic, 90)
     killed = run(env, topic, TIDEMARK_CRASH_AT=crash.DURING_READ)
     assert killed.returncode != 0 and "killing process" in killed.stdout + killed.stderr, killed.stderr[-3000:]
-    ledger = Ledger(f"{lake}/_tidemark/offsets")
+    ledger = Ledger(f"{lake}/_tidemark/offsets", store())
     assert ledger.state(topic).pending_batch_id == 1  # the batch stays frozen, nothing committed
     assert helpers.query_or_none(f"{lake}/{topic}") is None
 
@@ -132,7 +136,7 @@ def test_kill_9_of_the_driver_during_the_s3_write_then_recovery_on_the_warm_path
 def test_two_concurrent_runs_on_s3_one_commits_and_the_other_writes_nothing(s3_pipeline):
     topic, lake, env = s3_pipeline
     produced = helpers.produce(topic, 90)
-    ledger = Ledger(f"{lake}/_tidemark/offsets")
+    ledger = Ledger(f"{lake}/_tidemark/offsets", store())
     first = helpers.start_holding_run([TIDEMARK, "run", topic], env, ledger, topic)
     second = run(env, topic)
     first_out, _ = first.communicate(timeout=600)
@@ -163,8 +167,8 @@ def test_a_stale_driver_that_wakes_after_a_take_over_commits_nothing(s3_pipeline
     config = find_pipeline(topic)
     properties = {"bootstrap.servers": helpers.bootstrap()}
     job_env = {**env, **local_spark_env(), "TIDEMARK_KAFKA_PROPERTIES": json.dumps(properties),
-               storage.ENV_VAR: storage.configured().to_json()}
-    plan_a = prepare_batch(config, properties, run_id="manual__A")
+               storage.ENV_VAR: store().to_json()}
+    plan_a = prepare_batch(config, properties, owner="manual__A", store=store())
     log = tmp_path / "driver_a.log"
     with open(log, "w") as out:  # a file, not a pipe: a full pipe would block the driver before its pause
         stale = subprocess.Popen(spark_submit_command(plan_a, "local[2]", config.isolation_level, config.spark_conf),
@@ -178,11 +182,12 @@ def test_a_stale_driver_that_wakes_after_a_take_over_commits_nothing(s3_pipeline
         helpers.wait_until(paused, 300, "driver A to reach its pause point")
 
         # A's run is over as far as the orchestrator knows: B takes the batch over and commits it.
-        plan_b = prepare_batch(config, properties, run_id="manual__B", run_state=lambda run_id: "failed")
+        plan_b = prepare_batch(config, properties, owner="manual__B", run_state=lambda run_id: "failed",
+                               store=store())
         assert (plan_b.batch_id, plan_b.ranges, plan_b.recovered) == (plan_a.batch_id, plan_a.ranges, True)
-        assert run_ingest_job(plan_b, properties, spark_connect, config.isolation_level, config.spark_conf,
-                              extra_env={storage.ENV_VAR: job_env[storage.ENV_VAR]}) == 0
-        table, ledger = f"{lake}/{topic}", Ledger(f"{lake}/_tidemark/offsets")
+        assert run_ingest_job(plan_b, spark_connect, config.isolation_level, config.spark_conf,
+                              extra_env={key: job_env[key] for key in SECRET_ENV_VARS}) == 0
+        table, ledger = f"{lake}/{topic}", Ledger(f"{lake}/_tidemark/offsets", store())
         versions = (helpers.table_version(table), ledger.version())
         assert counts(table) == exactly_once(produced)
     finally:

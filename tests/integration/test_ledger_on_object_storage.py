@@ -10,7 +10,6 @@ import uuid
 
 import pytest
 
-from tidemark import storage
 from tidemark.errors import PipelineBusyError
 from tidemark.ledger import Ledger, planned_rows
 from tidemark.offsets import OffsetRange, TopicPartition
@@ -33,27 +32,25 @@ def store():
     except Exception as exc:
         pytest.fail(f"no S3 server with a bucket 'lake' answers on 127.0.0.1:{PORT} ({exc}); `make test` starts "
                     f"one, or run `make storage-up`")
-    storage.configure(local)
-    yield local
-    storage.configure(None)
+    return local
 
 
 def test_the_ledger_protocol_on_s3_under_either_spelling(store):
     prefix = f"ledger-{uuid.uuid4().hex[:8]}"
-    written = Ledger(f"s3a://lake/{prefix}/_tidemark/offsets")
+    written = Ledger(f"s3a://lake/{prefix}/_tidemark/offsets", store)
     state = written.state("orders")
     ranges = [OffsetRange("orders", 0, 0, 10), OffsetRange("orders", 1, 0, 7)]
     written.append(planned_rows("orders", 1, ranges, "manual__1"), expected=state.fingerprint)
     assert written.mark_committed("orders", 1, {TopicPartition("orders", 0): (10, 0),
                                                 TopicPartition("orders", 1): (7, 1)})
 
-    read = Ledger(f"s3://lake/{prefix}/_tidemark/offsets").state("orders")  # the other spelling, same table
+    read = Ledger(f"s3://lake/{prefix}/_tidemark/offsets", store).state("orders")  # the other spelling, same table
     assert read.positions == {TopicPartition("orders", 0): 10, TopicPartition("orders", 1): 7}
     assert read.pending_batch_id is None and read.last_batch_id == 1
 
 
 def test_two_runs_freezing_at_once_on_s3_one_wins(store):
-    ledger = Ledger(f"s3://lake/race-{uuid.uuid4().hex[:8]}/_tidemark/offsets")
+    ledger = Ledger(f"s3://lake/race-{uuid.uuid4().hex[:8]}/_tidemark/offsets", store)
     ledger.append(planned_rows("seed", 1, [OffsetRange("seed", 0, 0, 1)], "manual__0"),
                   expected=ledger.state("seed").fingerprint)  # the ledger exists now
     expected = ledger.state("orders").fingerprint

@@ -46,13 +46,13 @@ def test_dry_run_changes_nothing_and_execute_writes_an_audited_reset(loaded):
     version = ledger.version()
     dry = reset_offsets(config, props(), ResetRequest("to-earliest"))
     assert not dry.executed and ledger.version() == version
-    assert dry.plan.as_table() == [{"topic": topic, "partition": p, "current": 10, "new": 0, "change": -10}
+    assert dry.preview.as_table() == [{"topic": topic, "partition": p, "current": 10, "new": 0, "change": -10}
                                    for p in (0, 1)]
 
     with pytest.raises(ResetError, match="needs a reason"):
         reset_offsets(config, props(), ResetRequest("to-earliest", execute=True))
     done = reset_offsets(config, props(), ResetRequest("shift-by", (f"{topic}:1",), shift=-4, execute=True,
-                                                       reason="bug 42", actor="cli:me@host"))
+                                                       reason="bug 42", owner="cli:me@host"))
     assert done.executed and done.batch_id == 2
     state = ledger.state(topic)
     assert state.positions == {TP(topic, 0): 10, TP(topic, 1): 6}
@@ -63,7 +63,7 @@ def test_dry_run_changes_nothing_and_execute_writes_an_audited_reset(loaded):
 
 def test_replay_after_a_reset_back_in_time_adds_no_duplicates(loaded, spark):
     config, topic = loaded
-    reset_offsets(config, props(), ResetRequest("to-earliest", execute=True, reason="replay", actor="test"))
+    reset_offsets(config, props(), ResetRequest("to-earliest", execute=True, reason="replay", owner="test"))
     helpers.produce(topic, 6, start=20)
     plan = prepare_batch(config, props())
     assert plan.dedupe and [(r.start, r.end) for r in plan.ranges] == [(0, 13), (0, 13)]
@@ -78,7 +78,7 @@ def test_replay_after_a_reset_back_in_time_adds_no_duplicates(loaded, spark):
 def test_every_scenario_plans_against_kafka(loaded, tmp_path):
     config, topic = loaded
     def new(request):
-        return [r["new"] for r in reset_offsets(config, props(), request).plan.as_table()]
+        return [r["new"] for r in reset_offsets(config, props(), request).preview.as_table()]
 
     assert new(ResetRequest("to-latest")) == [10, 10]
     assert new(ResetRequest("to-offset", offset=25)) == [10, 10]  # clamped to latest
@@ -101,7 +101,7 @@ def test_timestamps_in_the_middle_map_to_the_first_record_at_or_after(kafka_boot
     middle = helpers.at_ms(before + 1200)
     helpers.produce(topic, 5, start=5, timestamp_ms=before + 1400)
     config = parse_pipeline({"name": topic, "topics": [topic], "table": topic}, "test")
-    plan = reset_offsets(config, props(), ResetRequest("to-datetime", datetime=middle.isoformat())).plan
+    plan = reset_offsets(config, props(), ResetRequest("to-datetime", datetime=middle.isoformat())).preview
     assert [r.new for r in plan.rows] == [5]
 
 
@@ -109,7 +109,7 @@ def test_reset_is_refused_while_a_batch_is_pending(kafka_bootstrap, lake):
     topic = helpers.create_topic(helpers.unique("pending"), partitions=1)
     helpers.produce(topic, 3)
     config = parse_pipeline({"name": topic, "topics": [topic], "table": topic}, "test")
-    prepare_batch(config, props(), run_id="manual__x")
+    prepare_batch(config, props(), owner="manual__x")
     with pytest.raises(PipelineBusyError, match="froze batch 1, which is planned but not committed"):
         reset_offsets(config, props(), ResetRequest("to-earliest", execute=True, reason="r"))
 
@@ -172,7 +172,7 @@ def test_each_scenario_executed_moves_the_position_and_the_next_run_adds_no_dupl
         version = ledger.version()
         dry = reset_offsets(config, props(), request)
         assert ledger.version() == version, f"{request.scenario}: a dry run wrote to the ledger"
-        assert {r["partition"]: r["new"] for r in dry.plan.as_table()} == {
+        assert {r["partition"]: r["new"] for r in dry.preview.as_table()} == {
             p: n for p, n in expected.items() if not request.scopes or p == 1}, request.scenario
         executed = reset_offsets(config, props(), ResetRequest(**{**request.__dict__, "execute": True,
                                                                    "reason": f"test {request.scenario}"}))

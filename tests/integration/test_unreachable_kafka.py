@@ -72,7 +72,7 @@ def test_spark_read_fails_clearly_and_the_retry_reads_the_same_frozen_ranges(kin
     helpers.produce(topic, 10)
     config = parse_pipeline({"name": topic, "topics": [topic], "table": topic, "kafka_timeout_seconds": 3}, "test")
     good = {"bootstrap.servers": helpers.bootstrap()}
-    plan = prepare_batch(config, good, run_id="run-1")
+    plan = prepare_batch(config, good, owner="run-1")
     broken = {"bootstrap.servers": refused_port() if kind == "refused" else silent_broker}
 
     with pytest.raises(KafkaUnavailableError) as err:
@@ -86,7 +86,7 @@ def test_spark_read_fails_clearly_and_the_retry_reads_the_same_frozen_ranges(kin
     assert state.pending_batch_id == 1 and state.positions == {}
 
     helpers.produce(topic, 4)  # after the freeze: belongs to the next batch
-    retry = prepare_batch(config, good, run_id="run-1")
+    retry = prepare_batch(config, good, owner="run-1")
     assert (retry.batch_id, retry.ranges) == (plan.batch_id, plan.ranges)
     execute_batch(spark, retry, good, "read_committed")
     assert helpers.query(config.table_uri, "SELECT COUNT(*) AS n FROM t") == [{"n": 10}]

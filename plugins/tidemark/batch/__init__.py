@@ -13,15 +13,17 @@ Follow one batch through it (docs/DESIGN.md states each rule):
 3. ``finalize.finalize_batch`` — check the tables against the frozen ranges and flip the ledger
    rows to committed. Idempotent; recovery calls it too.
 
-``reset.reset_offsets`` writes audited reset rows; ``status`` reports lag, history and health and mirrors positions to
-Kafka's consumer group. The ledger (``tidemark.ledger``) and Kafka (``tidemark.kafka_client``) are
-the only I/O besides Spark; the adapters (Airflow tasks, the CLI, the Spark job) parse their input,
-call these functions and report.
+``reset.reset_offsets`` writes audited reset rows; ``status`` reports lag, history and health (read-only);
+``consumer_group`` mirrors positions to Kafka's consumer group. ``tables`` reads what the output tables hold for
+a batch. The ledger (``tidemark.ledger``), the tables (``tidemark.storage``) and Kafka
+(``tidemark.kafka_client``) are the only I/O besides Spark, each handed to these functions (the object store
+too: ``store``); the run (``tidemark.run``) resolves them once for every adapter.
 """
 
 from __future__ import annotations
 
 from tidemark.batch.backfill import BackfillRequest, prepare_backfill
+from tidemark.batch.consumer_group import mirror_to_consumer_group
 from tidemark.batch.finalize import finalize_batch
 from tidemark.batch.ownership import cli_owner_id
 from tidemark.batch.plan import BatchPlan
@@ -30,7 +32,6 @@ from tidemark.batch.reset import ResetOutcome, ResetRequest, reset_offsets
 from tidemark.batch.status import (
                                    batch_summary,
                                    history,
-                                   mirror_to_consumer_group,
                                    overview,
                                    partition_status,
                                    partition_status_or_ledger,

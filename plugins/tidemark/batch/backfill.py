@@ -17,15 +17,23 @@ from typing import Literal
 
 from tidemark import settings
 from tidemark.batch.ownership import RunStateLookup, cli_owner_id
-from tidemark.batch.plan import BatchPlan
-from tidemark.batch.prepare import freeze_schemas
-from tidemark.batch.recovery import plan_for, recover
+from tidemark.batch.plan import BatchPlan, build_plan
+from tidemark.batch.prepare import (
+    check_locations,
+    freeze,
+    freeze_schemas,
+    kafka_offsets,
+    next_batch_id,
+    recover_checked,
+)
 from tidemark.config import PipelineConfig
 from tidemark.errors import ConfigError, PipelineBusyError
 from tidemark.kafka_client import KafkaOffsets
 from tidemark.ledger import Ledger, planned_rows
 from tidemark.offsets import OffsetRange, TopicPartition
+from tidemark.planner import check_topic_ids
 from tidemark.schema_registry import SchemaSource
+from tidemark.storage import ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -76,51 +84,56 @@ def explicit_ranges(pipeline: str, offsets: Mapping[TopicPartition, tuple[int, i
     return ranges
 
 
+def _backfill_ranges(config: PipelineConfig, kafka: KafkaOffsets, request: BackfillRequest) -> list[OffsetRange]:
+    """The ranges of a backfill request, from Kafka's offsets."""
+    tps = kafka.partitions(config.select_topics(kafka.topic_names()))
+    earliest, latest = kafka.earliest(tps), kafka.latest(tps)
+    if request.window is not None:
+        start, end = request.window
+        if end <= start:
+            raise ConfigError(f"backfill window end {end.isoformat()} must be after its start "
+                              f"{start.isoformat()}", pipeline=config.name)
+        return window_ranges(config.name, tps, kafka.offsets_for_time(tps, int(start.timestamp() * 1000)),
+                             kafka.offsets_for_time(tps, int(end.timestamp() * 1000)), latest,
+                             request.on_empty_window)
+    if request.offsets is not None:
+        return explicit_ranges(config.name, request.offsets, earliest, latest)
+    raise ConfigError("a backfill needs a time window or explicit offsets", pipeline=config.name)
+
+
 def prepare_backfill(config: PipelineConfig, kafka_properties: Mapping[str, str], request: BackfillRequest, *,
-                     run_id: str | None = None, ledger_uri: str | None = None,
+                     owner: str | None = None, ledger_uri: str | None = None, store: ObjectStore | None = None,
                      run_state: RunStateLookup | None = None, schemas: SchemaSource | None = None) -> BatchPlan:
-    """Freeze a backfill batch (or re-execute this run's own unfinished one). Refused while another
-    run's batch is pending."""
-    run_id = run_id or cli_owner_id()
-    ledger = Ledger(ledger_uri or settings.ledger_uri())
+    """Freeze a backfill batch (or re-execute this run's own unfinished one), through the same steps
+    as a scheduled batch (``prepare``: locations checked, the pending batch recovered with its topics'
+    ids checked, rows frozen with the topics' ids). Refused while another run's batch is pending."""
+    owner = owner or cli_owner_id()
+    check_locations(config, store)
+    ledger = Ledger(ledger_uri or settings.ledger_uri(), store)
     state = ledger.state(config.name)
     if state.pending_batch_id is not None:
-        if state.pending_owner != run_id:
+        if state.pending_owner != owner:
             raise PipelineBusyError.held_by(
                 config.name, f"run '{state.pending_owner}' froze batch {state.pending_batch_id}, which is planned but "
                              f"not committed", "planning a backfill, which waits until that batch is finished: run "
                                                "the pipeline once")
-        pending = recover(config, ledger, state, run_id, run_state)
+        pending = recover_checked(config, kafka_properties, ledger, state, owner, run_state)
         if pending is not None:
             pending.dedupe = True
             return pending
         state = ledger.state(config.name)
-    with KafkaOffsets(kafka_properties, isolation_level=config.isolation_level, pipeline=config.name,
-                      timeout_ms=config.kafka_timeout_seconds * 1000) as kafka:
-        tps = kafka.partitions(config.select_topics(kafka.topic_names()))
-        earliest, latest = kafka.earliest(tps), kafka.latest(tps)
-        if request.window is not None:
-            start, end = request.window
-            if end <= start:
-                raise ConfigError(f"backfill window end {end.isoformat()} must be after its start "
-                                  f"{start.isoformat()}", pipeline=config.name)
-            ranges = window_ranges(config.name, tps, kafka.offsets_for_time(tps, int(start.timestamp() * 1000)),
-                                   kafka.offsets_for_time(tps, int(end.timestamp() * 1000)), latest,
-                                   request.on_empty_window)
-        elif request.offsets is not None:
-            ranges = explicit_ranges(config.name, request.offsets, earliest, latest)
-        else:
-            raise ConfigError("a backfill needs a time window or explicit offsets", pipeline=config.name)
+    with kafka_offsets(config, kafka_properties) as kafka:
+        ranges = _backfill_ranges(config, kafka, request)
+        topic_ids = kafka.topic_ids({r.topic for r in ranges})
     if not ranges:
         log.info("pipeline '%s': the backfill window holds no records; nothing to do", config.name)
-        return plan_for(config, ledger, 0, [], run_id=run_id)
+        return build_plan(config, ledger.uri, 0, [], owner=owner)
+    check_topic_ids(config.name, state.topic_ids, topic_ids, state.positions)
     frozen = freeze_schemas(config, schemas)
-    plan = plan_for(config, ledger, state.last_batch_id + 1, ranges, run_id=run_id, dedupe=True, frozen=frozen)
+    plan = build_plan(config, ledger.uri, next_batch_id(config, ledger, state), ranges, owner=owner, dedupe=True,
+                      frozen=frozen, store=store)
     what = (f"backfill {request.window[0].isoformat()} .. {request.window[1].isoformat()}" if request.window
             else "backfill of explicit offsets")
-    ledger.append(planned_rows(config.name, plan.batch_id, ranges, run_id, kind="backfill", reason=what,
-                               frozen_schemas=frozen.to_json() if frozen else None),
-                  expected=state.fingerprint, what="planning a backfill")
-    log.info("pipeline '%s': backfill batch %d frozen (%s): %s", config.name, plan.batch_id, what,
-             ", ".join(f"{r.tp} [{r.start}, {r.end})" for r in ranges))
-    return plan
+    rows = planned_rows(config.name, plan.batch_id, ranges, owner, kind="backfill", reason=what, topic_ids=topic_ids,
+                        frozen_schemas=frozen.to_json() if frozen else None)
+    return freeze(ledger, state, plan, rows, "planning a backfill")

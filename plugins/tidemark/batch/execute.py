@@ -27,10 +27,10 @@ import datetime as dt
 import logging
 from collections.abc import Mapping
 
-from tidemark import crash, spark_io
-from tidemark.batch.finalize import Tally, check_read, finalize_batch
+from tidemark import crash, spark_io, spark_records
+from tidemark.batch.finalize import check_read, finalize_batch
 from tidemark.batch.plan import BatchPlan
-from tidemark.batch.recovery import output_txn_version
+from tidemark.batch.tables import Tally, output_txn_version
 from tidemark.errors import (
     BadRecordsError,
     KafkaAuthenticationError,
@@ -38,81 +38,88 @@ from tidemark.errors import (
     PipelineBusyError,
     PlanMismatchError,
     ReconciliationError,
+    StorageLocationError,
 )
 from tidemark.ledger import Ledger
-from tidemark.offsets import OffsetRange, TopicPartition
+from tidemark.offsets import OffsetRange, TopicPartition, describe_ranges
+from tidemark.storage import ObjectStore
 
 log = logging.getLogger(__name__)
 
 
-def check_plan_is_frozen(plan: BatchPlan) -> None:
+def check_plan_is_frozen(plan: BatchPlan, store: ObjectStore | None = None) -> None:
     """The job only executes what the ledger froze, for the run that owns it: the same batch id,
     exactly its ranges, the same owner."""
-    state = Ledger(plan.ledger_uri).state(plan.pipeline)
+    state = Ledger(plan.ledger_uri, store).state(plan.pipeline)
     if state.pending_batch_id != plan.batch_id or state.pending_ranges != sorted(plan.ranges):
         raise PlanMismatchError(
             f"batch {plan.batch_id} handed to the ingest job is not the ledger's pending batch "
             f"({state.pending_batch_id}); refusing to read a range the ledger did not freeze. "
             f"Re-run the plan task.", pipeline=plan.pipeline)
-    if state.pending_owner != plan.run_id:
+    if state.pending_owner != plan.owner:
         raise PipelineBusyError.held_by(
             plan.pipeline, f"batch {plan.batch_id} now belongs to run '{state.pending_owner}', not to this run "
-                           f"('{plan.run_id}')", "the ingest job checks ownership before reading")
+                           f"('{plan.owner}')", "the ingest job checks ownership before reading")
 
 
 @contextlib.contextmanager
 def kafka_errors(plan: BatchPlan):
-    """Spark contacts Kafka lazily (when the read is planned and run): a Kafka failure there becomes
-    an error that names the batch and says what happens next."""
+    """Spark contacts Kafka lazily (when the read is planned and run) and writes to the tables at the
+    end of the same job: a Kafka or storage failure there (``spark_io.jvm_failure``) becomes an error
+    that names the batch and says what happens next."""
     try:
         yield
     except Exception as exc:
-        cause = spark_io.kafka_failure(exc)
-        if cause is None:
+        failure = spark_io.jvm_failure(exc)
+        fields = {"pipeline": plan.pipeline, "batch_id": plan.batch_id}
+        if failure is None or failure.kind in ("bad_record", "concurrent_write"):
             raise
-        if cause.startswith(("SaslAuthenticationException", "AuthenticationException")):
+        if failure.kind == "kafka_auth":
             raise KafkaAuthenticationError(
-                f"batch {plan.batch_id}: Kafka refused the credentials of the Kafka connection ({cause}). Nothing "
-                f"was written or committed; the batch stays planned and is read again once the connection's "
-                f"sasl.jaas.config (or sasl.username / sasl.password) is fixed.", pipeline=plan.pipeline) from None
-        ranges = ", ".join(f"{r.tp} [{r.start}, {r.end})" for r in plan.ranges)
+                f"batch {plan.batch_id}: Kafka refused the credentials of the Kafka connection ({failure.cause}). "
+                f"Nothing was written or committed; the batch stays planned and is read again once the connection's "
+                f"credentials (sasl.jaas.config, or its TLS certificates and key) are fixed.", **fields) from None
+        if failure.kind == "missing_bucket":
+            raise StorageLocationError(
+                f"batch {plan.batch_id}: a table's bucket does not exist ({failure.cause}). Nothing was committed; "
+                f"fix the table's location or create the bucket, then run again.", **fields) from None
         raise KafkaUnavailableError(
-            f"batch {plan.batch_id}: Spark could not read {ranges} from Kafka within about "
-            f"{plan.kafka_timeout_seconds} s ({cause}). Nothing was written or committed; the batch stays "
+            f"batch {plan.batch_id}: Spark could not read {describe_ranges(plan.ranges)} from Kafka within about "
+            f"{plan.kafka_timeout_seconds} s ({failure.cause}). Nothing was written or committed; the batch stays "
             f"planned and the next attempt (an Airflow retry or the next run) reads the same frozen ranges. Check "
-            f"the Kafka connection and that the brokers are up.", pipeline=plan.pipeline) from None
+            f"the Kafka connection and that the brokers are up.", **fields) from None
 
 
-def execute_batch(spark, plan: BatchPlan, properties: Mapping[str, str], isolation_level: str = "read_committed"
-                  ) -> None:
+def execute_batch(spark, plan: BatchPlan, properties: Mapping[str, str], isolation_level: str = "read_committed",
+                  store: ObjectStore | None = None) -> None:
     """Execute one frozen batch with the given SparkSession and commit it: read exactly its ranges
     from Kafka, write the dead letters and the output (the commit point), then finalize (ledger
-    commit). A batch whose marker is already in the output is only finalized. Idempotent."""
-    marker = output_txn_version(plan.table_uri, plan.pipeline)
+    commit). A batch whose marker is already in the output is only finalized. Idempotent.
+    ``store``: the object store of tables on S3 (delta-rs' reads of the ledger and the markers)."""
+    marker = output_txn_version(plan.table_uri, plan.pipeline, store)
     if marker is not None and marker >= plan.batch_id:
         log.warning("pipeline '%s': batch %d is already in the output table; only %sthe ledger %s brought up to "
                     "date", plan.pipeline, plan.batch_id, "the dead letters and " if plan.format.can_reject else "",
                     "are" if plan.format.can_reject else "is")
         if plan.format.can_reject:
-            complete_dead_letters(spark, plan, properties, isolation_level)
-        finalize_batch(plan)
+            complete_dead_letters(spark, plan, properties, isolation_level, store)
+        finalize_batch(plan, store=store)
     else:
-        check_plan_is_frozen(plan)
+        check_plan_is_frozen(plan, store)
         log.info("pipeline '%s': batch %d: reading %d offsets of %d partition(s) from Kafka", plan.pipeline,
                  plan.batch_id, plan.total_offsets, len(plan.ranges))
         crash.crash_when_spark_is_busy(crash.DURING_READ, spark)
         rows = _read_rows(spark, plan, properties, isolation_level)
         if plan.dedupe:
-            rows = spark_io.drop_already_written(spark, rows, plan)
-        if plan.dedupe:
-            finalize_batch(plan, tallies=write_counted_first(rows, plan))
+            rows = spark_io.drop_already_written(spark, rows, plan, store)
+            finalize_batch(plan, tallies=write_counted_first(rows, plan), store=store)
         elif plan.format.can_reject:
             tallies = write_checked_in_one_pass(spark, rows, plan, properties, isolation_level)
             if tallies is None:  # another attempt committed the output meanwhile
-                complete_dead_letters(spark, plan, properties, isolation_level)
-            finalize_batch(plan, tallies=tallies)
+                complete_dead_letters(spark, plan, properties, isolation_level, store)
+            finalize_batch(plan, tallies=tallies, store=store)
         else:
-            finalize_batch(plan, records_read=write_in_one_pass(rows, plan))
+            finalize_batch(plan, records_read=write_in_one_pass(rows, plan), store=store)
     crash.crash_point(crash.AFTER_LEDGER_COMMIT)
 
 
@@ -151,7 +158,7 @@ def write_counted_first(rows, plan: BatchPlan) -> dict[TopicPartition, Tally]:
 
 def _read_rows(spark, plan: BatchPlan, properties: Mapping[str, str], isolation_level: str):
     raw = spark_io.read_ranges(spark, spark_io.kafka_source_options(plan, properties, isolation_level))
-    return spark_io.to_rows(raw, plan.format, plan.batch_id, dt.datetime.now(dt.UTC))
+    return spark_records.to_rows(raw, plan.format, plan.batch_id, dt.datetime.now(dt.UTC))
 
 
 def _bad_records_error(plan: BatchPlan, rows) -> BadRecordsError:
@@ -176,7 +183,8 @@ def write_checked_in_one_pass(spark, rows, plan: BatchPlan, properties: Mapping[
         with kafka_errors(plan):
             written = spark_io.write_output_tallying(good, plan)
     except Exception as exc:
-        if spark_io.BAD_RECORD_MARK not in str(exc):
+        failure = spark_io.jvm_failure(exc)
+        if failure is None or failure.kind != "bad_record":
             raise
         raise _bad_records_error(plan, rows) from None
     if written is None:
@@ -198,7 +206,7 @@ def write_checked_in_one_pass(spark, rows, plan: BatchPlan, properties: Mapping[
         with kafka_errors(plan):
             spark_io.write_dead_letters(_read_rows(spark, only, properties, isolation_level), plan)
         log.info("pipeline '%s': %d dead letters written to %s (read again: %s)", plan.pipeline, sum(bad.values()),
-                 plan.dead_letter_uri, ", ".join(f"{r.tp} [{r.start}, {r.end})" for r in only.ranges))
+                 plan.dead_letter_uri, describe_ranges(only.ranges))
     crash.crash_point(crash.AFTER_DEAD_LETTERS)
     return tallies
 
@@ -220,16 +228,17 @@ def bad_spans(plan: BatchPlan, tallies: dict[TopicPartition, Tally]) -> list[Off
     return spans
 
 
-def complete_dead_letters(spark, plan: BatchPlan, properties: Mapping[str, str], isolation_level: str) -> None:
+def complete_dead_letters(spark, plan: BatchPlan, properties: Mapping[str, str], isolation_level: str,
+                          store: ObjectStore | None = None) -> None:
     """The output holds the batch; its dead letters may not (an attempt died between the two commits).
     Unless the dead-letter table's marker shows them written, read the batch again (only this batch's
     owner may) and write its bad records, if any. Idempotent: Delta skips a second write by the marker."""
-    if (output_txn_version(plan.dead_letter_uri, plan.pipeline) or 0) >= plan.batch_id:
+    if (output_txn_version(plan.dead_letter_uri, plan.pipeline, store) or 0) >= plan.batch_id:
         return
-    check_plan_is_frozen(plan)
+    check_plan_is_frozen(plan, store)
     rows = _read_rows(spark, plan, properties, isolation_level)
     if plan.dedupe:
-        rows = spark_io.drop_already_written(spark, rows, plan)
+        rows = spark_io.drop_already_written(spark, rows, plan, store)
     with kafka_errors(plan):
         if spark_io.has_bad_rows(rows):
             spark_io.write_dead_letters(rows, plan)

@@ -9,53 +9,16 @@ crash, from the job that wrote the batch or from a later run's recovery (docs/DE
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
-from tidemark import crash, storage
+from tidemark import crash
 from tidemark.batch.plan import BatchPlan
+from tidemark.batch.tables import Tally, batch_tallies
 from tidemark.errors import ReconciliationError
 from tidemark.ledger import Ledger
-from tidemark.offsets import TopicPartition
+from tidemark.offsets import TopicPartition, describe_ranges
+from tidemark.storage import ObjectStore
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Tally:
-    """What Spark read for one partition of a batch, counted before anything is written."""
-
-    records: int
-    bad: int
-    min_offset: int | None
-    max_offset: int | None
-    bad_min_offset: int | None = None
-    """The first and last bad record's offsets (when Spark tallied them): the dead letters lie within."""
-    bad_max_offset: int | None = None
-
-
-def batch_tallies(table_uri: str | None, batch_id: int) -> dict[TopicPartition, Tally]:
-    """Records and offset span per partition that a table (output or dead letters) holds for one
-    batch; empty if the table does not exist. delta-rs, no JVM."""
-    if not table_uri:
-        return {}
-    from deltalake import QueryBuilder
-
-    table = storage.open_table(table_uri)
-    if table is None:
-        return {}
-    reader = QueryBuilder().register("output", table).execute(
-        "SELECT kafka_topic, kafka_partition, COUNT(*) AS n, MIN(kafka_offset) AS lo, MAX(kafka_offset) AS hi "
-        f"FROM output WHERE ingest_batch_id = {int(batch_id)} GROUP BY kafka_topic, kafka_partition")
-    import pyarrow as pa
-
-    rows = pa.table(reader.read_all()).to_pylist()
-    return {TopicPartition(r["kafka_topic"], int(r["kafka_partition"])):
-            Tally(int(r["n"]), 0, int(r["lo"]), int(r["hi"])) for r in rows}
-
-
-def count_batch_records(table_uri: str | None, batch_id: int) -> dict[TopicPartition, int]:
-    """Records per partition that a table holds for one batch."""
-    return {tp: t.records for tp, t in batch_tallies(table_uri, batch_id).items()}
 
 
 def _stored(written: dict[TopicPartition, Tally], dead: dict[TopicPartition, Tally]) -> dict[TopicPartition, Tally]:
@@ -87,14 +50,14 @@ def check_read(plan: BatchPlan, tallies: dict[TopicPartition, Tally], *, source:
 
 
 def finalize_batch(plan: BatchPlan, tallies: dict[TopicPartition, Tally] | None = None,
-                   records_read: int | None = None) -> bool:
+                   records_read: int | None = None, *, store: ObjectStore | None = None) -> bool:
     """Count the batch's records in the output and the dead-letter table, check they lie within
     the frozen ranges, and flip its ledger rows to committed with those counts. With the ``tallies``
     Spark counted before writing, or the ``records_read`` it counted while writing, a mismatch raises
-    ReconciliationError and leaves the ledger untouched. Idempotent; returns False when the ledger
-    already had the batch committed."""
-    output = batch_tallies(plan.table_uri, plan.batch_id)
-    dead_letters = batch_tallies(plan.dead_letter_uri, plan.batch_id)
+    ReconciliationError and leaves the ledger untouched. ``store``: the object store of tables on S3.
+    Idempotent; returns False when the ledger already had the batch committed."""
+    output = batch_tallies(plan.table_uri, plan.batch_id, store)
+    dead_letters = batch_tallies(plan.dead_letter_uri, plan.batch_id, store)
     written = {tp: t.records for tp, t in output.items()}
     dead = {tp: t.records for tp, t in dead_letters.items()}
     held = _stored(output, dead_letters)
@@ -103,7 +66,7 @@ def finalize_batch(plan: BatchPlan, tallies: dict[TopicPartition, Tally] | None 
     if records_read is not None and records_read != sum(t.records for t in held.values()):
         raise ReconciliationError(
             f"batch {plan.batch_id}: Spark read {records_read} records from Kafka for "
-            f"{', '.join(f'{r.tp} [{r.start}, {r.end})' for r in plan.ranges)} but the output and dead-letter "
+            f"{describe_ranges(plan.ranges)} but the output and dead-letter "
             f"tables hold {sum(t.records for t in held.values())}; the ledger was not committed. Investigate "
             f"before re-running.", pipeline=plan.pipeline)
     if tallies is not None:
@@ -117,7 +80,7 @@ def finalize_batch(plan: BatchPlan, tallies: dict[TopicPartition, Tally] | None 
                     pipeline=plan.pipeline)
     counts = {r.tp: (written.get(r.tp, 0) + dead.get(r.tp, 0), dead.get(r.tp, 0)) for r in plan.ranges}
     crash.crash_soon(crash.DURING_LEDGER_COMMIT)
-    changed = Ledger(plan.ledger_uri).mark_committed(plan.pipeline, plan.batch_id, counts)
+    changed = Ledger(plan.ledger_uri, store).mark_committed(plan.pipeline, plan.batch_id, counts)
     log.info("pipeline '%s': batch %d %s in the ledger (%d records, %d dead letters)", plan.pipeline, plan.batch_id,
              "committed" if changed else "was already committed", sum(c for c, _ in counts.values()),
              sum(d for _, d in counts.values()))

@@ -21,7 +21,9 @@ CLI_PREFIX = "cli:"
 
 RunStateLookup = Callable[[str], str]
 """Looks up an orchestrator run's state by its owner id (the Airflow adapter passes one built on
-the Task SDK): ``queued`` and ``running`` mean alive."""
+the Task SDK): only ``success`` and ``failed`` mean the run is over; any other answer (``queued``,
+``running``, ``unknown``) counts as alive. A lookup that raises says the run does not exist."""
+FINISHED = {"success", "failed"}
 
 
 def cli_owner_id() -> str:
@@ -59,7 +61,7 @@ def is_owner_alive(owner: str, run_state: RunStateLookup | None = None) -> bool:
     if run_state is None:
         return True
     try:
-        return run_state(owner) in {"queued", "running"}
+        return run_state(owner) not in FINISHED
     except Exception as exc:  # the run is unknown to this Airflow: it cannot be running
         log.warning("cannot look up the state of run '%s' (%s); treating it as finished", owner, exc)
         return False

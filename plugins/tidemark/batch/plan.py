@@ -9,14 +9,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from tidemark.offsets import OffsetRange
+from tidemark.config import PipelineConfig
+from tidemark.offsets import HasRanges, OffsetRange
 from tidemark.records import RecordFormat
+from tidemark.schemas import BatchSchemas, batch_format
 
 METADATA_KEY = "tidemark"
 
 
 @dataclass
-class BatchPlan:
+class BatchPlan(HasRanges):
     """A frozen batch, as handed from the plan task to the ingest job (no secrets in it)."""
 
     pipeline: str
@@ -25,8 +27,9 @@ class BatchPlan:
     ledger_uri: str
     ranges: list[OffsetRange] = field(default_factory=list)
     recovered: bool = False
-    run_id: str | None = None
-    """The run that owns (froze or took over) the batch; only it may execute the batch."""
+    owner: str | None = None
+    """The run that owns (froze or took over) the batch; only it may execute the batch (the ledger's
+    ``dag_run_id`` column)."""
     dead_letter_uri: str | None = None
     dedupe: bool = False
     """Some ranges may already be in the output (after a reset back in time, or a backfill):
@@ -45,14 +48,6 @@ class BatchPlan:
     def format(self) -> RecordFormat:
         return RecordFormat.from_dict(self.record_format)
 
-    @property
-    def is_empty(self) -> bool:
-        return all(r.size == 0 for r in self.ranges)
-
-    @property
-    def total_offsets(self) -> int:
-        return sum(r.size for r in self.ranges)
-
     def to_json(self) -> str:
         data = dict(self.__dict__, ranges=[r.to_dict() for r in self.ranges])
         return json.dumps(data, sort_keys=True)
@@ -61,9 +56,24 @@ class BatchPlan:
     def from_json(cls, text: str) -> BatchPlan:
         data = json.loads(text)
         data["ranges"] = [OffsetRange.from_dict(r) for r in data["ranges"]]
+        if "run_id" in data:  # a plan frozen by release 0.2, still in flight after an upgrade
+            data["owner"] = data.pop("run_id")
         return cls(**data)
 
     def commit_metadata(self) -> str:
         """The ``userMetadata`` of the output commit: which batch and ranges it holds."""
         return json.dumps({METADATA_KEY: {"pipeline": self.pipeline, "batch_id": self.batch_id,
                                           "ranges": [r.to_dict() for r in self.ranges]}}, sort_keys=True)
+
+
+def build_plan(config: PipelineConfig, ledger_uri: str, batch_id: int, ranges, *,
+               frozen: BatchSchemas | None = None, store=None, **extra) -> BatchPlan:
+    """A BatchPlan with everything the ingest job needs from the pipeline config, and for a batch
+    with offsets to read, the record format checked against the output table (``schemas``; ``store``
+    is the object store of a table on S3)."""
+    ranges = list(ranges)
+    fmt = batch_format(config, frozen, store) if any(r.size for r in ranges) else config.record_format
+    return BatchPlan(config.name, batch_id, config.table_uri, ledger_uri, ranges,
+                     dead_letter_uri=config.dead_letter_uri, record_format=fmt.to_dict(),
+                     partition_by=list(config.partition_by), kafka_timeout_seconds=config.kafka_timeout_seconds,
+                     max_offsets_per_task=config.max_offsets_per_spark_task, **extra)

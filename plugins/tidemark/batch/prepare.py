@@ -2,6 +2,10 @@
 ledger's position and Kafka's offsets and freeze it in the ledger (planned rows, appended only if
 the pipeline's rows are still as this run read them). Retention gaps skipped under
 ``on_data_loss: skip`` become committed ``gap`` rows in the same append.
+
+A scheduled batch (``prepare_batch``) and a backfill (``backfill.prepare_backfill``) go through the
+same steps, in this order: ``check_locations`` (nothing is frozen for a table that cannot be
+written), ``recover_checked`` (the pending batch first, its topics' ids checked), then ``freeze``.
 """
 
 from __future__ import annotations
@@ -11,34 +15,84 @@ from collections.abc import Mapping
 
 from tidemark import crash, settings, storage
 from tidemark.batch.ownership import RunStateLookup, cli_owner_id
-from tidemark.batch.plan import BatchPlan
-from tidemark.batch.recovery import describe_ranges, plan_for, recover
+from tidemark.batch.plan import BatchPlan, build_plan
+from tidemark.batch.recovery import recover
+from tidemark.batch.tables import output_txn_version
 from tidemark.config import PipelineConfig
-from tidemark.errors import ConfigError
+from tidemark.errors import ConfigError, LedgerMissingError
 from tidemark.kafka_client import KafkaOffsets
-from tidemark.ledger import Ledger, gap_rows, planned_rows
-from tidemark.offsets import OffsetRange, TopicPartition
+from tidemark.ledger import Ledger, LedgerRow, LedgerState, gap_rows, planned_rows
+from tidemark.offsets import OffsetRange, TopicPartition, describe_ranges
 from tidemark.planner import check_topic_ids, plan_ranges
 from tidemark.schema_registry import SchemaSource
 from tidemark.schemas import BatchSchemas, freeze_avro, subject_of
+from tidemark.storage import ObjectStore
 
 log = logging.getLogger(__name__)
 
 
-def _starting_offsets(config: PipelineConfig, kafka: KafkaOffsets, new: list[TopicPartition]):
-    """``earliest``/``latest``, or for a start time the first offset at or after it per new
-    partition (none that new: the latest offset, so nothing older is read)."""
-    when = config.start_time
-    if when is None or not new:
-        return config.starting_offsets
-    found = kafka.offsets_for_time(new, int(when.timestamp() * 1000))
-    return {tp: offset for tp, offset in found.items() if offset is not None}
+def kafka_offsets(config: PipelineConfig, kafka_properties: Mapping[str, str]) -> KafkaOffsets:
+    """Kafka's offsets for this pipeline, under its isolation level and timeout."""
+    return KafkaOffsets(kafka_properties, isolation_level=config.isolation_level, pipeline=config.name,
+                        timeout_ms=config.kafka_timeout_seconds * 1000)
+
+
+def check_locations(config: PipelineConfig, store: ObjectStore | None) -> None:
+    """Refused before anything is frozen: a Spark log store that is not put-if-absent on S3, and an
+    output or dead-letter location that cannot be used (a missing bucket, refused credentials)."""
+    tables = [config.table_uri, config.dead_letter_uri]
+    storage.check_spark_commits({**storage.spark_conf(None, secrets=False), **config.spark_conf}, tables,
+                                f"pipeline '{config.name}'")
+    for uri in dict.fromkeys(tables):
+        storage.check_location(uri, store, config.name)
+
+
+def recover_checked(config: PipelineConfig, kafka_properties: Mapping[str, str], ledger: Ledger,
+                    state: LedgerState, owner: str, run_state: RunStateLookup | None,
+                    take_over: str | None = None) -> BatchPlan | None:
+    """``recovery.recover``, and for a batch to execute again, a check that its frozen offsets still
+    belong to the topics they were planned on (a topic deleted and recreated gets a new id)."""
+    pending = recover(config, ledger, state, owner, run_state, take_over)
+    if pending is not None and state.topic_ids:
+        with kafka_offsets(config, kafka_properties) as kafka:
+            current = kafka.topic_ids({r.topic for r in pending.ranges})
+        check_topic_ids(config.name, state.topic_ids, current, state.positions, pending_batch=pending.batch_id)
+    return pending
+
+
+def next_batch_id(config: PipelineConfig, ledger: Ledger, state: LedgerState) -> int:
+    """The id of the pipeline's next ledger entry: above every id in the ledger and above the output
+    table's marker, since Delta silently skips a write whose marker is not above the table's. A
+    ledger with no row of a pipeline whose output holds batches is refused (LedgerMissingError)."""
+    marker = output_txn_version(config.table_uri, config.name, ledger.store) or 0
+    if marker and not state.last_batch_id:
+        raise LedgerMissingError(
+            f"the output table {config.table_uri} holds batches 1..{marker} of this pipeline (its Delta commits "
+            f"carry Tidemark's marker), but the ledger at {ledger.uri} has no row of it: the lake root "
+            f"(TIDEMARK_LAKE_ROOT) moved without its ledger, or the ledger was deleted. Starting from "
+            f"starting_offsets would ingest every record again, so nothing was frozen. Bring the ledger along: "
+            f"tidemark ledger move {config.name} --from <the old ledger's location>; or, to choose a position "
+            f"deliberately: tidemark offsets reset {config.name} --to-latest --execute --reason '...'.",
+            pipeline=config.name, location=ledger.uri)
+    return max(state.last_batch_id, marker) + 1
+
+
+def freeze(ledger: Ledger, state: LedgerState, plan: BatchPlan, rows: list[LedgerRow], what: str) -> BatchPlan:
+    """Append the batch's planned rows (and any gap rows) if the pipeline's rows are still as this run
+    read them; another run that got there first makes this one fail, having written nothing."""
+    ledger.append(rows, expected=state.fingerprint, what=what)
+    log.info("pipeline '%s': %sbatch %d frozen (%d offsets%s): %s", plan.pipeline,
+             "backfill " if rows[-1].kind == "backfill" else "", plan.batch_id, plan.total_offsets,
+             ", re-reading offsets already ingested: deduplicated" if plan.dedupe else "",
+             describe_ranges(plan.ranges))
+    crash.crash_point(crash.AFTER_PLAN_FROZEN)
+    return plan
 
 
 def freeze_schemas(config: PipelineConfig, source: SchemaSource | None) -> BatchSchemas | None:
     """The schemas a new batch freezes: for Avro values and keys, their subjects' versions from the
     registry."""
-    if config.value_format != "avro" and config.key_format != "avro":
+    if not config.uses_avro:
         return None
     if source is None:
         raise ConfigError("Avro values or keys need a Schema Registry connection to plan a batch",
@@ -58,31 +112,37 @@ def freeze_schemas(config: PipelineConfig, source: SchemaSource | None) -> Batch
     return BatchSchemas(**parts)
 
 
-def prepare_batch(config: PipelineConfig, kafka_properties: Mapping[str, str], *, run_id: str | None = None,
-                  ledger_uri: str | None = None, run_state: RunStateLookup | None = None,
-                  schemas: SchemaSource | None = None) -> BatchPlan:
+def _starting_offsets(config: PipelineConfig, kafka: KafkaOffsets, new: list[TopicPartition]):
+    """``earliest``/``latest``, or for a start time the first offset at or after it per new
+    partition (none that new: the latest offset, so nothing older is read)."""
+    when = config.start_time
+    if when is None or not new:
+        return config.starting_offsets
+    found = kafka.offsets_for_time(new, int(when.timestamp() * 1000))
+    return {tp: offset for tp, offset in found.items() if offset is not None}
+
+
+def prepare_batch(config: PipelineConfig, kafka_properties: Mapping[str, str], *, owner: str | None = None,
+                  ledger_uri: str | None = None, store: ObjectStore | None = None,
+                  run_state: RunStateLookup | None = None, schemas: SchemaSource | None = None,
+                  take_over: str | None = None) -> BatchPlan:
     """Recover, then plan and freeze the next batch. An empty plan (batch_id 0 and no ranges)
     means there is nothing new and no Spark job is needed. ``schemas`` (the Schema Registry) is
     asked only for an Avro pipeline with something new to read, after Kafka's offsets are read: a
-    record inside the frozen ranges was produced after its schema was registered."""
-    run_id = run_id or cli_owner_id()
-    # Refused before anything is frozen: a Spark log store that is not put-if-absent on S3.
-    storage.check_spark_commits({**storage.spark_conf(None, secrets=False), **config.spark_conf},
-                                [config.table_uri, config.dead_letter_uri], f"pipeline '{config.name}'")
-    ledger = Ledger(ledger_uri or settings.ledger_uri())
+    record inside the frozen ranges was produced after its schema was registered. ``store``: the
+    object store of the pipeline's tables on S3 (None: the local disk). ``take_over``: the reason to
+    take the pending batch over from a run that its state says is alive (``tidemark run --take-over``)."""
+    owner = owner or cli_owner_id()
+    check_locations(config, store)
+    ledger = Ledger(ledger_uri or settings.ledger_uri(), store)
     state = ledger.state(config.name)
-    pending = recover(config, ledger, state, run_id, run_state)
+    pending = recover_checked(config, kafka_properties, ledger, state, owner, run_state, take_over)
     if pending is not None:
-        if state.topic_ids:  # the frozen offsets must still be those of the topic they were planned on
-            with KafkaOffsets(kafka_properties, isolation_level=config.isolation_level, pipeline=config.name,
-                              timeout_ms=config.kafka_timeout_seconds * 1000) as kafka:
-                current = kafka.topic_ids({r.topic for r in pending.ranges})
-            check_topic_ids(config.name, state.topic_ids, current, state.positions, pending_batch=pending.batch_id)
         return pending
     if state.pending_batch_id is not None:  # rolled forward: read the state again
         state = ledger.state(config.name)
-    with KafkaOffsets(kafka_properties, isolation_level=config.isolation_level, pipeline=config.name,
-                      timeout_ms=config.kafka_timeout_seconds * 1000) as kafka:
+    first_id = next_batch_id(config, ledger, state)
+    with kafka_offsets(config, kafka_properties) as kafka:
         tps = kafka.partitions(config.select_topics(kafka.topic_names()))
         earliest, latest = kafka.earliest(tps), kafka.latest(tps)
         starting = _starting_offsets(config, kafka, [tp for tp in tps if tp not in state.positions])
@@ -93,25 +153,21 @@ def prepare_batch(config: PipelineConfig, kafka_properties: Mapping[str, str], *
     ranges = [r for r in decided.ranges if r.size > 0]
     # on_data_loss: skip: each lost range is a committed 'gap' ledger entry of its own, written in the
     # same compare-and-commit append as the batch's planned rows (or alone when nothing is left to read).
-    gaps = gap_rows(config.name, state.last_batch_id + 1,
-                    [OffsetRange(g.tp.topic, g.tp.partition, g.start, g.end) for g in decided.gaps], run_id, topic_ids)
+    gaps = gap_rows(config.name, first_id,
+                    [OffsetRange(g.tp.topic, g.tp.partition, g.start, g.end) for g in decided.gaps], owner, topic_ids)
     if gaps:
         log.warning("pipeline '%s': DATA LOSS: offsets %s were deleted by retention before they were ingested; "
                     "recorded as gap entry %d (on_data_loss: skip)", config.name,
-                    ", ".join(f"{g.tp} [{g.start_offset}, {g.end_offset})" for g in gaps), gaps[0].batch_id)
+                    describe_ranges(g.range for g in gaps), gaps[0].batch_id)
     if not ranges:
         if gaps:
             ledger.append(gaps, expected=state.fingerprint, what="recording a retention gap")
         log.info("pipeline '%s': nothing new in %s; no batch planned", config.name, config.topics_label)
-        return plan_for(config, ledger, 0, [], run_id=run_id)
+        return build_plan(config, ledger.uri, 0, [], owner=owner)
     dedupe = any(r.start < state.high_water.get(r.tp, 0) for r in ranges)
     frozen = freeze_schemas(config, schemas)
-    plan = plan_for(config, ledger, state.last_batch_id + 1 + bool(gaps), ranges, run_id=run_id, dedupe=dedupe,
-                    frozen=frozen)
-    ledger.append(gaps + planned_rows(config.name, plan.batch_id, ranges, run_id, topic_ids=topic_ids,
-                                      frozen_schemas=frozen.to_json() if frozen else None),
-                  expected=state.fingerprint)
-    log.info("pipeline '%s': batch %d frozen (%d offsets%s): %s", config.name, plan.batch_id, plan.total_offsets,
-             ", re-reading offsets already ingested: deduplicated" if dedupe else "", describe_ranges(plan))
-    crash.crash_point(crash.AFTER_PLAN_FROZEN)
-    return plan
+    plan = build_plan(config, ledger.uri, first_id + bool(gaps), ranges, owner=owner, dedupe=dedupe,
+                      frozen=frozen, store=store)
+    rows = planned_rows(config.name, plan.batch_id, ranges, owner, topic_ids=topic_ids,
+                        frozen_schemas=frozen.to_json() if frozen else None)
+    return freeze(ledger, state, plan, gaps + rows, "planning")

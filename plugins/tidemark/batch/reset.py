@@ -14,12 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tidemark import settings
+from tidemark.batch.prepare import kafka_offsets
 from tidemark.config import PipelineConfig
 from tidemark.errors import PipelineBusyError, ResetError
-from tidemark.kafka_client import KafkaOffsets
 from tidemark.ledger import COMMITTED, Ledger, LedgerRow, now
-from tidemark.resets import ResetPlan, parse_datetime, parse_duration, parse_offsets_file, parse_scope
-from tidemark.resets import plan_reset as decide
+from tidemark.reset_targets import ResetPreview, parse_datetime, parse_duration, parse_offsets_file, parse_scope
+from tidemark.reset_targets import preview_reset as decide
+from tidemark.storage import ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -37,24 +38,26 @@ class ResetRequest:
     offsets_file: str | None = None
     execute: bool = False
     reason: str | None = None
-    actor: str | None = None
+    owner: str | None = None
+    """Who applied the reset (a replay DAG run, or the CLI's user@host): the ledger's dag_run_id."""
 
 
 @dataclass
 class ResetOutcome:
-    plan: ResetPlan
+    preview: ResetPreview
     executed: bool
     batch_id: int | None = None
 
 
 def reset_offsets(config: PipelineConfig, kafka_properties: Mapping[str, str], request: ResetRequest, *,
-                  ledger_uri: str | None = None, clock: dt.datetime | None = None) -> ResetOutcome:
+                  ledger_uri: str | None = None, store: ObjectStore | None = None,
+                  clock: dt.datetime | None = None) -> ResetOutcome:
     """Plan a reset (and apply it when ``request.execute``). Refused while a batch is pending:
     an ingest run holds the pipeline or must finish its batch first."""
     if request.execute and not (request.reason or "").strip():
         raise ResetError("executing a reset needs a reason (--reason); it is written to the ledger",
                          pipeline=config.name)
-    ledger = Ledger(ledger_uri or settings.ledger_uri())
+    ledger = Ledger(ledger_uri or settings.ledger_uri(), store)
     state = ledger.state(config.name)
     if state.pending_batch_id is not None:
         raise PipelineBusyError.held_by(
@@ -62,8 +65,7 @@ def reset_offsets(config: PipelineConfig, kafka_properties: Mapping[str, str], r
                          f"committed", "resetting offsets: nothing was changed; run the pipeline (or wait for the "
                                        "active run) and reset afterwards")
     file_offsets = parse_offsets_file(request.offsets_file, config.name) if request.scenario == "from-file" else None
-    with KafkaOffsets(kafka_properties, isolation_level=config.isolation_level, pipeline=config.name,
-                      timeout_ms=config.kafka_timeout_seconds * 1000) as kafka:
+    with kafka_offsets(config, kafka_properties) as kafka:
         tps = kafka.partitions(config.select_topics(kafka.topic_names()))
         scope = parse_scope(list(request.scopes), tps, config.name)
         earliest, latest = kafka.earliest(tps), kafka.latest(tps)
@@ -72,21 +74,21 @@ def reset_offsets(config: PipelineConfig, kafka_properties: Mapping[str, str], r
         if request.scenario in ("to-datetime", "by-duration"):
             when = _resolve_time(request, config.name, clock or dt.datetime.now(dt.UTC))
             time_offsets = kafka.offsets_for_time(scope, int(when.timestamp() * 1000))
-    plan = decide(config.name, request.scenario, scope, state.positions, earliest, latest, offset=request.offset,
+    preview = decide(config.name, request.scenario, scope, state.positions, earliest, latest, offset=request.offset,
                   shift=request.shift, time_offsets=time_offsets, file_offsets=file_offsets)
     if not request.execute:
-        return ResetOutcome(plan, executed=False)
+        return ResetOutcome(preview, executed=False)
     batch_id = state.last_batch_id + 1
     at = now()
     rows = [LedgerRow(config.name, batch_id, "reset", COMMITTED, r.tp.topic, r.tp.partition,
                       r.current if r.current is not None else r.new, r.new, record_count=0, dead_letter_count=0,
-                      dag_run_id=request.actor, reason=request.reason, planned_at=at, committed_at=at,
+                      dag_run_id=request.owner, reason=request.reason, planned_at=at, committed_at=at,
                       topic_id=topic_ids.get(r.tp.topic))
-            for r in plan.rows]
+            for r in preview.rows]
     ledger.append(rows, expected=state.fingerprint, what="resetting offsets")
     log.warning("pipeline '%s': offsets reset (%s) by %s as ledger entry %d: %s", config.name, request.scenario,
-                request.actor, batch_id, "; ".join(f"{r.tp} {r.current} -> {r.new}" for r in plan.rows))
-    return ResetOutcome(plan, executed=True, batch_id=batch_id)
+                request.owner, batch_id, "; ".join(f"{r.tp} {r.current} -> {r.new}" for r in preview.rows))
+    return ResetOutcome(preview, executed=True, batch_id=batch_id)
 
 
 def _resolve_time(request: ResetRequest, pipeline: str, clock: dt.datetime) -> dt.datetime:

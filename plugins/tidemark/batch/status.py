@@ -1,17 +1,18 @@
 """What a pipeline looks like now: committed offsets against Kafka's latest (lag), its recent ledger
-history and health (``overview``, the Tidemark page in Airflow), the copy of the committed positions in
-the pipeline's Kafka consumer group for standard lag tools, and what one committed batch put in the
-output (``batch_summary``). Read-only: nothing here writes the ledger or starts Spark."""
+history and health (``overview``, the Tidemark page in Airflow), and what one committed batch put in
+the output (``batch_summary``). Read-only: nothing here writes to the ledger, the tables or Kafka, or
+starts Spark (``consumer_group`` writes the positions' copy to Kafka)."""
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 from collections.abc import Mapping
 
-from tidemark import settings, storage
-from tidemark.batch.plan import METADATA_KEY, BatchPlan
+from tidemark import settings
+from tidemark.batch.plan import BatchPlan
+from tidemark.batch.prepare import kafka_offsets
+from tidemark.batch.tables import output_version
 from tidemark.config import PipelineConfig
 from tidemark.errors import (
     KafkaAuthenticationError,
@@ -19,8 +20,8 @@ from tidemark.errors import (
     PlanMismatchError,
     UnknownTopicError,
 )
-from tidemark.kafka_client import KafkaOffsets, commit_group_offsets
 from tidemark.ledger import COMMITTED, KIND_BATCH, KIND_GAP, PLANNED, WRITING_KINDS, Ledger, LedgerRow, LedgerState
+from tidemark.storage import ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -32,14 +33,15 @@ GAPS_SHOWN_FOR = dt.timedelta(hours=24)
 
 
 def partition_status(config: PipelineConfig, kafka_properties: Mapping[str, str],
-                     ledger_uri: str | None = None, *, timeout_seconds: float | None = None) -> list[dict]:
+                     ledger_uri: str | None = None, *, store: ObjectStore | None = None,
+                     timeout_seconds: float | None = None) -> list[dict]:
     """Per partition: committed offset, Kafka's latest offset, lag and the last committed batch
     (the ``tidemark offsets show --json`` contract). A partition never committed has
     ``committed_offset`` null and its lag counted from the earliest offset Kafka has."""
-    state = Ledger(ledger_uri or settings.ledger_uri()).state(config.name)
-    timeout = timeout_seconds if timeout_seconds is not None else config.kafka_timeout_seconds
-    with KafkaOffsets(kafka_properties, isolation_level=config.isolation_level, pipeline=config.name,
-                      timeout_ms=int(timeout * 1000)) as kafka:
+    state = Ledger(ledger_uri or settings.ledger_uri(), store).state(config.name)
+    if timeout_seconds is not None:
+        config = config.model_copy(update={"kafka_timeout_seconds": timeout_seconds})
+    with kafka_offsets(config, kafka_properties) as kafka:
         tps = kafka.partitions(config.select_topics(kafka.topic_names()))
         earliest, latest = kafka.earliest(tps), kafka.latest(tps)
     return _status_rows(state, tps, earliest, latest)
@@ -62,26 +64,28 @@ def _status_rows(state: LedgerState, tps, earliest: Mapping, latest: Mapping) ->
     return rows
 
 
-def partition_status_or_ledger(config: PipelineConfig, kafka_properties: Mapping[str, str] | str,
-                               ledger_uri: str | None = None, *,
-                               timeout_seconds: float | None = None) -> tuple[list[dict], str | None]:
+def partition_status_or_ledger(config: PipelineConfig, kafka_properties: Mapping[str, str] | None,
+                               ledger_uri: str | None = None, *, store: ObjectStore | None = None,
+                               timeout_seconds: float | None = None,
+                               kafka_error: str | None = None) -> tuple[list[dict], str | None]:
     """``partition_status``, or, when Kafka cannot answer, the ledger's committed offsets alone (latest
     offset and lag null) with the reason: a status page shows what it knows instead of failing.
-    ``kafka_properties`` may instead be the reason they could not be had (a missing connection)."""
-    reason = kafka_properties if isinstance(kafka_properties, str) else None
-    if reason is None:
+    Without ``kafka_properties`` (None: the connection could not be read), ``kafka_error`` says why."""
+    if kafka_properties is not None:
         try:
-            return partition_status(config, kafka_properties, ledger_uri, timeout_seconds=timeout_seconds), None
+            return partition_status(config, kafka_properties, ledger_uri, store=store,
+                                    timeout_seconds=timeout_seconds), None
         except (KafkaUnavailableError, KafkaAuthenticationError, UnknownTopicError) as exc:
-            reason = str(exc)
-    state = Ledger(ledger_uri or settings.ledger_uri()).state(config.name)
-    return _status_rows(state, (), {}, {}), reason
+            kafka_error = str(exc)
+    state = Ledger(ledger_uri or settings.ledger_uri(), store).state(config.name)
+    return _status_rows(state, (), {}, {}), kafka_error
 
 
-def history(pipeline: str, limit: int, ledger_uri: str | None = None) -> list[dict]:
+def history(pipeline: str, limit: int, ledger_uri: str | None = None, *,
+            store: ObjectStore | None = None) -> list[dict]:
     """The pipeline's newest ``limit`` ledger rows, newest first (the ``tidemark offsets history --json``
     contract)."""
-    return [history_entry(r) for r in Ledger(ledger_uri or settings.ledger_uri()).recent(pipeline, limit)]
+    return [history_entry(r) for r in Ledger(ledger_uri or settings.ledger_uri(), store).recent(pipeline, limit)]
 
 
 def history_entry(row: LedgerRow) -> dict:
@@ -91,11 +95,12 @@ def history_entry(row: LedgerRow) -> dict:
             "dag_run_id": row.dag_run_id, "reason": row.reason, "committed_at": _iso(row.committed_at)}
 
 
-def recent_entries(pipeline: str, count: int, ledger_uri: str | None = None) -> list[dict]:
+def recent_entries(pipeline: str, count: int, ledger_uri: str | None = None, *,
+                   store: ObjectStore | None = None) -> list[dict]:
     """The pipeline's newest ``count`` ledger entries (batches, backfills, resets, gaps), newest first,
     each with its ranges, counts, owner (DAG run or CLI), reason, and how long it took from freezing to
     commit."""
-    rows = Ledger(ledger_uri or settings.ledger_uri()).recent_batches(pipeline, count)
+    rows = Ledger(ledger_uri or settings.ledger_uri(), store).recent_batches(pipeline, count)
     entries: dict[int, list[LedgerRow]] = {}
     for row in rows:
         entries.setdefault(row.batch_id, []).append(row)
@@ -138,16 +143,17 @@ def health(activity: Mapping[tuple[str, str], Mapping], total_lag: int | None, n
     return HEALTHY
 
 
-def overview(config: PipelineConfig, kafka_properties: Mapping[str, str] | str, ledger_uri: str | None = None, *,
-             timeout_seconds: float | None = None, last_run_failed: bool = False,
-             now: dt.datetime | None = None) -> dict:
+def overview(config: PipelineConfig, kafka_properties: Mapping[str, str] | None, ledger_uri: str | None = None, *,
+             store: ObjectStore | None = None, timeout_seconds: float | None = None, last_run_failed: bool = False,
+             kafka_error: str | None = None, now: dt.datetime | None = None) -> dict:
     """A pipeline at a glance: total lag, the last committed batch and its age, the batch in flight,
-    recorded gaps, and its health (``health``). Kafka errors are reported in ``kafka_error``, not raised."""
+    recorded gaps, and its health (``health``). Kafka errors are reported in ``kafka_error``, not raised
+    (without ``kafka_properties``, the given ``kafka_error`` says why)."""
     uri = ledger_uri or settings.ledger_uri()
     now = now or dt.datetime.now(dt.UTC)
-    partitions, kafka_error = partition_status_or_ledger(config, kafka_properties, uri,
-                                                         timeout_seconds=timeout_seconds)
-    activity = Ledger(uri).activity(config.name)
+    partitions, kafka_error = partition_status_or_ledger(config, kafka_properties, uri, store=store,
+                                                         timeout_seconds=timeout_seconds, kafka_error=kafka_error)
+    activity = Ledger(uri, store).activity(config.name)
     total_lag = None if kafka_error else sum(r["lag"] or 0 for r in partitions)
     done = [a for (kind, status), a in activity.items() if kind in WRITING_KINDS and status == COMMITTED]
     last = max(done, key=lambda a: a["batch_id"], default=None)
@@ -172,50 +178,11 @@ def _iso(value: dt.datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
-def mirror_to_consumer_group(config: PipelineConfig, kafka_properties: Mapping[str, str],
-                             ledger_uri: str | None = None) -> bool:
-    """Copy the ledger's committed positions to the Kafka consumer group named after the pipeline
-    (metadata: the batch id), for standard lag tools. The ledger stays the source of truth: a
-    failure is logged and the next run mirrors again; it never fails a committed batch."""
-    if not config.mirror_consumer_group:
-        return False
-    state = Ledger(ledger_uri or settings.ledger_uri()).state(config.name)
-    if not state.positions:
-        return False
-    metadata = {tp: f"tidemark batch {batch}" for tp, batch in state.last_batch.items()}
-    try:
-        commit_group_offsets(kafka_properties, config.name, state.positions, metadata,
-                             timeout_ms=config.kafka_timeout_seconds * 1000)
-    except Exception as exc:
-        log.warning("pipeline '%s': could not mirror offsets to consumer group '%s' (%s: %s); the ledger is "
-                    "unaffected and the next run tries again", config.name, config.name, type(exc).__name__, exc)
-        return False
-    log.info("pipeline '%s': offsets mirrored to consumer group '%s'", config.name, config.name)
-    return True
-
-
-def output_version(table_uri: str, pipeline: str, batch_id: int, depth: int = 100) -> int | None:
-    """The output table's Delta version whose commit holds the batch (its ``userMetadata`` names the
-    pipeline and batch id, ``BatchPlan.commit_metadata``); None if none of the last ``depth`` commits
-    does (a batch that found every record already in the output commits nothing new)."""
-    table = storage.open_table(table_uri)
-    if table is None:
-        return None
-    for commit in table.history(depth):
-        try:
-            held = json.loads(commit.get("userMetadata") or "{}").get(METADATA_KEY) or {}
-        except (ValueError, AttributeError):
-            continue
-        if held.get("pipeline") == pipeline and held.get("batch_id") == batch_id:
-            return commit.get("version")
-    return None
-
-
-def batch_summary(plan: BatchPlan) -> dict:
+def batch_summary(plan: BatchPlan, store: ObjectStore | None = None) -> dict:
     """What a committed batch put in the output, from the ledger (the counts the commit recorded) and
     the output table (its Delta version): the extra of the Airflow asset event of the output table.
     Raises PlanMismatchError when the ledger does not hold the batch as committed."""
-    rows = [r for r in Ledger(plan.ledger_uri).rows(plan.pipeline)
+    rows = [r for r in Ledger(plan.ledger_uri, store).rows(plan.pipeline)
             if r.batch_id == plan.batch_id and r.kind in WRITING_KINDS]
     if not rows or any(r.status != COMMITTED for r in rows):
         raise PlanMismatchError(f"batch {plan.batch_id} is not committed in the ledger ({plan.ledger_uri}); no summary "
@@ -226,4 +193,4 @@ def batch_summary(plan: BatchPlan) -> dict:
     return {"pipeline": plan.pipeline, "batch_id": plan.batch_id, "kind": rows[0].kind, "table": plan.table_uri,
             "ranges": ranges, "records": sum(r["records"] for r in ranges),
             "dead_letters": sum(r["dead_letters"] for r in ranges),
-            "delta_version": output_version(plan.table_uri, plan.pipeline, plan.batch_id)}
+            "delta_version": output_version(plan.table_uri, plan.pipeline, plan.batch_id, store)}

@@ -10,11 +10,11 @@ import pytest
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.read import SchemaResolutionError
 
+from tidemark.avro_resolution import incompatibility
 from tidemark.avro_schemas import (
     HEADER_BYTES,
     MAGIC_BYTE,
     frame,
-    incompatibility,
     parse,
     reader_fields,
     spark_type,

@@ -47,7 +47,7 @@ def test_settings_that_turn_off_put_if_absent_commits_are_refused():
 def test_spellings_and_local_tables():
     assert storage.delta_rs_uri("s3a://lake/t") == "s3://lake/t" and storage.spark_uri("s3://lake/t") == "s3a://lake/t"
     assert storage.is_object_store("S3A://lake/t") and not storage.is_object_store("/data/lake/t")
-    assert storage.delta_options("/data/lake/t") is None
+    assert storage.delta_options("/data/lake/t", ObjectStore()) is None
 
 
 class Resolver:
@@ -71,12 +71,20 @@ MINIO = Connection("aws_default", "aws", login="AKIA1", password="s3cret",
 
 def test_the_connection_is_read_only_when_a_table_is_on_object_storage():
     resolver = Resolver(aws_default=MINIO)
-    assert storage.configure_for(["/lake/t", "/lake/t_dl", "/lake/_tidemark/offsets"], resolver) is None
-    assert storage.configured() is None and resolver.masked == []
-    store = storage.configure_for(["/lake/t", "s3a://lake/_tidemark/offsets"], resolver, pipeline="p")
-    assert storage.configured() == store and store.access_key_id == "AKIA1"
+    assert storage.store_for(["/lake/t", "/lake/t_dl", "/lake/_tidemark/offsets"], resolver) is None
+    assert resolver.masked == []
+    store = storage.store_for(["/lake/t", "s3a://lake/_tidemark/offsets"], resolver, pipeline="p")
+    assert store.access_key_id == "AKIA1"
     assert resolver.masked == ["s3cret"]  # the secret is registered with the log masker
-    storage.configure(None)
+
+
+def test_each_table_is_opened_with_the_store_it_is_handed():
+    """No process-wide store: the options of one table's store never reach another's."""
+    one = ObjectStore("AKIA1", "s3cret-1", endpoint_url="http://one:9000")
+    two = ObjectStore("AKIA2", "s3cret-2", endpoint_url="https://two:9000")
+    assert storage.delta_options("s3a://lake/t", one)["AWS_ENDPOINT_URL"] == "http://one:9000"
+    assert storage.delta_options("s3://other/t", two)["AWS_SECRET_ACCESS_KEY"] == "s3cret-2"
+    assert "AWS_ACCESS_KEY_ID" not in storage.delta_options("s3://lake/t", None)  # the default chain
 
 
 def test_a_missing_default_connection_means_the_aws_chain_but_a_named_one_must_exist(monkeypatch):

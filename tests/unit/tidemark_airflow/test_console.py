@@ -165,3 +165,43 @@ def test_without_a_login_every_route_is_401(console_lake):
 ])
 def test_run_links(kind, owner, link):
     assert run_link(kind, owner, "p") == link
+
+
+def test_the_page_answers_parallel_requests_each_with_its_own_pipelines_store(console_lake, tmp_path, monkeypatch):
+    """Requests are served at the same time (a barrier that every request must reach before any may go
+    on would break if they were served one after the other), and each opens its pipeline's own store:
+    two pipelines on two object stores never see each other's settings."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from airflow.api_fastapi.core_api.security import get_user
+    from fastapi.testclient import TestClient
+
+    from tidemark.run import PipelineRun
+
+    pipelines = tmp_path / "pipelines"
+    for name, bucket in (("east", "lake-east"), ("west", "lake-west")):
+        (pipelines / f"{name}.yaml").write_text(f"name: {name}\ntopics: [{name}]\ntable: s3://{bucket}/{name}\n"
+                                                f"storage_conn_id: aws_{name}\nkafka_timeout_seconds: 1\n")
+        monkeypatch.setenv(f"AIRFLOW_CONN_AWS_{name.upper()}", json.dumps(
+            {"conn_type": "aws", "login": f"key-{name}", "password": f"secret-{name}",
+             "extra": {"endpoint_url": f"http://{name}.invalid:9000"}}))
+    requests = ["/api/pipelines/orders", "/api/pipelines/east", "/api/pipelines/west"] * 2
+    barrier = threading.Barrier(len(requests), timeout=60)
+    seen: list[tuple[str, str | None]] = []
+    overview = PipelineRun.overview
+
+    def meeting(self, **kwargs):
+        seen.append((self.name, self.store.access_key_id if self.store else None))
+        barrier.wait()  # BrokenBarrierError (a 500) if the requests were served one at a time
+        return overview(self, **kwargs)
+
+    monkeypatch.setattr(PipelineRun, "overview", meeting)
+    app = create_app(failed=lambda dag_id: False)
+    app.dependency_overrides[get_user] = lambda: "tester"
+    client = TestClient(app)
+    with ThreadPoolExecutor(len(requests)) as pool:
+        answers = list(pool.map(client.get, requests))
+    assert [a.status_code for a in answers] == [200] * len(requests)
+    assert [a.json()["pipeline"] for a in answers] == [r.rsplit("/", 1)[1] for r in requests]
+    assert sorted(seen) == sorted([("orders", None), ("east", "key-east"), ("west", "key-west")] * 2)

@@ -32,7 +32,7 @@ def test_reset_flags_map_to_a_request(tmp_path):
                               "--topic", "refunds", "--execute", "--reason", "replay after bug 42"])
     request = reset_request(args, "cli:me@host")
     assert (request.scenario, request.shift, request.scopes) == ("shift-by", -10, ("orders:0,1", "refunds"))
-    assert (request.execute, request.reason, request.actor) == (True, "replay after bug 42", "cli:me@host")
+    assert (request.execute, request.reason, request.owner) == (True, "replay after bug 42", "cli:me@host")
     assert reset_request(parser.parse_args(["offsets", "reset", "o", "--to-earliest"]), "a").scenario == "to-earliest"
     csv = tmp_path / "offsets.csv"
     csv.write_text("orders,0,5\n")

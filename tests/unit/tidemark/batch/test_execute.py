@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tidemark.batch.finalize import Tally
 from tidemark.batch.plan import BatchPlan
+from tidemark.batch.tables import Tally
 from tidemark.offsets import OffsetRange
 from tidemark.offsets import TopicPartition as TP
 

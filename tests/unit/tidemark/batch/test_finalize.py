@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tidemark.batch.finalize import Tally, check_read
+from tidemark.batch.finalize import check_read
 from tidemark.batch.plan import BatchPlan
+from tidemark.batch.tables import Tally
 from tidemark.errors import ReconciliationError
 from tidemark.offsets import OffsetRange
 from tidemark.offsets import TopicPartition as TP

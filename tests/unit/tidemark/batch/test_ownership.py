@@ -27,7 +27,7 @@ def test_cli_owner_on_another_host_is_assumed_alive():
     assert is_owner_alive("cli:some-other-host:1:0")
 
 
-@pytest.mark.parametrize(("state", "alive"), [("running", True), ("queued", True), ("failed", False),
+@pytest.mark.parametrize(("state", "alive"), [("running", True), ("queued", True), ("unknown", True), ("failed", False),
                                               ("success", False)])
 def test_airflow_owner_liveness_follows_the_dag_run_state(state, alive):
     assert is_owner_alive("manual__x", lambda run_id: state) is alive

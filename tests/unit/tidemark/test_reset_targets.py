@@ -6,7 +6,7 @@ import pytest
 
 from tidemark.errors import ResetError
 from tidemark.offsets import TopicPartition as TP
-from tidemark.resets import parse_datetime, parse_duration, parse_offsets_file, parse_scope, plan_reset
+from tidemark.reset_targets import parse_datetime, parse_duration, parse_offsets_file, parse_scope, preview_reset
 
 A0, A1, B0 = TP("a", 0), TP("a", 1), TP("b", 0)
 ALL = [A0, A1, B0]
@@ -16,7 +16,7 @@ CURRENT = {A0: 40, A1: 50}
 
 
 def reset(scenario, scope=ALL, **kw):
-    return plan_reset("p", scenario, scope, CURRENT, EARLIEST, LATEST, **kw)
+    return preview_reset("p", scenario, scope, CURRENT, EARLIEST, LATEST, **kw)
 
 
 def test_to_earliest_and_to_latest_with_the_dry_run_table():

@@ -38,7 +38,7 @@ class ResetRow:
 
 
 @dataclass
-class ResetPlan:
+class ResetPreview:
     rows: list[ResetRow] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -110,11 +110,11 @@ def parse_offsets_file(text: str, pipeline: str) -> dict[TopicPartition, int]:
     return offsets
 
 
-def plan_reset(pipeline: str, scenario: str, scope: list[TopicPartition], current: dict[TopicPartition, int],
+def preview_reset(pipeline: str, scenario: str, scope: list[TopicPartition], current: dict[TopicPartition, int],
                earliest: dict[TopicPartition, int], latest: dict[TopicPartition, int], *,
                offset: int | None = None, shift: int | None = None,
                time_offsets: dict[TopicPartition, int | None] | None = None,
-               file_offsets: dict[TopicPartition, int] | None = None) -> ResetPlan:
+               file_offsets: dict[TopicPartition, int] | None = None) -> ResetPreview:
     """The new position of each partition in ``scope``. ``time_offsets`` holds Kafka's answer to
     offsets_for_times (None: no record at or after the time, so the latest offset)."""
     if scenario not in SCENARIOS:
@@ -125,7 +125,7 @@ def plan_reset(pipeline: str, scenario: str, scope: list[TopicPartition], curren
             raise ResetError(f"the offsets file names partitions this pipeline does not read: "
                              f"{', '.join(map(str, unknown))}", pipeline=pipeline)
         scope = sorted(tp for tp in scope if tp in (file_offsets or {}))
-    plan = ResetPlan()
+    plan = ResetPreview()
     for tp in scope:
         now = current.get(tp)
         wanted = _target(scenario, tp, now, earliest[tp], latest[tp], offset, shift, time_offsets, file_offsets,

@@ -1,0 +1,78 @@
+"""What the output and dead-letter tables hold for a batch, read with delta-rs (no JVM): the
+pipeline's idempotency marker, the records and offset span per partition of one batch, and the
+Delta version whose commit holds it. Shared by recovery, execute, finalize and status."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from tidemark import storage
+from tidemark.batch.plan import METADATA_KEY
+from tidemark.offsets import TopicPartition
+from tidemark.storage import ObjectStore
+
+
+@dataclass(frozen=True)
+class Tally:
+    """What Spark read (or a table holds) for one partition of a batch."""
+
+    records: int
+    bad: int
+    min_offset: int | None
+    max_offset: int | None
+    bad_min_offset: int | None = None
+    """The first and last bad record's offsets (when Spark tallied them): the dead letters lie within."""
+    bad_max_offset: int | None = None
+
+
+def output_txn_version(table_uri: str | None, pipeline: str, store: ObjectStore | None = None) -> int | None:
+    """The highest batch id the table has committed for this pipeline (None if none, or no table)."""
+    if not table_uri:
+        return None
+    table = storage.open_table(table_uri, store)
+    return None if table is None else table.transaction_version(pipeline)
+
+
+def batch_tallies(table_uri: str | None, batch_id: int, store: ObjectStore | None = None
+                  ) -> dict[TopicPartition, Tally]:
+    """Records and offset span per partition that a table (output or dead letters) holds for one
+    batch; empty if the table does not exist."""
+    if not table_uri:
+        return {}
+    import pyarrow as pa
+    from deltalake import QueryBuilder
+
+    table = storage.open_table(table_uri, store)
+    if table is None:
+        return {}
+    reader = QueryBuilder().register("output", table).execute(
+        "SELECT kafka_topic, kafka_partition, COUNT(*) AS n, MIN(kafka_offset) AS lo, MAX(kafka_offset) AS hi "
+        f"FROM output WHERE ingest_batch_id = {int(batch_id)} GROUP BY kafka_topic, kafka_partition")
+    rows = pa.table(reader.read_all()).to_pylist()
+    return {TopicPartition(r["kafka_topic"], int(r["kafka_partition"])):
+            Tally(int(r["n"]), 0, int(r["lo"]), int(r["hi"])) for r in rows}
+
+
+def count_batch_records(table_uri: str | None, batch_id: int, store: ObjectStore | None = None
+                        ) -> dict[TopicPartition, int]:
+    """Records per partition that a table holds for one batch."""
+    return {tp: t.records for tp, t in batch_tallies(table_uri, batch_id, store).items()}
+
+
+def output_version(table_uri: str, pipeline: str, batch_id: int, store: ObjectStore | None = None,
+                   depth: int = 100) -> int | None:
+    """The output table's Delta version whose commit holds the batch (its ``userMetadata`` names the
+    pipeline and batch id, ``BatchPlan.commit_metadata``); None if none of the last ``depth`` commits
+    does (a batch that found every record already in the output commits nothing new)."""
+    table = storage.open_table(table_uri, store)
+    if table is None:
+        return None
+    for commit in table.history(depth):
+        try:
+            held = json.loads(commit.get("userMetadata") or "{}").get(METADATA_KEY) or {}
+        except (ValueError, AttributeError):
+            continue
+        if held.get("pipeline") == pipeline and held.get("batch_id") == batch_id:
+            return commit.get("version")
+    return None

@@ -1,0 +1,175 @@
+"""The ledger's rows and what they say (pure: no I/O). ``tidemark.ledger`` stores them.
+
+One row per (pipeline, batch, topic, partition). A batch's rows are appended with status
+``planned`` when its ranges are frozen, and flipped to ``committed`` (with record counts) once
+the output table holds the batch. The latest committed row per partition is the committed
+position. See docs/DESIGN.md for the protocol.
+
+The table records its schema version (ledger_migrations): reads take an older ledger as it is, the first
+write of a process migrates it, and a ledger from a newer release is refused.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from tidemark.offsets import OffsetRange, TopicPartition
+
+PLANNED = "planned"
+COMMITTED = "committed"
+KIND_BATCH = "batch"
+KIND_GAP = "gap"
+# Kinds whose committed rows move the position (backfill rows are history only).
+POSITION_KINDS = ("batch", "reset", "gap")
+# Kinds whose rows wrote records to the output.
+WRITING_KINDS = ("batch", "backfill")
+
+SCHEMA = pa.schema([
+    pa.field("pipeline", pa.string(), nullable=False),
+    pa.field("batch_id", pa.int64(), nullable=False),
+    pa.field("kind", pa.string(), nullable=False),
+    pa.field("status", pa.string(), nullable=False),
+    pa.field("topic", pa.string(), nullable=False),
+    pa.field("partition", pa.int32(), nullable=False),
+    pa.field("start_offset", pa.int64(), nullable=False),
+    pa.field("end_offset", pa.int64(), nullable=False),
+    pa.field("record_count", pa.int64()),
+    pa.field("dead_letter_count", pa.int64()),
+    pa.field("dag_run_id", pa.string()),
+    pa.field("reason", pa.string()),
+    pa.field("planned_at", pa.timestamp("us", tz="UTC")),
+    pa.field("committed_at", pa.timestamp("us", tz="UTC")),
+    # Kafka's id of the topic the range was read from (changes when a topic is deleted and
+    # recreated). Added after the first release: a schema version 1 ledger may lack it (its rows read
+    # null); migrating it to version 2 adds the column (ledger_migrations).
+    pa.field("topic_id", pa.string()),
+    # The schemas the batch decodes with (Avro values and keys from a Schema Registry:
+    # ``schemas.BatchSchemas`` as JSON), frozen with its planned rows so a retry decodes exactly as
+    # planned, registry or not.
+    # Added in schema version 3 (ledger_migrations); null for other formats and older rows.
+    pa.field("frozen_schemas", pa.string()),
+])
+# A new column, or any other change to the table's shape, is a new schema version: see ledger_migrations.
+
+
+@dataclass(frozen=True)
+class LedgerRow:
+    pipeline: str
+    batch_id: int
+    kind: str
+    status: str
+    topic: str
+    partition: int
+    start_offset: int
+    end_offset: int
+    record_count: int | None = None
+    dead_letter_count: int | None = None
+    dag_run_id: str | None = None
+    reason: str | None = None
+    planned_at: dt.datetime | None = None
+    committed_at: dt.datetime | None = None
+    topic_id: str | None = None
+    frozen_schemas: str | None = None
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+    @property
+    def range(self) -> OffsetRange:
+        return OffsetRange(self.topic, self.partition, self.start_offset, self.end_offset)
+
+
+@dataclass
+class LedgerState:
+    """What the ledger says about one pipeline (derived, pure)."""
+
+    positions: dict[TopicPartition, int] = field(default_factory=dict)
+    last_batch: dict[TopicPartition, int] = field(default_factory=dict)
+    last_batch_id: int = 0
+    pending_batch_id: int | None = None
+    pending_ranges: list[OffsetRange] = field(default_factory=list)
+    pending_owner: str | None = None
+    fingerprint: str = ""
+    high_water: dict[TopicPartition, int] = field(default_factory=dict)
+    """Per partition, the end of the highest range ever written (batches and backfills): offsets
+    below it may already be in the output, so a batch that starts below it is deduplicated."""
+    topic_ids: dict[str, str] = field(default_factory=dict)
+    """Per topic, the Kafka topic id of its newest ledger row that has one (the incarnation of the
+    topic the position refers to)."""
+    pending_schemas: str | None = None
+    """The pending batch's frozen schemas (JSON), when its format has any."""
+
+
+def derive_state(rows: list[LedgerRow]) -> LedgerState:
+    """Positions from committed rows, in batch order; the pending batch is the highest batch
+    whose rows are still ``planned``."""
+    state = LedgerState()
+    for row in sorted(rows, key=lambda r: (r.batch_id, r.topic, r.partition)):
+        state.last_batch_id = max(state.last_batch_id, row.batch_id)
+        if row.topic_id:
+            if state.topic_ids.get(row.topic, row.topic_id) != row.topic_id:
+                # A new incarnation of the topic (recreated, then reset onto): positions and written
+                # offsets of the old one number other records. Partitions the reset did not cover start
+                # from the configured start position, like new partitions.
+                for seen in (state.positions, state.last_batch, state.high_water):
+                    for tp in [tp for tp in seen if tp.topic == row.topic]:
+                        del seen[tp]
+            state.topic_ids[row.topic] = row.topic_id
+        if row.status == COMMITTED and row.kind in POSITION_KINDS:
+            state.positions[row.tp] = row.end_offset
+            state.last_batch[row.tp] = row.batch_id
+        if row.status == COMMITTED and row.kind in WRITING_KINDS:
+            state.high_water[row.tp] = max(state.high_water.get(row.tp, 0), row.end_offset)
+    pending = [r for r in rows if r.status == PLANNED]
+    if pending:
+        state.pending_batch_id = max(r.batch_id for r in pending)
+        current = [r for r in pending if r.batch_id == state.pending_batch_id]
+        state.pending_ranges = sorted(r.range for r in current)
+        state.pending_owner = current[0].dag_run_id
+        state.pending_schemas = next((r.frozen_schemas for r in current if r.frozen_schemas), None)
+    state.fingerprint = fingerprint(rows)
+    return state
+
+
+def fingerprint(rows: list[LedgerRow]) -> str:
+    """A digest of everything a run of the pipeline can change in its rows: two reads with the same
+    fingerprint saw the same pipeline state, whatever other pipelines did to the table."""
+    keys = sorted((r.batch_id, r.kind, r.status, r.topic, r.partition, r.start_offset, r.end_offset,
+                   r.dag_run_id or "") for r in rows)
+    return hashlib.sha256(repr(keys).encode()).hexdigest()
+
+
+def now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def planned_rows(pipeline: str, batch_id: int, ranges: list[OffsetRange], dag_run_id: str | None,
+                 kind: str = KIND_BATCH, reason: str | None = None,
+                 topic_ids: Mapping[str, str] | None = None, frozen_schemas: str | None = None) -> list[LedgerRow]:
+    at = now()
+    ids = topic_ids or {}
+    return [LedgerRow(pipeline, batch_id, kind, PLANNED, r.topic, r.partition, r.start, r.end,
+                      dag_run_id=dag_run_id, reason=reason, planned_at=at, topic_id=ids.get(r.topic),
+                      frozen_schemas=frozen_schemas)
+            for r in ranges]
+
+
+def gap_rows(pipeline: str, batch_id: int, gaps: list[OffsetRange], dag_run_id: str | None,
+             topic_ids: Mapping[str, str] | None = None) -> list[LedgerRow]:
+    """Committed ``gap`` rows: offsets deleted by retention before they were read, skipped under
+    ``on_data_loss: skip``. They move the position to the end of the gap and hold no records."""
+    at = now()
+    ids = topic_ids or {}
+    return [LedgerRow(pipeline, batch_id, KIND_GAP, COMMITTED, g.topic, g.partition, g.start, g.end,
+                      record_count=0, dead_letter_count=0, dag_run_id=dag_run_id,
+                      reason=f"offsets [{g.start}, {g.end}) deleted by retention before they were ingested "
+                             f"(on_data_loss: skip)", planned_at=at, committed_at=at, topic_id=ids.get(g.topic))
+            for g in gaps]
+
+

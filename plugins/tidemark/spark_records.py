@@ -1,0 +1,172 @@
+"""The rows of a batch, shaped in Spark from what the Kafka source read: Kafka's metadata columns, the
+value parsed (JSON with a declared schema, Avro with the batch's frozen schemas, or raw bytes) and, for
+each bad record, why it is bad (the ``error`` column; null for a good one). Functions take DataFrames;
+pyspark is imported lazily so the rest of the core never needs a JVM."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import TYPE_CHECKING
+
+from tidemark.records import RecordFormat
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+
+_CORRUPT = "__tidemark_corrupt"
+"""The field ``from_json`` fills with the text of a value it could not parse whole."""
+
+
+def _json_error(text: Column, parsed: Column, fmt: RecordFormat) -> Column:
+    """Why a JSON value is bad, null when it is good. ``from_json`` parses every value once; only a
+    value that looks bad (not an object, a field it could not convert, a required field missing)
+    goes through the checks that say why (``_json_errors``, which parse it again per field)."""
+    from pyspark.sql import functions as F
+
+    suspicious = parsed.isNull() | parsed[_CORRUPT].isNotNull() | ~F.ltrim(text).startswith("{")
+    for f in fmt.fields:
+        if f.required:
+            suspicious = suspicious | parsed[f.name].isNull()
+    # Each check appears once, inside its own conditional branch: an expression that also appeared where it
+    # is always evaluated would be hoisted by Spark's subexpression elimination and computed for every row.
+    why = F.concat_ws("; ", *(F.when(suspicious, check) for check in _json_errors(text, parsed, fmt)))
+    return F.when(why != "", why)
+
+
+def _json_errors(text: Column, parsed: Column, fmt: RecordFormat) -> list[Column]:
+    from pyspark.sql import functions as F
+
+    errors = [F.when(F.get_json_object(text, "$").isNull() | ~F.ltrim(text).startswith("{"),
+                     F.lit("value is not a JSON object"))]
+    for f in fmt.fields:
+        present = F.get_json_object(text, f"$.{f.name}").isNotNull()
+        errors.append(F.when(present & parsed[f.name].isNull(), F.lit(f"field '{f.name}': not a valid {f.type}")))
+        if f.required:
+            errors.append(F.when(~present, F.lit(f"missing required field '{f.name}'")))
+    return errors
+
+
+_DECODED = "__tidemark_decoded"
+"""A field added (with a default) to the Avro reader schema: true in every record that decoded, null
+when ``from_avro`` (PERMISSIVE) failed, which it reports as a struct of nulls, not as a null."""
+
+
+def _schema_id(column: str) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.conv(F.hex(F.substring(column, 2, 4)), 16, 10).cast("long")
+
+
+def _avro_decoded(frozen: dict, column: str = "value") -> Column:
+    """The value (or key) decoded with the writer schema of its own schema id, resolved into the
+    reader schema (Spark's ``from_avro`` with ``avroSchema``): one branch per readable id. A record
+    reader schema gets the ``_DECODED`` marker field."""
+    import json
+
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import from_avro
+
+    reader = json.loads(frozen["reader"])
+    if isinstance(reader, dict) and reader.get("type") == "record":
+        reader["fields"] = [*reader["fields"], {"name": _DECODED, "type": "boolean", "default": True}]
+    options = {"mode": "PERMISSIVE", "avroSchema": json.dumps(reader)}
+    body, schema_id = F.expr(f"substring({column}, 6)"), _schema_id(column)
+    decoded = None
+    for sid, writer in sorted(frozen["writers"].items()):
+        branch = from_avro(body, writer, options)
+        decoded = (F.when(schema_id == int(sid), branch) if decoded is None
+                   else decoded.when(schema_id == int(sid), branch))
+    return decoded if decoded is not None else F.lit(None)
+
+
+def _avro_error(frozen: dict, column: str = "value", parsed: str = "_parsed") -> Column:
+    """Why an Avro value (or key) is bad (null when it is good), checked in order: the header, the
+    schema id (frozen at plan time: unknown, or not readable into the reader schema), then the body.
+    A null key is no error (records without a key); a null value is (a tombstone)."""
+    import json
+
+    from pyspark.sql import functions as F
+
+    size, schema_id = F.octet_length(column), _schema_id(column)
+    magic = F.conv(F.hex(F.substring(column, 1, 1)), 16, 10)
+    label = "" if column == "value" else f"{column}: "
+    if column == "value":
+        error = F.when(F.col(column).isNull(), F.lit("value is null (a tombstone), not an Avro record"))
+    else:
+        error = F.when(F.col(column).isNull(), F.lit(None).cast("string"))
+    error = (error.when(size < 5, F.concat(F.lit(f"{label}value of "), size.cast("string"),
+                                           F.lit(" bytes is shorter than the 5-byte Confluent header")))
+             .when(magic != "0", F.concat(F.lit(f"{label}magic byte is "), magic,
+                                          F.lit(", not 0: not the Confluent wire format"))))
+    for sid, reason in sorted(frozen["unreadable"].items()):
+        error = error.when(schema_id == int(sid), F.lit(label + reason))
+    known = [int(sid) for sid in frozen["writers"]]
+    error = error.when(~schema_id.isin(known) if known else F.lit(True), F.concat(
+        F.lit(f"{label}schema id "), schema_id.cast("string"),
+        F.lit(f" is not a version of subject '{frozen['subject']}' in the Schema Registry (as of plan time)")))
+    reader = json.loads(frozen["reader"])
+    failed = (F.col(parsed)[_DECODED].isNull() if isinstance(reader, dict) and reader.get("type") == "record"
+              else F.col(parsed).isNull())  # a primitive reader: null means the body did not decode
+    return error.when(failed, F.concat(
+        F.lit(f"{label}the Avro body does not decode with schema id "), schema_id.cast("string")))
+
+
+def _without_marker(column: Column, frozen: dict) -> Column:
+    """A decoded record without the ``_DECODED`` marker field."""
+    import json
+
+    reader = json.loads(frozen["reader"])
+    if not (isinstance(reader, dict) and reader.get("type") == "record"):
+        return column
+    return column.dropFields(_DECODED)
+
+
+def to_rows(raw: DataFrame, fmt: RecordFormat, batch_id: int, ingested_at: dt.datetime) -> DataFrame:
+    """Kafka rows -> the contract's ``kafka_*`` columns, the raw ``value``, the parsed payload
+    fields (JSON), the batch columns, and ``error``: null for a good record, else why it is bad."""
+    from pyspark.sql import functions as F
+
+    rows = raw.select(
+        F.col("topic").alias("kafka_topic"),
+        F.col("partition").alias("kafka_partition"),
+        F.col("offset").alias("kafka_offset"),
+        F.col("timestamp").alias("kafka_timestamp"),
+        F.col("key").alias("kafka_key"),
+        F.col("headers").alias("kafka_headers"),
+        F.col("value"),
+        F.lit(batch_id).cast("long").alias("ingest_batch_id"),
+        F.lit(ingested_at).cast("timestamp").alias("ingested_at"),
+    )
+    errors: list[Column] = []
+    if fmt.max_value_bytes is not None:
+        size = F.coalesce(F.octet_length("value"), F.lit(0))
+        errors.append(F.when(size > fmt.max_value_bytes, F.concat(
+            F.lit("value of "), size.cast("string"), F.lit(f" bytes exceeds max_value_bytes ({fmt.max_value_bytes})"))))
+    fields: dict[str, Column] = {}
+    if fmt.value_format == "json":
+        text = F.col("value").cast("string")
+        rows = rows.withColumn("_parsed", F.from_json(text, f"{fmt.spark_ddl()}, `{_CORRUPT}` string", {
+            "mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT, "allowNonNumericNumbers": "false"}))
+        errors.append(_json_error(text, F.col("_parsed"), fmt))
+    elif fmt.value_format == "avro":
+        rows = rows.withColumn("_parsed", _avro_decoded(fmt.avro or {}))
+        errors.append(_avro_error(fmt.avro or {}))
+    if fmt.value_format != "raw":
+        fields = {f.name: F.col("_parsed")[f.name] for f in fmt.fields}
+    if fmt.key_avro:
+        rows = rows.withColumn("_key", _avro_decoded(fmt.key_avro, "kafka_key"))
+        errors.append(_avro_error(fmt.key_avro, "kafka_key", "_key"))
+        fields = {"key": _without_marker(F.col("_key"), fmt.key_avro), **fields}
+    for name, column_type in fmt.casts.items():  # schema_changes: lenient: a field whose type changed
+        cast = fields[name].try_cast(column_type)
+        errors.append(F.when(fields[name].isNotNull() & cast.isNull(), F.lit(
+            f"field '{name}': value does not fit the output column's type {column_type}")))
+        fields[name] = cast
+    if errors:
+        message = F.concat_ws("; ", *errors)
+        error = F.when(message == "", F.lit(None).cast("string")).otherwise(message).alias("error")
+    else:
+        error = F.lit(None).cast("string").alias("error")
+    kept = [c for c in rows.columns if c not in ("_parsed", "_key")]
+    return rows.select(*kept, *[c.alias(n) for n, c in fields.items()], error)

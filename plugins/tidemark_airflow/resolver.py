@@ -1,0 +1,44 @@
+"""Airflow's side of the connection lookup: a ``ConnectionResolver`` on ``BaseHook.get_connection``
+(secrets backends, the metadata DB, ``AIRFLOW_CONN_*``) that registers credentials with Airflow's
+secrets masker, and ``open_run``, the Airflow adapters' one way to a ``tidemark.run.PipelineRun``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from tidemark.config import PipelineConfig
+from tidemark.connections import Connection
+from tidemark.errors import ConfigError
+from tidemark.run import PipelineRun
+
+
+class AirflowConnectionResolver:
+    """Connections as Airflow resolves them."""
+
+    def get(self, conn_id: str, pipeline: str | None = None) -> Connection:
+        from airflow.sdk import BaseHook
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        try:
+            conn = BaseHook.get_connection(conn_id)
+        except AirflowNotFoundException:
+            raise ConfigError(f"Airflow connection '{conn_id}' is not defined; create it (UI: Admin -> "
+                              f"Connections) or set AIRFLOW_CONN_{conn_id.upper()}", pipeline=pipeline) from None
+        return Connection(conn_id, conn.conn_type, conn.host, conn.port, conn.login, conn.password,
+                          conn.extra_dejson or {})
+
+    def mask(self, secrets: Iterable[str]) -> None:
+        """Airflow masks a connection's password and secret-sounding extra fields on its own, but not
+        a ``sasl.jaas.config`` (nor the password inside it)."""
+        from airflow.sdk.log import mask_secret
+
+        for secret in secrets:
+            mask_secret(secret)
+
+
+RESOLVER = AirflowConnectionResolver()
+
+
+def open_run(pipeline: str | PipelineConfig) -> PipelineRun:
+    """The pipeline's run, its connections read through Airflow."""
+    return PipelineRun.open(pipeline, RESOLVER)

@@ -1,0 +1,35 @@
+"""The shape the product's code keeps (issue 23): no module in plugins/ over 400 lines, no function over
+60 lines, so that each stays readable in one sitting. A longer one is listed here with the reason."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PLUGINS = Path(__file__).resolve().parents[2] / "plugins"
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+LONGER_FUNCTIONS: dict[str, str] = {}
+"""``module:function`` -> why it is longer than MAX_FUNCTION_LINES."""
+
+
+def _modules() -> list[Path]:
+    return sorted(PLUGINS.rglob("*.py"))
+
+
+def test_no_module_is_over_400_lines():
+    long = {str(p.relative_to(PLUGINS)): n for p in _modules() if (n := len(p.read_text().splitlines()))
+            > MAX_MODULE_LINES}
+    assert long == {}, f"split these modules (lines): {long}"
+
+
+def test_no_function_is_over_60_lines():
+    long = {}
+    for path in _modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = node.end_lineno - node.lineno + 1
+                name = f"{path.relative_to(PLUGINS)}:{node.name}"
+                if lines > MAX_FUNCTION_LINES and name not in LONGER_FUNCTIONS:
+                    long[name] = lines
+    assert long == {}, f"shorten these functions (lines), or list them with a reason: {long}"
