@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export KAFKA_PORT ?= 9092
 
 .DEFAULT_GOAL := help
-.PHONY: help setup venv jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down storage-up storage-down registry-up registry-down demo test test-unit lint soak bench bench-s3 bench-skew bench-scale bench-profile bench-json bench-avro bench-small bench-page connect-up connect-down airflow airflow-down browser lock clean
+.PHONY: help setup venv jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down storage-up storage-down registry-up registry-down demo test test-unit lint soak bench bench-s3 bench-skew bench-scale bench-profile bench-json bench-avro bench-small bench-page connect-up connect-down airflow airflow-down browser redis lock clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -72,7 +72,10 @@ demo: setup ## set everything up and run the demo pipeline end to end through Ai
 browser: ## Debian's chromium and chromedriver for the browser tests (apt-get, when missing)
 	scripts/browser.sh
 
-test: setup browser ## set everything up, start the broker, run unit, integration, e2e and browser tests
+redis: ## Debian's redis-server, the Celery broker of `make airflow EXECUTOR=celery` and its tests (apt-get, when missing)
+	scripts/redis.sh install
+
+test: setup browser redis ## set everything up, start the broker, run unit, integration, e2e and browser tests
 	scripts/test.sh
 
 test-unit: venv ## fast tests that need no service: unit tests and the DAG-integrity tests
@@ -112,10 +115,11 @@ bench-small: setup ## a 10,000-record batch (BENCH_SMALL_RECORDS) by spark-submi
 bench-page: setup ## the Tidemark page's response time as the ledger grows to 10,000 batches; bench/results/console.json
 	scripts/with_broker.sh bench $${BENCH_KAFKA_PORT:-19292} .venv/bin/python -m bench.console
 
-airflow: setup ## a real local Airflow 3 on PostgreSQL (api-server, scheduler, dag-processor, triggerer) with the broker and the demo pipeline; prints the URL and the login
-	scripts/airflow.sh up
+EXECUTOR ?= local
+airflow: setup ## a real local Airflow 3 on PostgreSQL (api-server, scheduler, dag-processor, triggerer) with the broker and the demo pipeline; prints the URL and the login. EXECUTOR=celery: the CeleryExecutor, Redis and two Celery workers
+	EXECUTOR=$(EXECUTOR) scripts/airflow.sh up
 
-airflow-down: ## stop what `make airflow` started (Airflow's services, PostgreSQL, the broker if it started it)
+airflow-down: ## stop what `make airflow` started (Airflow's services, Celery workers and Redis, PostgreSQL, the broker if it started it)
 	scripts/airflow.sh down
 
 lock: ## re-resolve requirements.txt into requirements.lock in a scratch venv
