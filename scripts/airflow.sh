@@ -2,13 +2,22 @@
 # `make airflow` / `make airflow-down`: a real local Airflow 3 — api-server, scheduler (LocalExecutor),
 # dag-processor and triggerer — on a private PostgreSQL (scripts/postgres.sh), with the Kafka broker,
 # the demo pipeline (dags/pipelines) and the Tidemark page. Scheduled runs are the scheduler's.
-#   scripts/airflow.sh up | down | status
+# EXECUTOR=celery (`make airflow EXECUTOR=celery`): the CeleryExecutor instead, with Redis as its broker
+# (scripts/redis.sh) and CELERY_WORKERS (2) Celery workers, each with a folder and an AIRFLOW_HOME of its own
+# ($AIRFLOW_LOCAL_HOME/workers/worker-<i>: its env.sh, task logs, temporary files, pid and log), sharing
+# nothing with the others but PostgreSQL, Kafka and the lake.
+#   scripts/airflow.sh up | down | status | worker-up I | worker-down I
+# `worker-up I` / `worker-down I` start and stop Celery worker I alone (`worker-up` passes its caller's
+# environment on to that worker only).
 # Environment: AIRFLOW_PORT (8080), PG_PORT (5433), KAFKA_PORT (9092; a broker already listening there
 # is used as it is, else scripts/kafka.sh starts one), AIRFLOW_LOCAL_HOME (.cache/airflow-local: config,
 # logs, pids, the logins), AIRFLOW_USER (admin; the login `up` prints, with Airflow's admin role),
 # AIRFLOW_VIEWERS (more logins, space-separated, with the viewer role: they see, never trigger), and
 # everything scripts/env.sh reads (lake, pipelines). Each login's password is generated once and kept in
-# $AIRFLOW_LOCAL_HOME/passwords.json; `up` prints the admin's.
+# $AIRFLOW_LOCAL_HOME/passwords.json; `up` prints the admin's. With EXECUTOR=celery also: REDIS_PORT (6380),
+# REDIS_HOME ($AIRFLOW_LOCAL_HOME/redis), CELERY_WORKER_CONCURRENCY (1 task at a time per worker),
+# CELERY_LOG_PORT (8793: worker i serves its task logs on CELERY_LOG_PORT+i-1; the UI asks the first).
+# `down` stops whatever `up` started, whichever executor it ran.
 # `source $AIRFLOW_LOCAL_HOME/env.sh` points the `airflow` and `tidemark` CLIs at this Airflow.
 set -euo pipefail
 source "$(dirname "$0")/lib/service.sh"
@@ -24,6 +33,16 @@ for viewer in ${AIRFLOW_VIEWERS:-}; do users+=",$viewer:viewer"; done
 services=(api-server scheduler dag-processor triggerer)
 pids=$AIRFLOW_HOME/pids
 logs=$AIRFLOW_HOME/logs/services
+executor=${EXECUTOR:-local}
+case $executor in
+  local|LocalExecutor) executor=LocalExecutor ;;
+  celery|CeleryExecutor) executor=CeleryExecutor ;;
+  *) echo "airflow: EXECUTOR=$executor is not an executor of this stack; use local (the default) or celery" >&2; exit 2 ;;
+esac
+export REDIS_PORT=${REDIS_PORT:-6380}
+export REDIS_HOME=${REDIS_HOME:-$AIRFLOW_HOME/redis}
+workers_home=$AIRFLOW_HOME/workers
+log_port=${CELERY_LOG_PORT:-8793}
 service=airflow logfile=$logs sessions=1  # each service with its task processes in a process group
 
 write_env() {  # the one environment every service and CLI call of this Airflow shares
@@ -52,7 +71,7 @@ export KAFKA_PORT="$KAFKA_PORT"
 export TIDEMARK_LAKE_ROOT="$TIDEMARK_LAKE_ROOT"
 export TIDEMARK_PIPELINES_DIR="$TIDEMARK_PIPELINES_DIR"
 export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="$(scripts/postgres.sh url)"
-export AIRFLOW__CORE__EXECUTOR=LocalExecutor
+export AIRFLOW__CORE__EXECUTOR=$executor
 export AIRFLOW__CORE__PARALLELISM=4
 # A task's calls to the execution API wait up to 30 s (Airflow's default is 5 s): on a small machine the
 # api-server shares its cores with Spark jobs.
@@ -64,6 +83,28 @@ export AIRFLOW__API__PORT="$port"
 export AIRFLOW__API__BASE_URL="http://127.0.0.1:$port"
 export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="$users"
 export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE="$AIRFLOW_HOME/passwords.json"
+ENV
+  if [ "$executor" = CeleryExecutor ]; then
+    cat >>"$AIRFLOW_HOME/env.sh" <<ENV
+export AIRFLOW__CELERY__BROKER_URL="$(scripts/redis.sh url)"
+export AIRFLOW__CELERY__WORKER_CONCURRENCY="${CELERY_WORKER_CONCURRENCY:-1}"
+export AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT="$log_port"
+ENV
+  fi
+}
+
+worker_home() { echo "$workers_home/worker-$1"; }
+
+write_worker_env() {  # write_worker_env I: worker I's own copy of the settings, with its own home and temp folder
+  local home; home=$(worker_home "$1")
+  mkdir -p "$home/tmp" "$home/logs"
+  (umask 077 && cp "$AIRFLOW_HOME/secrets.env" "$home/secrets.env")  # its log server checks the UI's tokens
+  sed -e "s|^source \"$AIRFLOW_HOME/secrets.env\"|source \"$home/secrets.env\"|" \
+      -e "s|^export AIRFLOW_HOME=.*|export AIRFLOW_HOME=\"$home\"|" "$AIRFLOW_HOME/env.sh" >"$home/env.sh"
+  cat >>"$home/env.sh" <<ENV
+# Celery worker $1: its task logs, temporary files (TMPDIR) and log server port are its own.
+export TMPDIR="$home/tmp"
+export AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT="$((log_port + $1 - 1))"
 ENV
 }
 
@@ -88,6 +129,29 @@ start() {  # a service, unless it runs; either way a member whose exit fails `up
   service_launch "$root" airflow "${args[@]}"
 }
 
+worker_up() {  # worker_up I: start Celery worker I (unless it runs) and wait until it takes tasks
+  local home pidfile logfile; home=$(worker_home "$1")
+  pidfile=$home/worker.pid logfile=$home/worker.log
+  members+=("$pidfile:$logfile")
+  if ! service_alive; then
+    write_worker_env "$1"
+    service_launch "$home" bash -c "source '$home/env.sh' && exec airflow celery worker \
+      --celery-hostname 'worker-$1@%h' --without-mingle --without-gossip"
+  fi
+  where="from Celery worker $1 (a 'ready' line in $logfile)" service_wait_ready 180 grep -q " ready\." "$logfile"
+}
+
+cmd_worker_up() {
+  [ -f "$AIRFLOW_HOME/env.sh" ] || { echo "airflow: no stack in $AIRFLOW_HOME; run 'make airflow EXECUTOR=celery'" >&2; exit 1; }
+  worker_up "${1:?usage: $0 worker-up I}"
+  echo "airflow: Celery worker $1 running (AIRFLOW_HOME $(worker_home "$1"))"
+}
+
+cmd_worker_down() {
+  service_stop "$(worker_home "${1:?usage: $0 worker-down I}")/worker.pid" || true
+  echo "airflow: Celery worker $1 stopped"
+}
+
 cmd_up() {
   local started=$SECONDS
   if service_listening "$KAFKA_PORT"; then
@@ -97,6 +161,10 @@ cmd_up() {
     mkdir -p "$AIRFLOW_HOME" && touch "$AIRFLOW_HOME/.started-kafka"
   fi
   scripts/postgres.sh up
+  if [ "$executor" = CeleryExecutor ]; then
+    scripts/redis.sh up
+    mkdir -p "$AIRFLOW_HOME" && echo "$REDIS_PORT $REDIS_HOME" >"$AIRFLOW_HOME/.started-redis"
+  fi
   write_env
   source "$AIRFLOW_HOME/env.sh"
   airflow db migrate >"$AIRFLOW_HOME/migrate.log" 2>&1 \
@@ -128,6 +196,10 @@ PY
   start triggerer
   where="(a healthy metadata DB and scheduler) at http://127.0.0.1:$port/api/v2/monitor/health" \
     service_wait_ready 240 healthy
+  local i workers=""
+  if [ "$executor" = CeleryExecutor ]; then
+    for i in $(seq 1 "${CELERY_WORKERS:-2}"); do worker_up "$i"; workers+=" worker-$i"; done
+  fi
   local password
   password=$(python -c 'import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' \
     "$AIRFLOW_HOME/passwords.json" "$user")
@@ -135,6 +207,7 @@ PY
 airflow: up in $((SECONDS - started)) s on PostgreSQL ($(scripts/postgres.sh url | sed 's/:[^:@]*@/:***@/'))
   UI:        http://127.0.0.1:$port   (Tidemark page: http://127.0.0.1:$port/plugin/tidemark)
   login:     $user / $password
+  executor:  $executor${workers:+ (Celery workers:$workers, each in $workers_home/<name>; broker $(scripts/redis.sh url))}
   services:  ${services[*]} (logs in $logs)
   CLI:       source $AIRFLOW_HOME/env.sh
   stop:      make airflow-down
@@ -144,7 +217,13 @@ EOF
 cmd_down() {
   local files=() name
   for name in "${services[@]}"; do files+=("$pids/$name.pid"); done
+  files+=("$workers_home"/*/worker.pid)
   service_stop "${files[@]}" || true
+  if [ -f "$AIRFLOW_HOME/.started-redis" ]; then
+    read -r REDIS_PORT REDIS_HOME <"$AIRFLOW_HOME/.started-redis"
+    REDIS_PORT=$REDIS_PORT REDIS_HOME=$REDIS_HOME scripts/redis.sh down
+    rm -f "$AIRFLOW_HOME/.started-redis"
+  fi
   scripts/postgres.sh down
   if [ -f "$AIRFLOW_HOME/.started-kafka" ]; then
     scripts/kafka.sh down
@@ -159,8 +238,17 @@ cmd_status() {
     if service_alive "$pids/$name.pid"; then echo "$name: running (pid $(service_pid "$pids/$name.pid"))"
     else echo "$name: stopped"; code=1; fi
   done
+  for name in "$workers_home"/*/worker.pid; do
+    [ -f "$name" ] || continue
+    if service_alive "$name"; then echo "celery $(basename "$(dirname "$name")"): running (pid $(service_pid "$name"))"
+    else echo "celery $(basename "$(dirname "$name")"): stopped"; code=1; fi
+  done
   scripts/postgres.sh status || code=1
+  if [ -f "$AIRFLOW_HOME/.started-redis" ]; then
+    read -r REDIS_PORT REDIS_HOME <"$AIRFLOW_HOME/.started-redis"
+    REDIS_PORT=$REDIS_PORT REDIS_HOME=$REDIS_HOME scripts/redis.sh status || code=1
+  fi
   return $code
 }
 
-service_main "up|down|status" "$@"
+service_main "up|down|status|worker-up I|worker-down I" "$@"

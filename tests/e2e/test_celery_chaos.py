@@ -1,0 +1,306 @@
+"""`make airflow EXECUTOR=celery` (scripts/airflow.sh, scripts/redis.sh) and chaos on it: the stack with the
+CeleryExecutor, Redis as Celery's broker and two Celery workers, each with its own folder and AIRFLOW_HOME
+(task logs, temporary files), sharing nothing but PostgreSQL, Kafka and the lake (the run's local S3 server).
+
+Started once for the module, with the ingest jobs on the warm path (the run's Spark Connect server). A worker
+to be hit mid-task is restarted with ``TIDEMARK_PAUSE_AT`` (tidemark.crash) in its environment only: its
+ingest job stops itself (SIGSTOP) at that point, so the fault lands there every time.
+
+- A worker killed -9 (its whole process tree, as when its host dies) while its ingest job is stopped after
+  the dead letters: the scheduler finds the task without a heartbeat and retries it; the retry runs on the
+  other worker, whose folder the plan task never wrote to, and commits the batch once.
+- PostgreSQL (the metadata DB) restarted while a run's ingest job is stopped after its output commit: the
+  run goes on (or fails), the ledger stays right, and the next run is exactly once.
+
+Exactly once is read from the output table (delta-rs) and compared with what was produced; which worker ran
+which task is read from the workers' own log folders and printed."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from tests import helpers
+from tests.e2e.conftest import ROOT
+from tidemark import crash, storage
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+SCRIPT = ROOT / "scripts" / "airflow.sh"
+WORKERS = (1, 2)
+# The scheduler fails a task whose supervisor has not heartbeaten for this long (Airflow's default: 300 s).
+HEARTBEAT_TIMEOUT_S = 30
+
+
+class CeleryAirflow:
+    """The running stack: its REST API, its scripts and its two Celery workers' folders and processes."""
+
+    def __init__(self, env: dict[str, str], home: Path, url: str, login: tuple[str, str], lake: str,
+                 pipelines: dict[str, str]):
+        self.env, self.home, self.url, self.lake, self.pipelines = env, home, url, lake, pipelines
+        self.user, self.password = login
+        self.token: str | None = None
+
+    def script(self, *args: str, **extra: str) -> str:
+        result = subprocess.run([str(SCRIPT), *args], env={**self.env, **extra}, capture_output=True, text=True,
+                                timeout=400)
+        assert result.returncode == 0, \
+            f"airflow.sh {' '.join(args)} failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
+        return result.stdout
+
+    def shell(self, command: str) -> str:
+        result = subprocess.run(["bash", "-c", f"source {self.home}/env.sh && {command}"], env=self.env,
+                                capture_output=True, text=True, timeout=180)
+        assert result.returncode == 0, f"{command} failed:\n{result.stdout[-2000:]}{result.stderr[-2000:]}"
+        return result.stdout
+
+    def tidemark(self, *args: str):
+        return json.loads(self.shell(" ".join(["tidemark", *args, "--json"])))
+
+    def api(self, method: str, path: str, **kwargs):
+        import httpx
+
+        if self.token is None:
+            login = httpx.post(f"{self.url}/auth/token", json={"username": self.user, "password": self.password},
+                               timeout=30)
+            assert login.status_code == 201, login.text
+            self.token = login.json()["access_token"]
+        response = httpx.request(method, f"{self.url}/api/v2{path}", timeout=30,
+                                 headers={"Authorization": f"Bearer {self.token}"}, **kwargs)
+        assert response.status_code < 300, f"{method} {path}: {response.status_code} {response.text[:500]}"
+        return response.json()
+
+    def logs(self) -> str:
+        """The end of every service's and worker's log: what a failed wait shows."""
+        files = [*sorted((self.home / "logs" / "services").glob("*.log")),
+                 *(self.worker_home(i) / "worker.log" for i in WORKERS)]
+        return "\n".join(f"--- {p}\n{p.read_text()[-1500:]}" for p in files if p.exists())
+
+    def wait_for(self, what: str, check, timeout: float = 300):
+        return helpers.wait_until(check, timeout, lambda: f"{what}\n{self.logs()}", interval=1)
+
+    def trigger(self, pipeline: str) -> str:
+        dag_id = f"tidemark_ingest__{pipeline}"
+        self.wait_for(f"the DAG {dag_id} parsed", lambda: self.api("GET", f"/dags/{dag_id}"))
+        return self.api("POST", f"/dags/{dag_id}/dagRuns", json={"logical_date": None})["dag_run_id"]
+
+    def finished_run(self, pipeline: str, run_id: str, timeout: float = 400) -> dict:
+        def done():
+            run = self.api("GET", f"/dags/tidemark_ingest__{pipeline}/dagRuns/{run_id}")
+            return run if run["state"] in ("success", "failed") else None
+        return self.wait_for(f"run {run_id} of {pipeline} to finish", done, timeout)
+
+    def worker_home(self, worker: int) -> Path:
+        return self.home / "workers" / f"worker-{worker}"
+
+    def ran_on(self, pipeline: str, run_id: str, task: str, attempt: int) -> list[str]:
+        """The workers whose own log folder holds this attempt's task log: the worker that ran it."""
+        relative = Path(f"dag_id=tidemark_ingest__{pipeline}", f"run_id={run_id}", f"task_id={task}",
+                        f"attempt={attempt}.log")
+        return [f"worker-{i}" for i in WORKERS if (self.worker_home(i) / "logs" / relative).exists()]
+
+    def processes(self, worker: int) -> list[psutil.Process]:
+        """Every process of the worker's session: the Celery worker, its pool, task supervisors, tasks, jobs."""
+        try:
+            leader = int((self.worker_home(worker) / "worker.pid").read_text())
+        except (OSError, ValueError):
+            return []
+        found = []
+        for process in psutil.process_iter():
+            try:
+                if os.getsid(process.pid) == leader:
+                    found.append(process)
+            except (ProcessLookupError, PermissionError):
+                pass
+        return found
+
+    def stopped_job(self, worker: int) -> psutil.Process | None:
+        """The worker's ingest job once it has stopped itself at TIDEMARK_PAUSE_AT."""
+        for process in self.processes(worker):
+            try:
+                if any("tidemark_spark/ingest.py" in a for a in process.cmdline()) and \
+                        process.status() == psutil.STATUS_STOPPED:
+                    return process
+            except psutil.NoSuchProcess:
+                pass
+        return None
+
+    def kill_worker(self, worker: int) -> None:
+        """kill -9 of the worker's every process, as if its host died: no warm shutdown, no task requeued."""
+        def gone():
+            for process in self.processes(worker):
+                try:
+                    process.kill()
+                except psutil.NoSuchProcess:
+                    pass
+            return not self.processes(worker)
+        helpers.wait_until(gone, 30, f"the processes of Celery worker {worker} to die")
+
+
+def exactly_once(airflow: CeleryAirflow, pipeline: str, produced: Counter) -> dict:
+    """Records, duplicates and missing ones in the output table against what was produced; and the ledger."""
+    rows = helpers.query(storage.delta_rs_uri(f"{airflow.lake}/{pipeline}"),
+                         "SELECT kafka_partition AS p, COUNT(*) AS n, COUNT(DISTINCT kafka_offset) AS d, "
+                         "MIN(kafka_offset) AS lo, MAX(kafka_offset) AS hi FROM t GROUP BY kafka_partition")
+    records = sum(r["n"] for r in rows)
+    duplicates = sum(r["n"] - r["d"] for r in rows)
+    found = {r["p"]: r["d"] for r in rows if r["lo"] == 0 and r["hi"] == r["d"] - 1}  # offsets 0..d-1, no hole
+    missing = sum(n - found.get(p, 0) for p, n in produced.items())
+    committed = {o["partition"]: o["committed_offset"]
+                 for o in airflow.tidemark("offsets", "show", pipeline)}
+    return {"records": records, "duplicates": duplicates, "missing": missing, "committed": committed}
+
+
+def write_pipeline(folder: Path, name: str, retries: int) -> None:
+    helpers.create_topic(name, partitions=2)
+    (folder / f"{name}.yaml").write_text(yaml.safe_dump({
+        "name": name, "topics": [name], "table": name, "schedule": None, "retries": retries,
+        "retry_delay_seconds": 1}))
+
+
+@pytest.fixture(scope="module")
+def celery_airflow(tmp_path_factory, kafka_bootstrap, spark_connect):
+    base = tmp_path_factory.mktemp("celery_airflow")
+    pipelines, home = base / "pipelines", base / "home"
+    pipelines.mkdir()
+    suffix = uuid.uuid4().hex[:8]
+    names = {"kill": f"cel_kill_{suffix}", "pg": f"cel_pg_{suffix}"}
+    for case, name in names.items():
+        write_pipeline(pipelines, name, retries=0 if case == "pg" else 1)
+    lake = helpers.s3_lake(f"celery-{suffix}")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "TIDEMARK_"))}
+    # PostgreSQL runs as 'nobody' when the tests run as root: a folder every user can traverse
+    pg_home = Path(tempfile.mkdtemp(prefix=f"tidemark-postgres-{suffix}-"))
+    pg_home.chmod(0o755)
+    log_port = helpers.free_port()
+    while not all(_port_free(log_port + i) for i in range(len(WORKERS))):
+        log_port = helpers.free_port()
+    env.update(EXECUTOR="celery", AIRFLOW_LOCAL_HOME=str(home), PG_HOME=str(pg_home),
+               AIRFLOW_PORT=str(helpers.free_port()), PG_PORT=str(helpers.free_port()),
+               REDIS_PORT=str(helpers.free_port()), CELERY_LOG_PORT=str(log_port),
+               KAFKA_PORT=os.environ["KAFKA_PORT"], TIDEMARK_LAKE_ROOT=lake, TIDEMARK_PIPELINES_DIR=str(pipelines),
+               TIDEMARK_JAR_CACHE=os.environ.get("TIDEMARK_JAR_CACHE", str(ROOT / ".cache" / "jars")),
+               AIRFLOW_CONN_SPARK_DEFAULT=helpers.spark_connect_connection(spark_connect),
+               AIRFLOW_CONN_AWS_DEFAULT=helpers.aws_connection(),
+               AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT=str(HEARTBEAT_TIMEOUT_S),
+               AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL="5")
+    started = time.monotonic()
+    up = subprocess.run([str(SCRIPT), "up"], env=env, capture_output=True, text=True, timeout=600)
+    try:
+        assert up.returncode == 0, f"scripts/airflow.sh up failed:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}"
+        url = re.search(r"UI:\s+(\S+)", up.stdout).group(1)
+        user, password = re.search(r"login:\s+(\S+) / (\S+)", up.stdout).groups()
+        print(f"make airflow EXECUTOR=celery: up in {time.monotonic() - started:.0f} s\n{up.stdout}")
+        yield CeleryAirflow(env, home, url, (user, password), lake, names)
+    finally:
+        down = subprocess.run([str(SCRIPT), "down"], env=env, capture_output=True, text=True, timeout=300)
+        assert down.returncode == 0, down.stderr
+        assert "airflow: stopped" in down.stdout
+        left = [subprocess.run(["pgrep", "-f", str(path)], capture_output=True, text=True).stdout.split()
+                for path in (home, pg_home)]
+        assert left == [[], []], f"processes left running after `airflow.sh down`: {left}"
+        shutil.rmtree(pg_home, ignore_errors=True)
+
+
+def _port_free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def run_on_workers(airflow: CeleryAirflow, pipeline: str, run_id: str, attempts: dict[str, int]) -> dict[str, list]:
+    """Which worker ran each attempt of the run's tasks (printed: the module's log says it)."""
+    where = {f"{task}#{attempt}": airflow.ran_on(pipeline, run_id, task, attempt)
+             for task, last in attempts.items() for attempt in range(1, last + 1)}
+    print(f"{pipeline} {run_id}: " + ", ".join(f"{key} on {', '.join(w) or 'no worker'}" for key, w in where.items()))
+    return where
+
+
+def tries(airflow: CeleryAirflow, pipeline: str, run_id: str) -> dict[str, int]:
+    instances = airflow.api("GET", f"/dags/tidemark_ingest__{pipeline}/dagRuns/{run_id}/taskInstances")
+    return {t["task_id"]: t["try_number"] for t in instances["task_instances"]}
+
+
+def test_a_worker_killed_mid_ingest_its_task_is_retried_on_the_other_worker_and_commits_once(celery_airflow):
+    airflow = celery_airflow
+    status = airflow.script("status")
+    assert all(f"celery worker-{i}: running" in status for i in WORKERS) and "redis: running" in status, status
+    assert airflow.shell("airflow config get-value core executor").strip() == "CeleryExecutor"
+    for i in WORKERS:  # each worker's own home and temporary folder
+        settings = (airflow.worker_home(i) / "env.sh").read_text()
+        assert f'export AIRFLOW_HOME="{airflow.worker_home(i)}"' in settings
+        assert f'export TMPDIR="{airflow.worker_home(i)}/tmp"' in settings
+    pipeline = airflow.pipelines["kill"]
+    produced = helpers.produce(pipeline, 300)
+    # Worker 1 alone takes the run's tasks; its ingest job stops itself after the dead letters.
+    airflow.script("worker-down", "2")
+    airflow.script("worker-down", "1")
+    airflow.script("worker-up", "1", TIDEMARK_PAUSE_AT=crash.AFTER_DEAD_LETTERS)
+    run_id = airflow.trigger(pipeline)
+    airflow.wait_for("worker 1's ingest job stopped at after_dead_letters", lambda: airflow.stopped_job(1))
+    airflow.script("worker-up", "2")
+    airflow.kill_worker(1)  # its host dies: the Celery worker, the task's supervisor, the task and the job
+    run = airflow.finished_run(pipeline, run_id, timeout=HEARTBEAT_TIMEOUT_S + 300)
+    assert run["state"] == "success", f"{run}\n{airflow.logs()}"
+    assert tries(airflow, pipeline, run_id) == {"plan": 1, "ingest": 2}
+    # The plan and the first try on worker 1, the retry on worker 2: nothing written by a task on one
+    # worker's disk was there for the next.
+    assert run_on_workers(airflow, pipeline, run_id, {"plan": 1, "ingest": 2}) == {
+        "plan#1": ["worker-1"], "ingest#1": ["worker-1"], "ingest#2": ["worker-2"]}
+    counts = exactly_once(airflow, pipeline, produced)
+    print(f"worker killed -9 during ingest: {counts}")
+    assert counts == {"records": 300, "duplicates": 0, "missing": 0, "committed": helpers.end_offsets(pipeline)}
+    history = airflow.tidemark("offsets", "history", pipeline)
+    assert {(r["batch_id"], r["status"], r["dag_run_id"]) for r in history} == {(1, "committed", run_id)}
+
+
+def test_the_metadata_db_restarted_during_a_run_leaves_the_ledger_right(celery_airflow):
+    airflow = celery_airflow
+    pipeline = airflow.pipelines["pg"]
+    produced = helpers.produce(pipeline, 200)
+    # Worker 1 is dead (the test above): worker 2 alone takes the run, its job stopping after the output commit.
+    airflow.script("worker-down", "2")
+    airflow.script("worker-up", "2", TIDEMARK_PAUSE_AT=crash.AFTER_OUTPUT_COMMIT)
+    first = airflow.trigger(pipeline)
+    job = airflow.wait_for("worker 2's ingest job stopped at after_output_commit", lambda: airflow.stopped_job(2))
+    restart = f"{ROOT}/scripts/postgres.sh down && {ROOT}/scripts/postgres.sh up"
+    airflow.shell(restart)
+    os.killpg(os.getpgid(job.pid), signal.SIGCONT)
+    run = airflow.finished_run(pipeline, first)
+    print(f"the run across the PostgreSQL restart: {run['state']}, tries {tries(airflow, pipeline, first)}")
+    # Whichever way the run ended, batch 1 holds its frozen ranges in the ledger and is in the output once.
+    batch = {(r["partition"], r["start_offset"], r["end_offset"]) for r in airflow.tidemark("offsets", "history",
+                                                                                           pipeline)}
+    assert batch == {(0, 0, 100), (1, 0, 100)}, batch
+    counts = exactly_once(airflow, pipeline, produced)
+    assert (counts["records"], counts["duplicates"], counts["missing"]) == (200, 0, 0), counts
+    # The next run, on a worker without the pause, after more records.
+    airflow.script("worker-up", "1")
+    airflow.script("worker-down", "2")
+    produced.update(helpers.produce(pipeline, 50, start=200))
+    second = airflow.trigger(pipeline)
+    assert airflow.finished_run(pipeline, second)["state"] == "success", airflow.logs()
+    run_on_workers(airflow, pipeline, second, {"plan": 1, "ingest": 1})
+    counts = exactly_once(airflow, pipeline, produced)
+    print(f"PostgreSQL restarted during a run: {counts}")
+    assert counts == {"records": 250, "duplicates": 0, "missing": 0, "committed": helpers.end_offsets(pipeline)}
+    history = sorted(airflow.tidemark("offsets", "history", pipeline), key=lambda r: (r["batch_id"], r["partition"]))
+    assert {r["status"] for r in history} == {"committed"}
+    ends = {}
+    for row in history:  # contiguous per partition
+        assert row["start_offset"] == ends.get(row["partition"], 0), history
+        ends[row["partition"]] = row["end_offset"]
