@@ -23,7 +23,9 @@ service_pid() { cat "${1:-$pidfile}" 2>/dev/null; }
 service_alive() {  # service_alive [PIDFILE]: its process (with sessions=1: any of its process group) is alive
   local pid
   pid=$(service_pid "${1:-$pidfile}") && [ -n "$pid" ] || return 1
-  if [ "$sessions" = 1 ]; then kill -0 -- "-$pid" 2>/dev/null; else kill -0 "$pid" 2>/dev/null; fi
+  # The process itself counts too: just launched, it may not have made its own session (setsid) yet
+  if [ "$sessions" = 1 ]; then kill -0 -- "-$pid" 2>/dev/null || kill -0 "$pid" 2>/dev/null
+  else kill -0 "$pid" 2>/dev/null; fi
 }
 
 service_signal() {  # service_signal SIGNAL PIDFILE: to its process, or with sessions=1 its process group
