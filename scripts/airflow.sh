@@ -142,7 +142,8 @@ worker_up() {  # worker_up I: start Celery worker I (unless it runs) and wait un
 }
 
 cmd_worker_up() {
-  [ -f "$AIRFLOW_HOME/env.sh" ] || { echo "airflow: no stack in $AIRFLOW_HOME; run 'make airflow EXECUTOR=celery'" >&2; exit 1; }
+  grep -qs "EXECUTOR=CeleryExecutor" "$AIRFLOW_HOME/env.sh" \
+    || { echo "airflow: no Celery stack in $AIRFLOW_HOME; run 'make airflow EXECUTOR=celery' first" >&2; exit 1; }
   worker_up "${1:?usage: $0 worker-up I}"
   echo "airflow: Celery worker $1 running (AIRFLOW_HOME $(worker_home "$1"))"
 }
