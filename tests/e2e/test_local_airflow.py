@@ -128,7 +128,8 @@ def local_airflow(tmp_path_factory, kafka_bootstrap, spark_connect):
                TIDEMARK_EXAMPLE_UPSTREAM=backfill_pipeline,  # the example DAG scheduled on its table
                TIDEMARK_JAR_CACHE=os.environ.get("TIDEMARK_JAR_CACHE", str(ROOT / ".cache" / "jars")),
                # its ingest jobs on the warm path (the test run's Spark Connect server): the console is the subject
-               AIRFLOW_CONN_SPARK_DEFAULT=helpers.spark_connect_connection(spark_connect))
+               AIRFLOW_CONN_SPARK_DEFAULT=helpers.spark_connect_connection(spark_connect),
+               AIRFLOW_CONN_AWS_DEFAULT=helpers.aws_connection())  # the last test moves a table to S3
     started = time.monotonic()
     up = subprocess.run([str(SCRIPT), "up"], env=env, capture_output=True, text=True, timeout=400)
     try:
@@ -367,3 +368,28 @@ def test_the_tidemark_page_on_the_api_server_needs_a_login_and_shows_what_the_cl
     # The UI's iframe sends the login cookie, not a header.
     page = httpx.get(f"{airflow.url}/tidemark/pipelines/{pipeline}", cookies={"_token": token}, timeout=30)
     assert page.status_code == 200 and f'data-topic="{pipeline}"' in page.text
+
+
+def test_a_table_moved_to_s3_under_the_scheduler_keeps_its_asset_and_continues_exactly_once(local_airflow):
+    """Issue 24: the pipeline's table moves from the local disk to the local S3 server between two runs
+    of the running stack (scheduler, dag-processor, LocalExecutor); the ingest task's outlet stays a valid
+    asset (before, Airflow refused it as inactive) and the run writes only the records after the committed
+    position, once. Last in the module: the other tests use the table on the disk."""
+    from tidemark import storage
+
+    airflow = local_airflow
+    moved = f"{helpers.s3_lake(airflow.pipeline)}/{airflow.pipeline}"
+    (Path(airflow.env["TIDEMARK_PIPELINES_DIR"]) / f"{airflow.pipeline}.yaml").write_text(yaml.safe_dump(
+        {"name": airflow.pipeline, "topics": [airflow.pipeline], "table": moved, "schedule": "@yearly",
+         "retries": 0}))
+    helpers.produce(airflow.pipeline, 10, start=1000)
+    committed = {r["partition"]: r["committed_offset"] or 0 for r in airflow.tidemark("offsets", "show",
+                                                                                   airflow.pipeline)}
+    expected = sum(end - committed.get(p, 0) for p, end in helpers.end_offsets(airflow.pipeline).items())
+    run_id = airflow.api("POST", f"/dags/{airflow.dag_id}/dagRuns", json={"logical_date": None})["dag_run_id"]
+    run = airflow.finished_run(run_id)
+    assert run["state"] == "success", f"{run}\n{airflow.service_logs()}"
+    assert "inactive assets" not in airflow.service_logs()
+    rows = helpers.query(storage.delta_rs_uri(moved), "SELECT COUNT(*) AS n, COUNT(DISTINCT kafka_partition || ':' "
+                                                       "|| kafka_offset) AS d FROM t")
+    assert rows == [{"n": expected, "d": expected}]  # what the disk table had not taken yet, once
