@@ -113,7 +113,7 @@ def kafka_bootstrap() -> str:
 
 
 @pytest.fixture(scope="session")
-def kafka_cluster():
+def kafka_cluster_session():
     """The three-broker TLS cluster (scripts/kafka_cluster.sh; tests/kafka_cluster.py), started once if it
     is not running (KAFKA_CLUSTER_BASE_PORT picks its ports); `make kafka-cluster-down` stops it."""
     from tests.kafka_cluster import ensure_cluster
@@ -122,6 +122,14 @@ def kafka_cluster():
         return ensure_cluster()
     except RuntimeError as exc:
         pytest.fail(str(exc))
+
+
+@pytest.fixture
+def kafka_cluster(kafka_cluster_session):
+    """The cluster, in shared use while the test runs: a test that kills a broker (Cluster.alone) waits
+    for it, and it waits for such a test."""
+    with kafka_cluster_session.in_use() as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="session")

@@ -1,17 +1,25 @@
 """The three-broker TLS cluster of `scripts/kafka_cluster.sh` for tests: started once (a file lock keeps two
 pytest-xdist workers from starting it twice; a running cluster is left as it is), its bootstrap servers and
-PEM files, and Kafka connections for each listener kind under Kafka's own property names."""
+PEM files, and Kafka connections for each listener kind under Kafka's own property names.
+
+Tests share the cluster: each holds it in shared use while it runs (``in_use``, taken by the kafka_cluster
+fixture), and a test that kills a broker takes it for itself (``alone``) until the broker is back, so that
+no test of the other pytest-xdist worker sees two brokers where it expects three."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
+import os
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "kafka_cluster.sh"
+_use_lock: list[int] = []  # this process's open lock file while a test holds the cluster
 
 
 @dataclass(frozen=True)
@@ -50,16 +58,86 @@ class Cluster:
                           "sasl.password": self.sasl_password()})
         return props
 
-    def create_topic(self, name: str, partitions: int = 3) -> str:
-        """A topic replicated on all three brokers (min.insync.replicas=2 is the cluster's default)."""
-        from kafka.admin import KafkaAdminClient, NewTopic
+    def create_topic(self, name: str, partitions: int = 3, configs: dict[str, str] | None = None,
+                     replicas: list[int] | None = None) -> str:
+        """A topic replicated on all three brokers (min.insync.replicas=2 is the cluster's default).
+        ``replicas``: one partition on these brokers (node ids), the first its leader."""
+        from kafka.admin import NewTopic
 
-        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap("plaintext"))
-        try:
-            admin.create_topics([NewTopic(name, partitions, 3)])
-        finally:
-            admin.close()
+        topic = (NewTopic(name, partitions, 3, topic_configs=configs or {}) if replicas is None else
+                 NewTopic(name, -1, -1, replica_assignments={0: replicas}, topic_configs=configs or {}))
+        with self.admin() as admin:
+            admin.create_topics([topic])
         return name
+
+    @contextlib.contextmanager
+    def admin(self):
+        """An admin client on the first broker that answers (kafka-python's gives up when the first
+        bootstrap server it tries refuses the connection, as a killed broker's does)."""
+        from kafka.admin import KafkaAdminClient
+        from kafka.errors import KafkaConnectionError, KafkaTimeoutError
+
+        client, refused = None, []
+        for server in self.bootstrap("plaintext").split(","):
+            try:
+                client = KafkaAdminClient(bootstrap_servers=server, request_timeout_ms=10000)
+                break
+            except (KafkaConnectionError, KafkaTimeoutError) as exc:
+                refused.append(f"{server}: {exc}")
+        assert client is not None, f"no broker of the cluster answers: {refused}"
+        try:
+            yield client
+        finally:
+            client.close()
+
+    def partition_state(self, topic: str, partition: int = 0) -> dict:
+        """The partition's metadata as the cluster sees it now: leader (a broker's node id, 1..3; -1: none)
+        and replicas and isr (node ids)."""
+        with self.admin() as admin:
+            described = admin.describe_topics([topic])[0]
+        found = [p for p in described["partitions"] if p["partition_index"] == partition]
+        assert found, f"topic {topic} has no partition {partition}: {described}"
+        return {"leader": found[0]["leader_id"], "replicas": sorted(found[0]["replica_nodes"]),
+                "isr": sorted(found[0]["isr_nodes"])}
+
+    def leader(self, topic: str, partition: int = 0) -> int:
+        return self.partition_state(topic, partition)["leader"]
+
+    def kill_broker(self, node: int) -> None:
+        """kill -9 broker ``node`` (its node id is its number); hold the cluster ``alone`` around this."""
+        assert _use_lock, "kill a broker only inside Cluster.alone(): other tests share the cluster"
+        _script("kill-broker", str(node))
+
+    def start_broker(self, node: int) -> None:
+        """Start broker ``node`` again and wait until all three are in the cluster's metadata."""
+        _script("start-broker", str(node))
+        _script("wait")
+
+    @contextlib.contextmanager
+    def in_use(self) -> Iterator[Cluster]:
+        """Shared use by one test: waits while another test has killed a broker."""
+        handle = os.open(ROOT / ".cache" / f"kafka-cluster-use-{self.bootstrap('plaintext').split(':')[1]}.lock",
+                         os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH)
+            _use_lock.append(handle)
+            yield self
+        finally:
+            _use_lock.remove(handle)
+            os.close(handle)  # releases the lock
+
+    @contextlib.contextmanager
+    def alone(self) -> Iterator[Cluster]:
+        """The cluster to this test only (it may kill and restart brokers): waits until the tests of the
+        other pytest-xdist worker that use the cluster are done, keeps new ones waiting, and gives the
+        cluster back with all three brokers up."""
+        assert _use_lock, "Cluster.alone() inside a test holding the kafka_cluster fixture"
+        fcntl.flock(_use_lock[-1], fcntl.LOCK_EX)  # converts this test's shared lock
+        try:
+            yield self
+        finally:
+            _script("up")  # idempotent: starts any broker a failed test left down
+            fcntl.flock(_use_lock[-1], fcntl.LOCK_SH)
 
     def produce(self, topic: str, count: int) -> list[bytes]:
         """``count`` JSON values round-robin over the partitions, acknowledged by all in-sync replicas."""
