@@ -2,8 +2,11 @@
 # `make test`: lint, then the unit, integration and end-to-end tests against services of their own,
 # started fresh and stopped afterwards: a Kafka broker (port TEST_KAFKA_PORT, default 19092) and the
 # local S3-compatible server (port TEST_S3_PORT, default 19000), the local Schema Registry (port
-# TEST_REGISTRY_PORT, default 18081; its URL in SCHEMA_REGISTRY_URL) and a Spark Connect server for the
-# warm path, for local and S3 tables (port TEST_CONNECT_PORT, default 15012; its URL in SPARK_CONNECT_URL).
+# TEST_REGISTRY_PORT, default 18081; its URL in SCHEMA_REGISTRY_URL), a Spark Connect server for the
+# warm path, for local and S3 tables (port TEST_CONNECT_PORT, default 15012; its URL in SPARK_CONNECT_URL)
+# and the three-broker TLS cluster (scripts/kafka_cluster.sh; ports from TEST_KAFKA_CLUSTER_BASE_PORT,
+# default 27192; fresh data each run in .cache/kafka-cluster-test-PORT, its certificates kept), shared by every
+# test that takes the kafka_cluster fixture.
 # Extra arguments go to pytest instead of the default `tests` (for example: scripts/test.sh -q
 # tests/integration -k replay).
 set -euo pipefail
@@ -18,20 +21,33 @@ scripts/lint.sh
 export S3_PORT=${TEST_S3_PORT:-19000}
 export REGISTRY_PORT=${TEST_REGISTRY_PORT:-18081}
 export CONNECT_PORT=${TEST_CONNECT_PORT:-15012}
+export KAFKA_CLUSTER_BASE_PORT=${TEST_KAFKA_CLUSTER_BASE_PORT:-27192}
+export KAFKA_CLUSTER_HOME=$root/.cache/kafka-cluster-test-$KAFKA_CLUSTER_BASE_PORT
 scripts/storage.sh down >/dev/null 2>&1 || true
 scripts/registry.sh down >/dev/null 2>&1 || true
 scripts/connect.sh down >/dev/null 2>&1 || true
-cds_pid=; cds=
+scripts/kafka_cluster.sh down >/dev/null 2>&1 || true
+# A fresh cluster each run (no topics of earlier runs); the CA and certificates in tls/ are kept
+rm -rf "$KAFKA_CLUSTER_HOME"/broker-*
+cds_pid=; cds=; cluster_pid=; cluster_log=
 trap 'scripts/connect.sh down >/dev/null 2>&1 || true; scripts/registry.sh down >/dev/null 2>&1 || true;
-      scripts/storage.sh down >/dev/null 2>&1 || true; kill "$cds_pid" 2>/dev/null || true; rm -f "$cds" "$cds.log"' EXIT
+      scripts/storage.sh down >/dev/null 2>&1 || true; kill "$cds_pid" 2>/dev/null || true; rm -f "$cds" "$cds.log";
+      kill "$cluster_pid" 2>/dev/null || true; scripts/kafka_cluster.sh down >/dev/null 2>&1 || true;
+      rm -f "$cluster_log"' EXIT
 # The run's Spark JVMs share a class-data archive (devkit/spark_cds.py): built once per class path (about
-# 30 s, kept in .cache/jvm), it halves each short job's CPU. It is built while S3 and the registry start.
+# 30 s, kept in .cache/jvm), it halves each short job's CPU. It is built while S3, the registry and the
+# three-broker cluster start.
 cds=$(mktemp)
 .venv/bin/python -m devkit.spark_cds > "$cds" 2> "$cds.log" &
 cds_pid=$!
+cluster_log=$(mktemp)
+scripts/kafka_cluster.sh up > "$cluster_log" 2>&1 &
+cluster_pid=$!
 scripts/storage.sh up
 scripts/registry.sh up
 if ! wait "$cds_pid"; then cat "$cds.log"; exit 1; fi
+if ! wait "$cluster_pid"; then cat "$cluster_log"; exit 1; fi
+grep -m1 "brokers ready" "$cluster_log" || true
 while IFS= read -r line; do export "$line"; done < "$cds"
 rm -f "$cds" "$cds.log"
 # The warm path's server (a Spark JVM of the run too: it gets the archive) also serves the lake on the local
