@@ -144,3 +144,9 @@ def spark_master(resolver: ConnectionResolver, conn_id: str, pipeline: str | Non
     if conn.port and (host.startswith("spark://") or "://" not in host and not host.startswith("local")):
         return f"{host}:{conn.port}"
     return host
+
+
+def spark_deploy_mode(resolver: ConnectionResolver, conn_id: str, pipeline: str | None = None) -> str | None:
+    """The Spark connection's deploy mode, as the Spark provider reads it (extra ``deploy-mode``)."""
+    mode = (resolver.get(conn_id, pipeline).extra or {}).get("deploy-mode")
+    return str(mode) if mode else None

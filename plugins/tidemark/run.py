@@ -9,22 +9,27 @@ side).
 
     run = PipelineRun.open("orders", resolver)
     plan = run.prepare(owner="scheduled__2026-11-26")     # recover, or plan and freeze
-    env = run.job_environment()                           # what the Spark job reads (secrets: never argv)
-    ...launch the job (tidemark_spark.submit.launch, or the Airflow operator)...
+    with run.job_environment() as env:                    # a 0600 settings file: secrets never in argv
+        ...launch the job (tidemark_spark.submit.launch, or the Airflow operator)...
     run.report()                                          # mirror to the consumer group, log the lag
 
-The Spark job receives the same values through ``job_environment`` and reads them back with
-``JobSettings.from_environment``.
+The Spark job receives the same values through ``job_environment`` (a settings file of mode 0600 that
+the launcher deletes when the job ends; only its path travels in the environment) and reads them back
+with ``JobSettings.from_environment``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
-from collections.abc import Mapping
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 
 from tidemark import connections, settings, storage
 from tidemark.batch import (
@@ -51,28 +56,63 @@ from tidemark.storage import ObjectStore
 
 log = logging.getLogger("tidemark")
 
+SETTINGS_FILE_ENV_VAR = "TIDEMARK_JOB_SETTINGS"
+"""The path of the job's settings file (``JobSettings``, mode 0600): how the launchers hand the job its
+credentials. Only the path travels in the environment, which the Spark provider turns into spark-submit
+arguments on YARN and Kubernetes masters; the credentials never reach a command line."""
 KAFKA_ENV_VAR = "TIDEMARK_KAFKA_PROPERTIES"
-"""How the Spark job receives the Kafka client properties (JSON): never on its command line."""
+"""The Kafka client properties as JSON in the environment: what a job started by hand (the benchmark's
+baselines, tests) may give instead of a settings file."""
 SECRET_ENV_VARS = (KAFKA_ENV_VAR, storage.ENV_VAR)
-"""The job's environment variables that hold credentials."""
+"""The environment variables of that form that hold credentials."""
 
 
 @dataclass(frozen=True)
 class JobSettings:
-    """What the Spark job needs beside its frozen plan, as its launcher passes them in the environment."""
+    """What the Spark job needs beside its frozen plan: the Kafka client properties and the object store."""
 
     kafka_properties: Mapping[str, str]
     store: ObjectStore | None
 
+    def to_json(self) -> str:
+        return json.dumps({"kafka_properties": dict(self.kafka_properties),
+                           "store": json.loads(self.store.to_json()) if self.store else None})
+
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> JobSettings:
+        """The settings file named by TIDEMARK_JOB_SETTINGS, else TIDEMARK_KAFKA_PROPERTIES (and
+        TIDEMARK_STORAGE_OPTIONS) as JSON."""
         env = os.environ if environ is None else environ
+        path = env.get(SETTINGS_FILE_ENV_VAR)
+        if path:
+            try:
+                data = json.loads(Path(path).read_text())
+            except OSError as exc:
+                raise ConfigError(f"the job's settings file {path} cannot be read ({exc.strerror}): the ingest "
+                                  f"job must run where its launcher wrote it (client deploy mode)") from None
+            store = data.get("store")
+            return cls(data["kafka_properties"], ObjectStore(**store) if store else None)
         raw = env.get(KAFKA_ENV_VAR)
         if not raw:
-            raise ConfigError(f"{KAFKA_ENV_VAR} is not set: the ingest job's launcher passes the Kafka client "
-                              f"properties (JSON) in the environment")
+            raise ConfigError(f"neither {SETTINGS_FILE_ENV_VAR} nor {KAFKA_ENV_VAR} is set: the ingest job's "
+                              f"launcher passes the Kafka client properties in a settings file or the environment")
         store = env.get(storage.ENV_VAR)
         return cls(json.loads(raw), ObjectStore.from_json(store) if store else None)
+
+
+@contextlib.contextmanager
+def settings_file(settings: JobSettings) -> Iterator[dict[str, str]]:
+    """Write the job's settings to a file only this user can read (mode 0600, in a folder of mode 0700)
+    for as long as the block runs; yields the environment that names it (no secret in it)."""
+    folder = Path(tempfile.mkdtemp(prefix="tidemark-job-"))
+    path = folder / "settings.json"
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(settings.to_json())
+    try:
+        yield {SETTINGS_FILE_ENV_VAR: str(path)}
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 class PipelineRun:
@@ -151,12 +191,17 @@ class PipelineRun:
         source_store = storage.store_for([source_uri], self.resolver, self.config.storage_conn_id, self.name)
         return move_ledger(self.name, Ledger(source_uri, source_store or self.store), self.ledger)
 
-    def job_environment(self) -> dict[str, str]:
-        """The ingest job's environment: Kafka properties and the object store (``JobSettings``)."""
-        env = {KAFKA_ENV_VAR: json.dumps(self.kafka_properties)}
-        if self.store is not None:
-            env[storage.ENV_VAR] = self.store.to_json()
-        return env
+    @cached_property
+    def spark_deploy_mode(self) -> str | None:
+        """The Spark connection's ``deploy-mode`` (``client`` unless it says ``cluster``)."""
+        return connections.spark_deploy_mode(self.resolver, self.config.spark_conn_id, self.name)
+
+    @contextlib.contextmanager
+    def job_environment(self) -> Iterator[dict[str, str]]:
+        """The ingest job's environment while the block runs: the path of its settings file (Kafka
+        properties and the object store, ``JobSettings``), deleted when the block ends."""
+        with settings_file(JobSettings(self.kafka_properties, self.store)) as env:
+            yield env
 
     def status(self, timeout_seconds: float | None = None) -> list[dict]:
         """``tidemark offsets show --json``: per partition, committed and latest offsets and the lag."""

@@ -16,7 +16,7 @@ from tidemark.batch import BatchPlan
 from tidemark.connections import spark_connect_address
 from tidemark.errors import ConfigError, JobExit
 from tidemark.kafka_client import secret_values
-from tidemark.run import SECRET_ENV_VARS, PipelineRun
+from tidemark.run import PipelineRun
 from tidemark.settings import require_spark_jars
 from tidemark_airflow.resolver import RESOLVER
 from tidemark_spark.submit import (
@@ -30,22 +30,18 @@ from tidemark_spark.submit import (
 )
 
 
-def refuse_credentials_on_the_command_line(master: str, run: PipelineRun) -> None:
-    """On YARN and Kubernetes masters the Spark provider turns ``env_vars`` into ``--conf
-    spark.yarn.appMasterEnv.*`` / ``spark.kubernetes.driverEnv.*`` arguments of spark-submit, where
-    ``ps`` and the Spark event log show them: refuse rather than expose Kafka or storage credentials
-    (on those masters, give the nodes an instance role or IRSA and leave the connection's keys empty)."""
-    if "yarn" not in master and "k8s" not in master:
+def refuse_cluster_deploy_mode(deploy_mode: str | None, run: PipelineRun) -> None:
+    """The job reads its credentials from a settings file (mode 0600) on this host: in cluster deploy mode
+    its driver runs on another host and could not read it, and the Spark provider would put any other
+    way in (``env_vars``) on the spark-submit command line. Refuse rather than expose them."""
+    if deploy_mode != "cluster":
         return
-    if secret_values(run.kafka_properties):
-        raise ConfigError(f"the Kafka connection holds credentials and the Spark master '{master}' would receive "
-                          f"them on the spark-submit command line; run the ingest job on a local or standalone "
-                          f"master (client mode)", pipeline=run.name, step="ingest")
-    if run.store is not None and run.store.secrets():
-        raise ConfigError(f"the storage connection holds a secret key and the Spark master '{master}' would "
-                          f"receive it on the spark-submit command line; leave the connection's keys empty and "
-                          f"give the cluster's nodes an IAM role, or run on a local or standalone master",
-                          pipeline=run.name, step="ingest")
+    if secret_values(run.kafka_properties) or (run.store is not None and run.store.secrets()):
+        raise ConfigError("the Spark connection's deploy-mode is 'cluster': the driver would run on another host, "
+                          "which cannot read the job's settings file, and the credentials of the Kafka or storage "
+                          "connection must not go on the spark-submit command line. Use client deploy mode (the "
+                          "default; the executors still run on the cluster), or leave the connections' secrets "
+                          "empty (an instance role or IRSA)", pipeline=run.name, step="ingest")
 
 
 class TidemarkIngestOperator(SparkSubmitOperator):
@@ -68,17 +64,19 @@ class TidemarkIngestOperator(SparkSubmitOperator):
                       " (recovered batch, same frozen ranges)" if plan.recovered else "")
         run = PipelineRun.for_plan(plan, RESOLVER)
         master = self._master(run)
-        refuse_credentials_on_the_command_line(master, run)
+        refuse_cluster_deploy_mode(self._deploy_mode or run.spark_deploy_mode, run)
         os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
         self.application_args = job_arguments(plan, run.config.isolation_level)
         self.py_files = core_archive()  # the core for executors on other machines
         self.jars = ",".join(require_spark_jars())
-        self.env_vars = {**local_spark_env(), **(self.env_vars or {}), **run.job_environment()}
         self._bootstrap_servers = run.kafka_properties.get("bootstrap.servers", "")
-        try:
-            code, result = self._launch(context, plan, master, run.config.isolation_level)
-        finally:  # the secrets leave the operator with the job: listeners (OpenLineage) read it afterwards
-            self.env_vars = {k: v for k, v in self.env_vars.items() if k not in SECRET_ENV_VARS}
+        given = dict(self.env_vars or {})
+        with run.job_environment() as job_env:  # only the settings file's path: safe on any master's command line
+            self.env_vars = {**local_spark_env(), **given, **job_env}
+            try:
+                code, result = self._launch(context, plan, master, run.config.isolation_level)
+            finally:
+                self.env_vars = given
         if code == JobExit.TERMINAL:
             raise AirflowFailException(
                 f"pipeline '{plan.pipeline}': batch {plan.batch_id} failed on an error that a retry cannot fix "

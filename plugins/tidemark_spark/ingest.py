@@ -3,10 +3,10 @@
     spark-submit --jars <Kafka source, Delta> --py-files <tidemark core> .../tidemark_spark/ingest.py \
         --plan '<frozen plan JSON>'
 
-Kafka client properties (which may hold credentials) come from the environment variable
-TIDEMARK_KAFKA_PROPERTIES (JSON), never from the command line; so do the object-store settings
-(TIDEMARK_STORAGE_OPTIONS), which this job turns into S3A and Delta log store configuration of its
-own session (``tidemark.run.JobSettings``). The batch protocol itself is
+Kafka client properties (which may hold credentials) and the object-store settings come from the
+job's settings file (mode 0600, written by the launcher, its path in TIDEMARK_JOB_SETTINGS), never from
+the command line; the object store becomes S3A and Delta log store configuration of the job's own
+session (``tidemark.run.JobSettings``). The batch protocol itself is
 ``tidemark.batch.execute.execute_batch``. The job's exit code is a ``tidemark.errors.JobExit``: 0 done,
 3 a terminal error (the launchers fail without retries), anything else a failure a retry may fix.
 

@@ -93,8 +93,7 @@ def connect_command(plan: BatchPlan, isolation_level: str) -> list[str]:
 
 def job_environment(master: str, extra_env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The job's environment: this process's, the local Spark set-up, ``extra_env`` (the run's
-    ``job_environment``: Kafka properties, the object store) and, on the warm path, the Spark Connect
-    URL. Credentials travel here, never on the command line."""
+    ``job_environment``: the path of its settings file) and, on the warm path, the Spark Connect URL."""
     from tidemark_spark.ingest import REMOTE_ENV_VAR
 
     env = {**os.environ, **local_spark_env(), **(extra_env or {})}
@@ -117,6 +116,7 @@ def run_ingest_job(plan: BatchPlan, master: str, isolation_level: str, conf: Map
 
 def launch(run: PipelineRun, plan: BatchPlan) -> int:
     """Run a pipeline's frozen batch with its Spark connection's master (``tidemark run``, the
-    benchmark): spark-submit, or the warm path. Returns the job's exit code (``JobExit``)."""
-    return run_ingest_job(plan, run.spark_master, run.config.isolation_level, run.config.spark_conf,
-                          run.job_environment())
+    benchmark): spark-submit, or the warm path, in client deploy mode (the driver on this host reads the
+    run's settings file). Returns the job's exit code (``JobExit``)."""
+    with run.job_environment() as env:
+        return run_ingest_job(plan, run.spark_master, run.config.isolation_level, run.config.spark_conf, env)

@@ -1,9 +1,10 @@
 """The ingest operator (tidemark_airflow.operators): a terminal exit code of the job fails the task without
 retries (read from spark-submit's exit code, never from an error message), and credentials never reach a
-spark-submit command line."""
+spark-submit command line on any master (the job reads them from a settings file of mode 0600)."""
 
 from __future__ import annotations
 
+import contextlib
 from types import SimpleNamespace
 
 import pytest
@@ -11,11 +12,16 @@ import pytest
 from tidemark.errors import ConfigError, JobExit
 
 
+@contextlib.contextmanager
+def _settings():
+    yield {"TIDEMARK_JOB_SETTINGS": "/nonexistent/settings.json"}
+
+
 def _run(properties, store=None, master="local[1]"):
     """A stand-in for tidemark.run.PipelineRun with the attributes the operator reads."""
     return SimpleNamespace(name="p", kafka_properties=properties, store=store, spark_master=master,
-                           config=SimpleNamespace(isolation_level="read_committed"),
-                           job_environment=lambda: {"TIDEMARK_KAFKA_PROPERTIES": "{}"}, report=lambda: [],
+                           config=SimpleNamespace(isolation_level="read_committed"), spark_deploy_mode=None,
+                           job_environment=_settings, report=lambda: [],
                            batch_summary=lambda plan: {})
 
 
@@ -44,32 +50,51 @@ def test_the_ingest_operator_fails_fast_on_the_jobs_terminal_exit_code(monkeypat
         with pytest.raises(expected) as raised:
             operator.execute({"ti": TI()})
         assert (type(raised.value) is AirflowFailException) == (expected is AirflowFailException)
-        assert "TIDEMARK_KAFKA_PROPERTIES" not in operator.env_vars  # the secrets left with the job
+        assert "TIDEMARK_JOB_SETTINGS" not in operator.env_vars  # the settings file left with the job
 
 
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
+JAAS = f'{SCRAM} required username="a" password="canary-pass-1";'
 
 
-def test_the_ingest_task_refuses_masters_that_would_put_credentials_on_the_command_line():
-    from tidemark_airflow.operators import refuse_credentials_on_the_command_line
-
-    secured = _run({"bootstrap.servers": "h:9094", "sasl.jaas.config": f'{SCRAM} required username="a" password="b";'})
-    for master in ("yarn", "k8s://https://kube:6443"):
-        with pytest.raises(ConfigError, match="command line"):
-            refuse_credentials_on_the_command_line(master, secured)
-    refuse_credentials_on_the_command_line("local[2]", secured)
-    refuse_credentials_on_the_command_line("spark://master:7077", secured)
-    refuse_credentials_on_the_command_line("yarn", _run({"bootstrap.servers": "h:9092"}))
-
-
-def test_the_ingest_task_refuses_storage_keys_where_they_would_reach_the_command_line():
+def test_cluster_deploy_mode_is_refused_only_when_a_connection_holds_credentials():
     from tidemark.storage import ObjectStore
-    from tidemark_airflow.operators import refuse_credentials_on_the_command_line
+    from tidemark_airflow.operators import refuse_cluster_deploy_mode
 
-    plain = {"bootstrap.servers": "h:9092"}
-    keys = _run(plain, ObjectStore("AKIA1", "s3cret", endpoint_url="http://minio:9000"))
-    for master in ("yarn", "k8s://https://kube:6443"):
-        with pytest.raises(ConfigError, match="storage connection holds a secret key.*IAM role"):
-            refuse_credentials_on_the_command_line(master, keys)
-        refuse_credentials_on_the_command_line(master, _run(plain, ObjectStore(region="eu-west-1")))  # a role
-    refuse_credentials_on_the_command_line("spark://master:7077", keys)
+    secured = _run({"bootstrap.servers": "h:9094", "sasl.jaas.config": JAAS})
+    with pytest.raises(ConfigError, match="deploy-mode is 'cluster'.*client deploy mode"):
+        refuse_cluster_deploy_mode("cluster", secured)
+    with pytest.raises(ConfigError, match="deploy-mode is 'cluster'"):
+        refuse_cluster_deploy_mode("cluster", _run({"bootstrap.servers": "h:9092"}, ObjectStore("AKIA1", "s3cret")))
+    refuse_cluster_deploy_mode("cluster", _run({"bootstrap.servers": "h:9092"}, ObjectStore(region="eu-west-1")))
+    for mode in (None, "client"):
+        refuse_cluster_deploy_mode(mode, secured)
+
+
+# Kubernetes masters need the cncf.kubernetes provider (not installed here) to build the command; the
+# provider passes env_vars there as --conf spark.kubernetes.driverEnv.*, as it does for YARN.
+@pytest.mark.parametrize("master", ["yarn", "spark://master:7077", "local[2]"])
+def test_no_credential_reaches_the_spark_submit_command_line_on_any_master(master, monkeypatch):
+    """Issue 25: on YARN and Kubernetes the Spark provider turns env_vars into --conf arguments; the job's
+    environment holds only the path of its settings file (0600), which holds the credentials."""
+    import json
+    import stat
+    from pathlib import Path
+
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    from tidemark.run import SETTINGS_FILE_ENV_VAR, JobSettings
+    from tidemark.storage import ObjectStore
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_TEST", json.dumps({"conn_type": "spark", "host": master}))
+    run = _run({"bootstrap.servers": "h:9094", "sasl.jaas.config": JAAS}, ObjectStore("AKIA1", "canary-s3-2"))
+    from tidemark.run import settings_file
+
+    with settings_file(JobSettings(run.kafka_properties, run.store)) as env:
+        path = Path(env[SETTINGS_FILE_ENV_VAR])
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+        assert JobSettings.from_environment(env) == JobSettings(run.kafka_properties, run.store)
+        hook = SparkSubmitHook(conn_id="spark_test", env_vars=env, name="tidemark-p")
+        command = " ".join(hook._build_spark_submit_command("ingest.py"))
+    assert "canary-pass-1" not in command and "canary-s3-2" not in command and "jaas" not in command
+    assert not path.exists()  # gone with the block
