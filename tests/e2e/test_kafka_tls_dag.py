@@ -13,8 +13,6 @@ control test shows they find a planted canary)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 
 import pytest
 
@@ -30,22 +28,6 @@ from tests.e2e.test_security import (
 )
 
 pytestmark = pytest.mark.e2e
-
-class _CommandLines(CommandLines):
-    """test_security's `ps` sampler, with ps's environment fixed when it starts: `stack.run_dag` swaps this
-    process's environment while the sampler runs, and a fork that reads it at that moment fails (EFAULT)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._env = {"PATH": os.environ.get("PATH", os.defpath)}
-
-    def run(self) -> None:
-        while not self._halt.is_set():
-            out = subprocess.run(["ps", "-e", "-ww", "-o", "args"], capture_output=True, text=True, env=self._env)
-            self.lines.update(out.stdout.splitlines()[1:])
-            self.samples += 1
-            self._halt.wait(0.2)
-
 
 # listener kind -> (CA and client material inline as PEM text?, Spark connection)
 CASES = {"ssl": (True, "spark_connect"), "mtls": (True, "spark_default"), "sasl_ssl": (False, "spark_connect")}
@@ -91,7 +73,7 @@ def test_dag_runs_over_ssl_mtls_and_sasl_ssl_are_exactly_once_and_leak_no_key_or
     stack.env["AIRFLOW_CONN_SPARK_CONNECT"] = helpers.spark_connect_connection(spark_connect)
     stack.env.pop("AIRFLOW_CONN_KAFKA_DEFAULT", None)  # no pipeline here reaches Kafka without TLS
     added = _add_pipelines(stack, kafka_cluster, events)
-    sampler = _CommandLines()
+    sampler = CommandLines()
     sampler.start()
     try:
         runs = {kind: stack.run_dag(dag_id) for kind, (_, dag_id, _) in added.items()}

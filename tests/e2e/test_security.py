@@ -94,17 +94,21 @@ def registry_lines(log: str, url: str, subject: str) -> list[str]:
 
 
 class CommandLines(threading.Thread):
-    """Every command line `ps -eww -o args` shows, sampled every 0.2 s while the test runs."""
+    """Every command line `ps -eww -o args` shows, sampled every 0.2 s while the test runs. ps gets an
+    environment fixed when the sampler starts: `stack.run_dag` swaps this process's environment while the
+    sampler runs, and a fork that read it at that moment failed (EFAULT), silently ending the sampling."""
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
         self.lines: set[str] = set()
         self.samples = 0
         self._halt = threading.Event()
+        self._env = {"PATH": os.environ.get("PATH", os.defpath)}
 
     def run(self) -> None:
         while not self._halt.is_set():
-            out = subprocess.run(["ps", "-e", "-ww", "-o", "args"], capture_output=True, text=True).stdout
+            out = subprocess.run(["ps", "-e", "-ww", "-o", "args"], capture_output=True, text=True,
+                                 env=self._env).stdout
             self.lines.update(out.splitlines()[1:])
             self.samples += 1
             self._halt.wait(0.2)
