@@ -42,13 +42,14 @@ HOW = """\
 ```bash
 make bench                                       # everything: 2,000,000 records of 300 bytes, 3 repetitions
 BENCH_RECORDS=50000 BENCH_REPEATS=1 make bench   # a quick look
-make bench-json  # or bench-avro, bench-small, bench-skew, bench-scale, bench-profile, bench-s3, bench-page
+make bench-json  # or bench-avro, bench-small, bench-tls, bench-skew, bench-scale, bench-profile, bench-s3, bench-page
 .venv/bin/python -m bench.report                 # this page again from bench/results/
 ```
 Knobs: `BENCH_RECORDS`, `BENCH_RECORD_BYTES` (300), `BENCH_PARTITIONS` (8), `BENCH_REPEATS` (3),
-`BENCH_JSON_RECORDS` / `BENCH_AVRO_RECORDS` (1,000,000), `BENCH_LEDGER_SIZES`, `BENCH_SCALE_SIZES`,
-`BENCH_SKIP` (parts of `make bench` not to run; they keep their last results), `BENCH_RESULTS` (a folder for
-a trial run's results instead of bench/results); the docstrings of bench/*.py list the rest."""
+`BENCH_JSON_RECORDS` / `BENCH_AVRO_RECORDS` / `BENCH_TLS_RECORDS` (1,000,000), `BENCH_LEDGER_SIZES`,
+`BENCH_SCALE_SIZES`, `BENCH_SKIP` (parts of `make bench` not to run; they keep their last results),
+`BENCH_RESULTS` (a folder for a trial run's results instead of bench/results); the docstrings of bench/*.py
+list the rest."""
 
 
 # --- cells and tables ----------------------------------------------------------------------------
@@ -244,6 +245,22 @@ def small_batch(part_: dict) -> str:
         _table(["launcher", "job seconds", "batches", "JVMs started per batch", "peak RSS of the job, MB"], rows))
 
 
+def tls(part_: dict) -> str:
+    m = part_["summary"]
+    rows = [[label, f"{c['median_seconds']} ({c['min_seconds']}–{c['max_seconds']})",
+             f"{c['median_records_per_second']:,}", str(c["median_plan_seconds"]), str(c["median_tree_cpu_seconds"]),
+             f"{c['median_peak_tree_rss_mb']:,}"]
+            for label, c in (("PLAINTEXT", m["plaintext"]), ("SASL_SSL (SCRAM-SHA-512)", m["sasl_ssl"]))]
+    return _section(
+        "Kafka over TLS", f"{part_['date']}: {part_['records']:,} records of {part_['record_bytes']} bytes on "
+        f"{part_['partitions']} partitions (replication factor 3) of the three-broker cluster, read by the Tidemark "
+        f"ingest job (plan call + spark-submit) over each listener, {m['plaintext']['runs']} runs each, alternating. "
+        f"SASL_SSL / PLAINTEXT: **x{m['sasl_ssl_over_plaintext']}** the time. Load average (1 min) "
+        f"{part_['load_at_start']['load_1m']} at the start, {part_['load_at_end']['load_1m']} at the end.",
+        _table(["listener", "seconds (plan + job)", "records/s", "plan call, s", "CPU seconds of the job",
+                "peak RSS of the job, MB"], rows))
+
+
 def object_storage(part_: dict) -> str:
     m = part_["summary"]
     return _section(
@@ -295,7 +312,7 @@ def markdown(results: dict) -> str:
     if results.get("scheduler"):
         parts.append(scheduler(results))
     for name, render in (("skew", skew), ("profile", profile), ("scale", scale), ("small_batch", small_batch),
-                         ("object_storage", object_storage), ("console", console)):
+                         ("object_storage", object_storage), ("console", console), ("tls", tls)):
         if found := part(results, name):
             parts.append(render(found))
     for name, title in (("typed_json", "JSON with a declared schema"), ("avro", "Avro from a Schema Registry")):

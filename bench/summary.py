@@ -15,7 +15,7 @@ METRICS = ("records_per_second", "mb_per_second", "seconds", "peak_tree_rss_mb",
 BASELINES = {"available_now": AVAILABLE_NOW, "plain_batch": PLAIN_BATCH, "consumer_perf": CONSUMER_PERF}
 PHASES = ("startup", "read_and_tally", "write_output", "ledger_commit", "shutdown")
 SIDE_PARTS = {"typed_json": "typed_json.json", "avro": "avro.json", "small_batch": "small_batch.json",
-              "object_storage": "object_storage.json", "console": "console.json"}
+              "object_storage": "object_storage.json", "console": "console.json", "tls": "tls.json"}
 """The benchmarks that run as programs of their own, by their key in bench.json's ``parts`` and their file."""
 
 

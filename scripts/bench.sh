@@ -3,10 +3,12 @@
 # stopped afterwards (the contenders, the DAG under a running scheduler, ledger growth, skew, a profile of the raw path, scale); then the JSON benchmark (bench/typed_json.py, against a fresh broker) unless
 # BENCH_SKIP names `json`, and the Avro benchmark (scripts/bench_avro.sh: bench/avro.py against a fresh
 # broker and a private Schema Registry) unless BENCH_SKIP names `avro`, and the small-batch warm-path
-# benchmark (scripts/bench_small.sh: a private Spark Connect server) unless it names `small`. Knobs (BENCH_RECORDS,
-# BENCH_RECORD_BYTES, BENCH_REPEATS, ...): bench/run.py, bench/typed_json.py and bench/avro.py.
+# benchmark (scripts/bench_small.sh: a private Spark Connect server) unless it names `small`, and the TLS
+# benchmark (scripts/bench_tls.sh: SASL_SSL vs PLAINTEXT on a private three-broker cluster) unless it names
+# `tls`. Knobs (BENCH_RECORDS, BENCH_RECORD_BYTES, BENCH_REPEATS, ...): bench/run.py, bench/typed_json.py,
+# bench/avro.py and bench/tls.py.
 # Writes bench/results/bench.json, docs/BENCHMARKS.md, docs/benchmarks.png, bench/results/typed_json.json
-# bench/results/avro.json and bench/results/small_batch.json.
+# bench/results/avro.json, bench/results/small_batch.json and bench/results/tls.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 skipped() { case ",${BENCH_SKIP:-}," in *,"$1",*) return 0 ;; esac; return 1; }
@@ -23,6 +25,9 @@ fi
 if ! skipped small; then
   scripts/bench_small.sh
 fi
-# bench.run wrote docs/BENCHMARKS.md before typed_json.json, avro.json and small_batch.json were new:
+if ! skipped tls; then
+  scripts/bench_tls.sh
+fi
+# bench.run wrote docs/BENCHMARKS.md before typed_json.json, avro.json, small_batch.json and tls.json were new:
 # fold them into bench.json and write the page again (from the stored JSON).
 exec .venv/bin/python -m bench.report
