@@ -66,7 +66,7 @@ spark-cluster-up: venv ## start a Spark standalone master and $SPARK_WORKERS (2)
 spark-cluster-down: ## stop the Spark standalone master and its workers (and their executors)
 	scripts/spark_cluster.sh down
 
-demo: setup ## set everything up and run the demo pipeline end to end through Airflow
+demo: setup ## set everything up and run the demo pipeline end to end through Airflow (KAFKA_SECURITY=sasl_ssl: over TLS on the three-broker cluster)
 	scripts/demo.sh
 
 browser: ## Debian's chromium and chromedriver for the browser tests (apt-get, when missing)

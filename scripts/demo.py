@@ -1,5 +1,7 @@
 """The demo: produce order events, run the ingest DAG through Airflow twice with new events in
-between, then print what happened. Run by `make demo` (scripts/demo.sh sets up the environment)."""
+between, then print what happened. Run by `make demo` (scripts/demo.sh sets up the environment).
+With KAFKA_SECURITY=sasl_ssl (the three-broker cluster over TLS) the producer and the topic's admin use
+the Kafka connection the DAG reads (AIRFLOW_CONN_KAFKA_DEFAULT, built by scripts/demo.sh)."""
 
 from __future__ import annotations
 
@@ -17,25 +19,35 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
 from tidemark.config import find_pipeline
+from tidemark.kafka_client import client_kwargs
 from tidemark.ledger import Ledger
 from tidemark.settings import ledger_uri
 from tidemark_cli.main import main as tidemark_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOTSTRAP = f"127.0.0.1:{os.environ.get('KAFKA_PORT', '9092')}"
+OVER_TLS = os.environ.get("KAFKA_SECURITY", "plaintext") == "sasl_ssl"
 PIPELINE = "orders"
-LOGS = ROOT / ".cache" / "demo"
+LOGS = ROOT / ".cache" / ("demo-sasl_ssl/logs" if OVER_TLS else "demo")
 
 
 def say(text: str) -> None:
     print(f"\n== {text}", flush=True)
 
 
+def kafka() -> dict:
+    """kafka-python's arguments: the single broker, or over TLS the Kafka connection the DAG reads."""
+    if not OVER_TLS:
+        return {"bootstrap_servers": BOOTSTRAP}
+    return client_kwargs(json.loads(os.environ["AIRFLOW_CONN_KAFKA_DEFAULT"])["extra"])
+
+
 def ensure_topic() -> None:
-    admin = KafkaAdminClient(bootstrap_servers=BOOTSTRAP)
+    admin = KafkaAdminClient(**kafka())
+    replicas = 3 if OVER_TLS else 1
     try:
-        admin.create_topics([NewTopic("orders", 3, 1)])
-        print("created topic 'orders' with 3 partitions")
+        admin.create_topics([NewTopic("orders", 3, replicas)])
+        print("created topic 'orders' with 3 partitions" + (", 3 replicas" if OVER_TLS else ""))
     except TopicAlreadyExistsError:
         print("topic 'orders' already exists")
     finally:
@@ -43,7 +55,7 @@ def ensure_topic() -> None:
 
 
 def produce(count: int) -> None:
-    producer = KafkaProducer(bootstrap_servers=BOOTSTRAP)
+    producer = KafkaProducer(**kafka())
     for _ in range(count):
         order_id = random.randrange(10**9)
         event = {"order_id": order_id, "customer": f"c{random.randrange(500)}",
@@ -91,11 +103,16 @@ def summary() -> None:
     print("  .venv/bin/tidemark offsets show orders --json")
     print(f"  .venv/bin/python -c \"from deltalake import DeltaTable; "
           f"print(DeltaTable('{config.table_uri}').history(3))\"")
-    print("  make kafka-down                               # stop the broker")
+    if OVER_TLS:
+        print("  make kafka-cluster-down                       # stop the three brokers")
+        print("  (the CLI and Airflow need the demo's TLS connection: scripts/demo.sh builds it from "
+              "scripts/kafka_cluster.sh env; docs/OPERATIONS.md, Kafka over TLS)")
+    else:
+        print("  make kafka-down                               # stop the broker")
 
 
 def main() -> None:
-    say("Kafka topic")
+    say("Kafka topic" + (" (three brokers, over SASL_SSL)" if OVER_TLS else ""))
     ensure_topic()
     say("run 1: produce 1,000 orders, then run the ingest DAG through Airflow")
     produce(1000)
