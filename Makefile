@@ -132,4 +132,4 @@ lock: ## re-resolve requirements.txt into requirements.lock in a scratch venv
 	  .cache/lockvenv/bin/pip freeze; } > requirements.lock
 
 clean: kafka-down kafka-cluster-down ## stop the broker and the cluster, remove local state (lake, Airflow home); keeps .venv and jars
-	rm -rf lake .cache/airflow .cache/kafka-*
+	rm -rf lake .cache/airflow .cache/kafka-* .cache/demo-sasl_ssl
