@@ -17,14 +17,10 @@ which task is read from the workers' own log folders and printed."""
 
 from __future__ import annotations
 
-import json
 import os
-import re
-import shutil
 import signal
 import subprocess
 import tempfile
-import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -34,6 +30,8 @@ import pytest
 import yaml
 
 from tests import helpers
+from tests.e2e import airflow_stack
+from tests.e2e.airflow_stack import AirflowStack
 from tests.e2e.conftest import ROOT
 from tidemark import crash, storage
 
@@ -45,14 +43,13 @@ WORKERS = (1, 2)
 HEARTBEAT_TIMEOUT_S = 30
 
 
-class CeleryAirflow:
+class CeleryAirflow(AirflowStack):
     """The running stack: its REST API, its scripts and its two Celery workers' folders and processes."""
 
     def __init__(self, env: dict[str, str], home: Path, url: str, login: tuple[str, str], lake: str,
                  pipelines: dict[str, str]):
-        self.env, self.home, self.url, self.lake, self.pipelines = env, home, url, lake, pipelines
-        self.user, self.password = login
-        self.token: str | None = None
+        super().__init__(env, home, url, *login)
+        self.lake, self.pipelines = lake, pipelines
 
     def script(self, *args: str, **extra: str) -> str:
         result = subprocess.run([str(SCRIPT), *args], env={**self.env, **extra}, capture_output=True, text=True,
@@ -60,28 +57,6 @@ class CeleryAirflow:
         assert result.returncode == 0, \
             f"airflow.sh {' '.join(args)} failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
         return result.stdout
-
-    def shell(self, command: str) -> str:
-        result = subprocess.run(["bash", "-c", f"source {self.home}/env.sh && {command}"], env=self.env,
-                                capture_output=True, text=True, timeout=180)
-        assert result.returncode == 0, f"{command} failed:\n{result.stdout[-2000:]}{result.stderr[-2000:]}"
-        return result.stdout
-
-    def tidemark(self, *args: str):
-        return json.loads(self.shell(" ".join(["tidemark", *args, "--json"])))
-
-    def api(self, method: str, path: str, **kwargs):
-        import httpx
-
-        if self.token is None:
-            login = httpx.post(f"{self.url}/auth/token", json={"username": self.user, "password": self.password},
-                               timeout=30)
-            assert login.status_code == 201, login.text
-            self.token = login.json()["access_token"]
-        response = httpx.request(method, f"{self.url}/api/v2{path}", timeout=30,
-                                 headers={"Authorization": f"Bearer {self.token}"}, **kwargs)
-        assert response.status_code < 300, f"{method} {path}: {response.status_code} {response.text[:500]}"
-        return response.json()
 
     def logs(self) -> str:
         """The end of every service's and worker's log: what a failed wait shows."""
@@ -207,22 +182,8 @@ def celery_airflow(tmp_path_factory, kafka_bootstrap, spark_connect):
                AIRFLOW_CONN_AWS_DEFAULT=helpers.aws_connection(),
                AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT=str(HEARTBEAT_TIMEOUT_S),
                AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL="5")
-    started = time.monotonic()
-    up = subprocess.run([str(SCRIPT), "up"], env=env, capture_output=True, text=True, timeout=600)
-    try:
-        assert up.returncode == 0, f"scripts/airflow.sh up failed:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}"
-        url = re.search(r"UI:\s+(\S+)", up.stdout).group(1)
-        user, password = re.search(r"login:\s+(\S+) / (\S+)", up.stdout).groups()
-        print(f"make airflow EXECUTOR=celery: up in {time.monotonic() - started:.0f} s\n{up.stdout}")
+    with airflow_stack.started(SCRIPT, env, home, pg_home, timeout=600) as (_, url, user, password):
         yield CeleryAirflow(env, home, url, (user, password), lake, names)
-    finally:
-        down = subprocess.run([str(SCRIPT), "down"], env=env, capture_output=True, text=True, timeout=300)
-        assert down.returncode == 0, down.stderr
-        assert "airflow: stopped" in down.stdout
-        left = [subprocess.run(["pgrep", "-f", str(path)], capture_output=True, text=True).stdout.split()
-                for path in (home, pg_home)]
-        assert left == [[], []], f"processes left running after `airflow.sh down`: {left}"
-        shutil.rmtree(pg_home, ignore_errors=True)
 
 
 def _port_free(port: int) -> bool:

@@ -17,10 +17,7 @@ import datetime as dt
 import json
 import os
 import re
-import shutil
-import subprocess
 import tempfile
-import time
 import uuid
 from pathlib import Path
 
@@ -28,6 +25,8 @@ import pytest
 import yaml
 
 from tests import helpers
+from tests.e2e import airflow_stack
+from tests.e2e.airflow_stack import AirflowStack
 from tests.e2e.browser import screenshot
 from tests.e2e.conftest import ROOT
 
@@ -46,41 +45,17 @@ BACKFILL_WINDOW = (dt.datetime(2025, 6, 1, tzinfo=dt.UTC), dt.datetime(2025, 6, 
 VIEWER = "watcher"
 
 
-class LocalAirflow:
+class LocalAirflow(AirflowStack):
     def __init__(self, env: dict[str, str], home: Path, url: str, user: str, password: str, pipeline: str,
                  backfill_pipeline: str, lake: Path):
-        self.env, self.home, self.url, self.user, self.password = env, home, url, user, password
+        super().__init__(env, home, url, user, password)
         self.pipeline, self.dag_id = pipeline, f"tidemark_ingest__{pipeline}"
         self.backfill_pipeline, self.lake = backfill_pipeline, lake
         self.logs = home / "logs" / "services"  # each service's log, as scripts/airflow.sh writes them
-        self.token: str | None = None
 
     def login(self, user: str) -> str:
         """The generated password of one of this Airflow's logins."""
         return json.loads((self.home / "passwords.json").read_text())[user]
-
-    def shell(self, command: str) -> str:
-        """A command with this Airflow's environment (the env.sh that `up` wrote)."""
-        result = subprocess.run(["bash", "-c", f"source {self.home}/env.sh && {command}"], env=self.env,
-                                capture_output=True, text=True, timeout=180)
-        assert result.returncode == 0, f"{command} failed:\n{result.stdout[-2000:]}{result.stderr[-2000:]}"
-        return result.stdout
-
-    def tidemark(self, *args: str):
-        return json.loads(self.shell(" ".join(["tidemark", *args, "--json"])))
-
-    def api(self, method: str, path: str, **kwargs):
-        import httpx
-
-        if self.token is None:
-            login = httpx.post(f"{self.url}/auth/token", json={"username": self.user, "password": self.password},
-                               timeout=30)
-            assert login.status_code == 201, login.text
-            self.token = login.json()["access_token"]
-        response = httpx.request(method, f"{self.url}/api/v2{path}", timeout=30,
-                                 headers={"Authorization": f"Bearer {self.token}"}, **kwargs)
-        assert response.status_code < 300, f"{method} {path}: {response.status_code} {response.text[:500]}"
-        return response.json()
 
     def runs(self, dag_id: str | None = None) -> list[dict]:
         return self.api("GET", f"/dags/{dag_id or self.dag_id}/dagRuns", params={"order_by": "run_after"})["dag_runs"]
@@ -130,23 +105,9 @@ def local_airflow(tmp_path_factory, kafka_bootstrap, spark_connect):
                # its ingest jobs on the warm path (the test run's Spark Connect server): the console is the subject
                AIRFLOW_CONN_SPARK_DEFAULT=helpers.spark_connect_connection(spark_connect),
                AIRFLOW_CONN_AWS_DEFAULT=helpers.aws_connection())  # the last test moves a table to S3
-    started = time.monotonic()
-    up = subprocess.run([str(SCRIPT), "up"], env=env, capture_output=True, text=True, timeout=400)
-    try:
-        assert up.returncode == 0, f"scripts/airflow.sh up failed:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}"
-        assert "using the broker" in up.stdout  # the session's broker, not a second one
-        url = re.search(r"UI:\s+(\S+)", up.stdout).group(1)
-        user, password = re.search(r"login:\s+(\S+) / (\S+)", up.stdout).groups()
-        print(f"make airflow: up in {time.monotonic() - started:.0f} s\n{up.stdout}")
+    with airflow_stack.started(SCRIPT, env, home, pg_home) as (out, url, user, password):
+        assert "using the broker" in out  # the session's broker, not a second one
         yield LocalAirflow(env, home, url, user, password, pipeline, backfill_pipeline, lake)
-    finally:
-        down = subprocess.run([str(SCRIPT), "down"], env=env, capture_output=True, text=True, timeout=180)
-        assert down.returncode == 0, down.stderr
-        assert "airflow: stopped" in down.stdout
-        left = [subprocess.run(["pgrep", "-f", str(path)], capture_output=True, text=True).stdout.split()
-                for path in (home, pg_home)]
-        assert left == [[], []], f"processes left running after `airflow.sh down`: {left}"
-        shutil.rmtree(pg_home, ignore_errors=True)
 
 
 def test_make_airflow_runs_scheduled_runs_by_the_scheduler_on_postgres(local_airflow):
