@@ -227,6 +227,13 @@ class PipelineRun:
     def reset(self, request: ResetRequest) -> ResetOutcome:
         return reset_offsets(self.config, self.kafka_properties, request, ledger_uri=self.ledger_uri, store=self.store)
 
+    def audit(self):
+        """``tidemark audit``: the output table checked against the ledger (``tidemark.audit``)."""
+        from tidemark.audit import audit_tables
+
+        return audit_tables(self.name, self.config.table_uri, self.config.dead_letter_uri, self.ledger_uri,
+                            self.store)
+
     def batch_summary(self, plan: BatchPlan) -> dict:
         return batch_summary(plan, self.store)
 
