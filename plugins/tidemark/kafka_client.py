@@ -304,6 +304,21 @@ class KafkaOffsets:
         """Latest offsets; under ``read_committed`` the last stable offset."""
         return self._call("latest", self._consumer.end_offsets, tps)
 
+    def high_watermarks(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """Per partition, the high watermark: the end offset under ``read_uncommitted``, whatever this
+        reader's isolation level. Under ``read_committed`` the records between the last stable offset
+        (``latest``) and the high watermark are held back by open transactions. One ListOffsets
+        request on this consumer's connection, bounded by its request timeout."""
+        from kafka.protocol.consumer import IsolationLevel
+
+        fetcher = self._consumer._fetcher  # kafka-python has no per-call isolation level; its fetcher holds it
+        saved = fetcher._isolation_level
+        fetcher._isolation_level = IsolationLevel.READ_UNCOMMITTED
+        try:
+            return self._call("high-watermark", self._consumer.end_offsets, tps)
+        finally:
+            fetcher._isolation_level = saved
+
 
 def commit_group_offsets(properties: Mapping[str, str], group: str, offsets: Mapping[TopicPartition, int],
                          metadata: Mapping[TopicPartition, str], timeout_ms: int = 15000) -> None:

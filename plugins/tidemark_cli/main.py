@@ -172,7 +172,8 @@ def cmd_pipelines_list(args: argparse.Namespace) -> int:
     return EXIT_PARTIAL if bad else EXIT_OK
 
 
-STATUS_COLUMNS = ["topic", "partition", "committed_offset", "latest_offset", "lag", "last_batch_id"]
+STATUS_COLUMNS = ["topic", "partition", "committed_offset", "latest_offset", "lag", "last_batch_id",
+                  "held_by_open_transactions"]
 
 
 def cmd_offsets_show(args: argparse.Namespace) -> int:
@@ -184,8 +185,9 @@ def cmd_offsets_show(args: argparse.Namespace) -> int:
 def cmd_lag(args: argparse.Namespace) -> int:
     run = _open(args.pipeline)
     rows = run.status()
-    print(_table(rows, ["topic", "partition", "lag"]))
+    print(_table(rows, ["topic", "partition", "lag", "held_by_open_transactions"]))
     print(f"total lag of '{run.name}': {sum(r['lag'] or 0 for r in rows)}")
+    print(f"held by open transactions: {sum(r['held_by_open_transactions'] or 0 for r in rows)}")
     return EXIT_OK
 
 

@@ -37,22 +37,29 @@ def partition_status(config: PipelineConfig, kafka_properties: Mapping[str, str]
                      timeout_seconds: float | None = None) -> list[dict]:
     """Per partition: committed offset, Kafka's latest offset, lag and the last committed batch
     (the ``tidemark offsets show --json`` contract). A partition never committed has
-    ``committed_offset`` null and its lag counted from the earliest offset Kafka has."""
+    ``committed_offset`` null and its lag counted from the earliest offset Kafka has. Under
+    ``read_committed`` the latest offset is the last stable offset, and ``held_by_open_transactions``
+    is the high watermark minus it: records a producer wrote in a transaction it has not yet committed
+    or aborted, which no lag counts (0 under ``read_uncommitted``, which reads them)."""
     state = Ledger(ledger_uri or settings.ledger_uri(), store).state(config.name)
     if timeout_seconds is not None:
         config = config.model_copy(update={"kafka_timeout_seconds": timeout_seconds})
     with kafka_offsets(config, kafka_properties) as kafka:
         tps = kafka.partitions(config.select_topics(kafka.topic_names()))
         earliest, latest = kafka.earliest(tps), kafka.latest(tps)
-    return _status_rows(state, tps, earliest, latest)
+        watermarks = kafka.high_watermarks(tps) if config.isolation_level == "read_committed" else latest
+    return _status_rows(state, tps, earliest, latest, watermarks)
 
 
-def _status_rows(state: LedgerState, tps, earliest: Mapping, latest: Mapping) -> list[dict]:
+def _status_rows(state: LedgerState, tps, earliest: Mapping, latest: Mapping,
+                 watermarks: Mapping | None = None) -> list[dict]:
+    """The rows of ``partition_status``; without ``watermarks`` (Kafka unknown) nothing counts as held."""
     rows = []
     for tp in sorted(set(tps) | set(state.positions)):
         committed = state.positions.get(tp)
         end = latest.get(tp)
         base = committed if committed is not None else earliest.get(tp)
+        high = (watermarks or {}).get(tp)
         rows.append({
             "topic": tp.topic,
             "partition": tp.partition,
@@ -60,6 +67,7 @@ def _status_rows(state: LedgerState, tps, earliest: Mapping, latest: Mapping) ->
             "latest_offset": end,
             "lag": None if end is None or base is None else max(end - base, 0),
             "last_batch_id": state.last_batch.get(tp),
+            "held_by_open_transactions": None if end is None or high is None else max(high - end, 0),
         })
     return rows
 
@@ -155,6 +163,7 @@ def overview(config: PipelineConfig, kafka_properties: Mapping[str, str] | None,
                                                          timeout_seconds=timeout_seconds, kafka_error=kafka_error)
     activity = Ledger(uri, store).activity(config.name)
     total_lag = None if kafka_error else sum(r["lag"] or 0 for r in partitions)
+    held = None if kafka_error else sum(r["held_by_open_transactions"] or 0 for r in partitions)
     done = [a for (kind, status), a in activity.items() if kind in WRITING_KINDS and status == COMMITTED]
     last = max(done, key=lambda a: a["batch_id"], default=None)
     pending = [a for (kind, status), a in activity.items() if status == PLANNED]
@@ -162,7 +171,7 @@ def overview(config: PipelineConfig, kafka_properties: Mapping[str, str] | None,
     return {
         "pipeline": config.name, "table": config.table_uri, "topics": config.topics_label,
         "status": health(activity, total_lag, now, last_run_failed),
-        "total_lag": total_lag, "kafka_error": kafka_error,
+        "total_lag": total_lag, "held_by_open_transactions": held, "kafka_error": kafka_error,
         "last_batch_id": last["batch_id"] if last else None,
         "last_committed_at": _iso(last["committed_at"]) if last else None,
         "last_commit_age_seconds": (round((now - last["committed_at"]).total_seconds(), 1)

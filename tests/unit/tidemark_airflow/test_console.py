@@ -109,6 +109,7 @@ def test_the_html_pages_render_the_same_numbers(client):
     assert 'data-pipeline="orders"' in page.text and "Kafka unreachable" in page.text
     detail = client.get("/pipelines/orders").text
     assert '<td class="num" data-field="committed_offset">12</td>' in detail
+    assert '<th>Held by open transactions</th>' in detail and 'id="held"' not in detail  # Kafka's numbers unknown
     assert "Kafka is unreachable" in detail and "replay the last two" in detail
     assert 'href="/dags/tidemark_replay__orders/runs/manual__2026-11-24T11%3A30%3A00" target="_top"' in detail
 
@@ -205,3 +206,20 @@ def test_the_page_answers_parallel_requests_each_with_its_own_pipelines_store(co
     assert [a.status_code for a in answers] == [200] * len(requests)
     assert [a.json()["pipeline"] for a in answers] == [r.rsplit("/", 1)[1] for r in requests]
     assert sorted(seen) == sorted([("orders", None), ("east", "key-east"), ("west", "key-west")] * 2)
+
+
+def test_the_page_warns_when_open_transactions_hold_offsets_back():
+    from tidemark_airflow.console_html import render
+
+    def row(partition, lag, held):
+        return {"topic": "orders", "partition": partition, "committed_offset": 10, "latest_offset": 10 + lag,
+                "lag": lag, "last_batch_id": 3, "held_by_open_transactions": held}
+
+    view = {"pipeline": "orders", "status": "healthy", "topics": "orders", "table": "orders", "dag_id": "d",
+            "held_by_open_transactions": 308, "partitions": [row(0, 0, 154), row(1, 0, 154), row(2, 5, 0)],
+            "total_lag": 5, "last_batch_id": 3, "pending_batch_id": None, "gaps": 0, "entries": []}
+    page = render("pipeline.html", view=view)
+    assert '<td class="num" data-field="held_by_open_transactions">154</td>' in page
+    assert '<td class="num" data-field="held_by_open_transactions">0</td>' in page
+    assert "308 offset(s) are held back by open transactions (orders:0 154, orders:1 154):" in page
+    assert 'id="held"' not in render("pipeline.html", view={**view, "held_by_open_transactions": 0})
