@@ -9,6 +9,7 @@
     tidemark lag PIPELINE
     tidemark run PIPELINE [--take-over --reason TEXT]
     tidemark ledger move PIPELINE --from OLD_LEDGER_URI
+    tidemark audit PIPELINE [--json]
 
 Exit codes, the same for every command:
     0  done
@@ -19,6 +20,8 @@ Exit codes, the same for every command:
        what to do; nothing was changed
     3  `pipelines list` listed the valid pipelines, but some pipeline files are broken (named on
        stderr)
+    4  `audit` found damage: duplicated offsets, committed ranges missing records, or rows outside
+       every committed range (listed in its output)
 
 Connections come from ``AIRFLOW_CONN_<ID>`` variables when set (no Airflow needed), else from
 Airflow itself (its secrets backends and metadata DB) when it is installed.
@@ -95,10 +98,21 @@ def build_parser() -> argparse.ArgumentParser:
     move.add_argument("pipeline")
     move.add_argument("--from", dest="source", required=True, metavar="URI",
                       help="the old ledger's location: the old lake root followed by /_tidemark/offsets")
+    _add_audit(commands)
     return parser
 
 
-EXIT_OK, EXIT_JOB_FAILED, EXIT_REFUSED, EXIT_PARTIAL = 0, 1, 2, 3
+def _add_audit(commands) -> None:
+    audit = commands.add_parser(
+        "audit", help="check the output table against the ledger: every committed offset there exactly once",
+        description="Check the live output table against the ledger: duplicated offsets, committed ranges "
+                    "missing records (counted against the ledger's record counts, dead letters included) and "
+                    "rows outside every committed range. Exits 0 when none, 4 when damage is found.")
+    audit.add_argument("pipeline")
+    audit.add_argument("--json", action="store_true", help="one JSON object with the lists and 'ok'")
+
+
+EXIT_OK, EXIT_JOB_FAILED, EXIT_REFUSED, EXIT_PARTIAL, EXIT_DAMAGE = 0, 1, 2, 3, 4
 
 
 class CliConnectionResolver:
@@ -248,6 +262,24 @@ def cmd_ledger_move(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_audit(args: argparse.Namespace) -> int:
+    from tidemark.audit import summary
+
+    report = _open(args.pipeline).audit()
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        for title, rows, columns in (
+                ("duplicated offsets", report.duplicates, ["topic", "partition", "offset", "count"]),
+                ("committed ranges missing records", report.to_dict()["missing"],
+                 ["topic", "partition", "start", "end", "expected", "found", "batch_id"]),
+                ("rows outside every committed range", report.outside, ["topic", "partition", "offset", "batch_id"])):
+            if rows:
+                print(f"{title}:\n{_table(rows, columns)}\n")
+        print(summary(report))
+    return EXIT_OK if report.ok else EXIT_DAMAGE
+
+
 def reset_request(args: argparse.Namespace, owner: str):
     from tidemark.batch import ResetRequest
 
@@ -302,6 +334,7 @@ HANDLERS = {
     ("lag", None): cmd_lag,
     ("run", None): cmd_run,
     ("ledger", "move"): cmd_ledger_move,
+    ("audit", None): cmd_audit,
 }
 
 

@@ -28,7 +28,7 @@ def inline_spans(doc: str) -> list[str]:
     return re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", text(doc), flags=re.S))
 
 
-COMMAND = re.compile(r"(?:^|\s|/)tidemark\s+((?:pipelines|offsets|lag|run|ledger)\b.*)")
+COMMAND = re.compile(r"(?:^|\s|/)tidemark\s+((?:pipelines|offsets|lag|run|ledger|audit)\b.*)")
 
 
 def subcommands() -> dict[tuple[str, ...], set[str]]:
