@@ -88,28 +88,32 @@ def build_parser() -> argparse.ArgumentParser:
                           "(needs --reason, recorded in the ledger)")
     run.add_argument("--reason", help="why the batch is taken over; required with --take-over")
 
-    ledger = commands.add_parser("ledger", help="the pipeline's ledger rows as a whole")
-    ledger_cmd = ledger.add_subparsers(dest="action", required=True, metavar="ACTION")
-    move = ledger_cmd.add_parser(
-        "move", help="copy a pipeline's rows from the ledger of its old lake root into its current ledger",
-        description="After the lake root moved (TIDEMARK_LAKE_ROOT, e.g. from the local disk to S3), copy the "
-                    "pipeline's ledger rows from the old location into the ledger at the new one. The old ledger "
-                    "is left as it was.")
-    move.add_argument("pipeline")
-    move.add_argument("--from", dest="source", required=True, metavar="URI",
-                      help="the old ledger's location: the old lake root followed by /_tidemark/offsets")
-    _add_audit(commands)
+    _add_ledger_and_audit(commands)
     return parser
 
 
-def _add_audit(commands) -> None:
-    audit = commands.add_parser(
-        "audit", help="check the output table against the ledger: every committed offset there exactly once",
-        description="Check the live output table against the ledger: duplicated offsets, committed ranges "
-                    "missing records (counted against the ledger's record counts, dead letters included) and "
-                    "rows outside every committed range. Exits 0 when none, 4 when damage is found.")
-    audit.add_argument("pipeline")
+def _add_ledger_and_audit(commands) -> None:
+    ledger = commands.add_parser("ledger", help="the pipeline's ledger rows as a whole")
+    ledger_cmd = ledger.add_subparsers(dest="action", required=True, metavar="ACTION")
+    move = _pipeline_command(
+        ledger_cmd, "move", "copy a pipeline's rows from the ledger of its old lake root into its current ledger",
+        "After the lake root moved (TIDEMARK_LAKE_ROOT, e.g. from the local disk to S3), copy the pipeline's "
+        "ledger rows from the old location into the ledger at the new one. The old ledger is left as it was.")
+    move.add_argument("--from", dest="source", required=True, metavar="URI",
+                      help="the old ledger's location: the old lake root followed by /_tidemark/offsets")
+    audit = _pipeline_command(
+        commands, "audit", "check the output table against the ledger: every committed offset there exactly once",
+        "Check the live output table against the ledger: duplicated offsets, committed ranges missing records "
+        "(counted against the ledger's record counts, dead letters included) and rows outside every committed "
+        "range. Exits 0 when none, 4 when damage is found.")
     audit.add_argument("--json", action="store_true", help="one JSON object with the lists and 'ok'")
+
+
+def _pipeline_command(parent, name: str, summary: str, details: str) -> argparse.ArgumentParser:
+    """A sub-command that takes a pipeline's name first."""
+    command = parent.add_parser(name, help=summary, description=details)
+    command.add_argument("pipeline")
+    return command
 
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_REFUSED, EXIT_PARTIAL, EXIT_DAMAGE = 0, 1, 2, 3, 4
