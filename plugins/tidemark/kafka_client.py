@@ -236,14 +236,32 @@ class KafkaOffsets:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _topics(self) -> set[str]:
+        """The cluster's topics (a full metadata refresh). A broker that died since the bootstrap may be
+        the one kafka-python asks: it raises a connection error, and the next try goes to another broker;
+        within the pipeline's timeout, then KafkaUnavailableError (transient: nothing was frozen)."""
+        from kafka.errors import KafkaError
+
+        deadline = time.monotonic() + self._timeout_ms / 1000
+        while True:
+            try:
+                return set(self._consumer.topics())
+            except KafkaError as exc:
+                if time.monotonic() < deadline:
+                    time.sleep(0.2)  # let the client mark the broker down before it picks another
+                    continue
+                raise KafkaUnavailableError(
+                    f"Kafka did not return the cluster's metadata within {self._timeout_ms} ms ({type(exc).__name__}: "
+                    f"{exc}); nothing was read or committed", pipeline=self._pipeline) from None
+
     def topic_names(self) -> set[str]:
         """Every topic the cluster has (for ``topic_pattern`` pipelines)."""
-        return set(self._consumer.topics())
+        return self._topics()
 
     def partitions(self, topics: Iterable[str]) -> list[TopicPartition]:
         """Every partition of the topics; UnknownTopicError if one does not exist."""
         topics = list(topics)
-        known = self._consumer.topics()
+        known = self._topics()
         missing = [t for t in topics if t not in known]
         if missing:
             raise UnknownTopicError(
@@ -263,7 +281,7 @@ class KafkaOffsets:
         cluster = self._consumer._client.cluster  # kafka-python keeps the ids on the client's cluster metadata
         topics = list(topics)
         if any(cluster.topic_id(t) is None for t in topics):
-            self._consumer.topics()  # a full metadata refresh
+            self._topics()  # a full metadata refresh
         ids = {}
         for topic in topics:
             topic_id = cluster.topic_id(topic)

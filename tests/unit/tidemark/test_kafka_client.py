@@ -72,3 +72,30 @@ def test_kafka_properties_translate_to_kafka_python_with_sasl_credentials():
 def test_kafka_properties_need_bootstrap_servers():
     with pytest.raises(KafkaUnavailableError, match="bootstrap.servers"):
         client_kwargs({"security.protocol": "PLAINTEXT"})
+
+
+def test_a_metadata_request_to_a_broker_that_died_is_tried_again_then_named_unavailable():
+    """A broker lost after the bootstrap may be the one kafka-python asks for metadata: a connection error
+    (seen in CI on the three-broker cluster), tried again within the timeout, else a transient error."""
+    import pytest
+    from kafka.errors import KafkaConnectionError
+
+    from tidemark.errors import KafkaUnavailableError
+    from tidemark.kafka_client import KafkaOffsets
+
+    class Consumer:
+        def __init__(self, failures: int) -> None:
+            self.failures = failures
+
+        def topics(self):
+            if self.failures:
+                self.failures -= 1
+                raise KafkaConnectionError("111 ECONNREFUSED")
+            return {"orders"}
+
+    offsets = object.__new__(KafkaOffsets)  # no connection: the consumer is the stand-in above
+    offsets._pipeline, offsets._timeout_ms, offsets._consumer = "p", 2000, Consumer(failures=2)
+    assert offsets.topic_names() == {"orders"}
+    offsets._timeout_ms, offsets._consumer = 0, Consumer(failures=1)
+    with pytest.raises(KafkaUnavailableError, match="pipeline 'p': Kafka did not return the cluster's metadata"):
+        offsets.topic_names()
