@@ -203,12 +203,6 @@ def store_for(locations: Iterable[str | None], resolver: ConnectionResolver, con
     return object_store(resolver, conn_id, pipeline) if any(is_object_store(u) for u in locations) else None
 
 
-def store_from_env() -> ObjectStore | None:
-    """The Spark job's side: the object store its launcher passed in TIDEMARK_STORAGE_OPTIONS, if any."""
-    raw = os.environ.get(ENV_VAR)
-    return ObjectStore.from_json(raw) if raw else None
-
-
 def delta_options(uri: str, store: ObjectStore | None) -> dict[str, str] | None:
     """delta-rs storage options for a table location: None on the local disk. On object storage,
     ``store`` (None: the default AWS chain and endpoint)."""
