@@ -12,7 +12,8 @@ without it the answer is 401.
 
 Routes (``/tidemark`` + ...):
   /                                  every pipeline: status, total lag, last batch and its age (HTML)
-  /pipelines/{name}                  one pipeline: partitions, recent ledger entries, links to runs (HTML)
+  /pipelines/{name}                  one pipeline: partitions, charts per batch (inline SVG), recent ledger
+                                     entries, links to runs (HTML)
   /dags/{dag_id}                     the DAG page's tab: redirects to its pipeline's page
   /api/pipelines                     the overview as JSON
   /api/pipelines/{name}              one pipeline as JSON (overview, partitions, recent entries)
@@ -111,14 +112,30 @@ def all_pipelines(failed: LastRunFailed) -> dict:
     return {"pipelines": views, "errors": errors}
 
 
-def one_pipeline(name: str, failed: LastRunFailed) -> dict:
-    """One pipeline: its overview and recent ledger entries, each linked to the run that wrote it."""
+def _pipeline(name: str, failed: LastRunFailed, count: int):
+    """The run, its overview and its newest ``count`` ledger entries, each linked to the run that wrote it."""
     run = _open(name)
     view = pipeline_overview(run, failed)
-    entries = run.recent_entries(RECENT_ENTRIES)
+    entries = run.recent_entries(count)
     for entry in entries:
         entry["run_link"] = run_link(entry["kind"], entry["owner"], run.name)
+    return run, view, entries
+
+
+def one_pipeline(name: str, failed: LastRunFailed) -> dict:
+    """One pipeline: its overview and recent ledger entries, each linked to the run that wrote it."""
+    _, view, entries = _pipeline(name, failed, RECENT_ENTRIES)
     return {**view, "entries": entries}
+
+
+def pipeline_page(name: str, failed: LastRunFailed) -> dict:
+    """What the pipeline's HTML page shows: ``one_pipeline`` and the charts of its newest CHART_ENTRIES
+    ledger entries (``tidemark_airflow.charts``), from one read of the ledger."""
+    from tidemark_airflow.charts import CHART_ENTRIES, charts
+
+    run, view, entries = _pipeline(name, failed, max(RECENT_ENTRIES, CHART_ENTRIES))
+    return {"view": {**view, "entries": entries[:RECENT_ENTRIES]}, "charts_entries": CHART_ENTRIES,
+            "charts": charts(entries, run.config.max_offsets_per_run)}
 
 
 def create_app(failed: LastRunFailed = last_run_failed) -> FastAPI:
@@ -158,7 +175,7 @@ def create_app(failed: LastRunFailed = last_run_failed) -> FastAPI:
 
     @app.get("/pipelines/{name}", response_class=HTMLResponse)
     def page_pipeline(name: str) -> str:
-        return render("pipeline.html", view=pipeline(name))
+        return render("pipeline.html", **pipeline_page(name, failed))
 
     @app.get("/dags/{dag_id}")
     def page_dag(dag_id: str):

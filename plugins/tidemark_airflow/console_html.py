@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from functools import cache
 
 
@@ -26,7 +27,26 @@ def age(seconds: float | None) -> str:
     return f"{seconds / 86400:.1f} d"
 
 
+def when(iso: str | None) -> str:
+    """An ISO timestamp as people read it, to the second in UTC: ``2026-11-26 05:12:03 UTC``."""
+    if not iso:
+        return "-"
+    moment = dt.datetime.fromisoformat(iso)
+    moment = moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment.astimezone(dt.UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def since(iso: str | None, now: dt.datetime | None = None) -> str:
+    """How long ago an ISO timestamp was: ``3 min ago`` (``-`` when unknown)."""
+    if not iso:
+        return "-"
+    moment = dt.datetime.fromisoformat(iso)
+    moment = moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment
+    seconds = ((now or dt.datetime.now(dt.UTC)) - moment).total_seconds()
+    return f"{age(max(seconds, 0))} ago"
+
+
 def render(template: str, **values) -> str:
     env = _environment()
-    env.filters["age"] = age
+    env.filters.update(age=age, when=when, since=since)
     return env.get_template(template).render(**values)
