@@ -13,6 +13,7 @@ import hashlib
 import logging
 
 import pyarrow as pa
+from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_delay, wait_random_exponential
 
 from tidemark import ledger_migrations as migrations
 from tidemark import storage
@@ -40,7 +41,30 @@ __all__ = ["COMMITTED", "KIND_BATCH", "KIND_GAP", "PLANNED", "POSITION_KINDS", "
 
 log = logging.getLogger(__name__)
 
-_CAS_ATTEMPTS = 20
+# A write that lost a race to another pipeline's commit (a new Delta version in between) is tried again
+# after a random wait that grows from 0.05 s to at most 2 s (exponential backoff with full jitter, so
+# that the losers of one race do not meet again), for up to this long; only then LedgerConflictError.
+# Any one commit takes a few tens of milliseconds, so 50 pipelines committing at the same moment are
+# through in a few seconds (tests/integration/test_ledger_contention.py).
+RETRY_FOR_S = 120.0
+
+
+class _LostRace(Exception):
+    """Another commit landed on the ledger between this write's read and its commit."""
+
+
+def _retrying(pipeline: str, what: str, attempt) -> None:
+    """``attempt()`` until it does not raise _LostRace, with backoff and jitter, for RETRY_FOR_S."""
+    try:
+        for trial in Retrying(retry=retry_if_exception_type(_LostRace), stop=stop_after_delay(RETRY_FOR_S),
+                              wait=wait_random_exponential(multiplier=0.05, max=2.0)):
+            with trial:
+                attempt()
+    except RetryError as exc:
+        raise LedgerConflictError(
+            f"the ledger was too busy to commit for {RETRY_FOR_S:.0f} s ({exc.last_attempt.attempt_number} "
+            f"attempts) while {what}; this run wrote nothing, retry it", pipeline=pipeline) from None
+
 # A pipeline's small files (about one per batch) are compacted into one once there are this many.
 COMPACT_AFTER_FILES = 32
 
@@ -221,11 +245,11 @@ class Ledger:
     def _compare_and_commit(self, pipeline: str, expected: str, commit, what: str) -> None:
         """Run ``commit(table)`` against the latest ledger version only if the pipeline's rows still
         have the ``expected`` fingerprint, and only if no one commits to the ledger in between
-        (``max_commit_retries=0``). Commits of other pipelines make it re-check and try again; a
-        change to this pipeline's rows means another run got there first: PipelineBusyError."""
+        (``max_commit_retries=0``). Commits of other pipelines make it re-check and try again (_retrying);
+        a change to this pipeline's rows means another run got there first: PipelineBusyError."""
         from deltalake.exceptions import CommitFailedError, DeltaError
 
-        for _ in range(_CAS_ATTEMPTS):
+        def attempt() -> None:
             table = self._open_for_write()  # migrating leaves the rows, and so the fingerprint, as they were
             current = _read_state(table, pipeline).fingerprint if table is not None else fingerprint([])
             if current != expected:
@@ -233,15 +257,14 @@ class Ledger:
                                                 what)
             try:
                 commit(table)
-                return
-            except CommitFailedError:
-                continue  # another commit (any pipeline) landed first: re-check and retry
-            except DeltaError:
+            except CommitFailedError as exc:
+                raise _LostRace() from exc  # another commit (any pipeline) landed first: re-check and retry
+            except DeltaError as exc:
                 if table is None and self._load() is not None:
-                    continue  # another run created the ledger at the same moment: re-check and retry
+                    raise _LostRace() from exc  # another run created the ledger at the same moment
                 raise
-        raise LedgerConflictError(f"the ledger was too busy to commit after {_CAS_ATTEMPTS} attempts "
-                                  f"while {what}; this run wrote nothing, retry it", pipeline=pipeline)
+
+        _retrying(pipeline, what, attempt)
 
     def append(self, rows: list[LedgerRow], *, expected: str, what: str = "planning") -> None:
         """Append rows for one pipeline if its rows are still as the caller read them."""
@@ -276,11 +299,9 @@ class Ledger:
 
     def mark_committed(self, pipeline: str, batch_id: int, counts: dict[TopicPartition, tuple[int, int]]) -> bool:
         """Flip the batch's planned rows to committed with their (records, dead letters) counts.
-        Idempotent: returns False when nothing was left to flip."""
-        from deltalake import DeltaTable
-
-        table = migrations.migrate(DeltaTable(storage.delta_rs_uri(self.uri),  # missing: TableNotFoundError
-                                               storage_options=storage.delta_options(self.uri, self.store)))
+        Idempotent: returns False when nothing was left to flip. The merge reads only the pipeline's
+        partition, and a merge that loses a race to another commit is run again on the new version
+        (_retrying): it only flips rows still planned, so running it again is safe."""
         source = pa.table({
             "pipeline": [pipeline] * len(counts),
             "batch_id": [batch_id] * len(counts),
@@ -289,22 +310,38 @@ class Ledger:
             "record_count": pa.array([c for c, _ in counts.values()], pa.int64()),
             "dead_letter_count": pa.array([d for _, d in counts.values()], pa.int64()),
         })
-        stamp = now().isoformat()
-        metrics = (
-            table.merge(source, source_alias="s", target_alias="t",
-                        predicate=("t.pipeline = s.pipeline AND t.batch_id = s.batch_id AND "
-                                   "t.topic = s.topic AND t.partition = s.partition"))
-            .when_matched_update(
-                updates={"status": f"'{COMMITTED}'", "record_count": "s.record_count",
-                         "dead_letter_count": "s.dead_letter_count",
-                         "committed_at": f"CAST('{stamp}' AS TIMESTAMP)"},
-                predicate=f"t.status = '{PLANNED}'")
-            .execute()
-        )
-        changed = metrics.get("num_target_rows_updated", 0) > 0
-        if changed:
+        changed: list[bool] = []
+        _retrying(pipeline, f"marking batch {batch_id} committed",
+                  lambda: changed.append(self._flip_committed(pipeline, source)))
+        if changed[-1]:
             self._compact(pipeline)
-        return changed
+        return changed[-1]
+
+    def _flip_committed(self, pipeline: str, source: pa.Table) -> bool:
+        from deltalake import CommitProperties, DeltaTable
+        from deltalake.exceptions import CommitFailedError
+
+        table = migrations.migrate(DeltaTable(storage.delta_rs_uri(self.uri),  # missing: TableNotFoundError
+                                               storage_options=storage.delta_options(self.uri, self.store)))
+        stamp = now().isoformat()
+        try:
+            metrics = (
+                table.merge(source, source_alias="s", target_alias="t",
+                            # The literal partition value first: the merge then reads (and conflicts with) only
+                            # this pipeline's files, not every pipeline's.
+                            predicate=(f"t.pipeline = '{_quote(pipeline)}' AND t.pipeline = s.pipeline AND "
+                                       "t.batch_id = s.batch_id AND t.topic = s.topic AND t.partition = s.partition"),
+                            commit_properties=CommitProperties(max_commit_retries=0))
+                .when_matched_update(
+                    updates={"status": f"'{COMMITTED}'", "record_count": "s.record_count",
+                             "dead_letter_count": "s.dead_letter_count",
+                             "committed_at": f"CAST('{stamp}' AS TIMESTAMP)"},
+                    predicate=f"t.status = '{PLANNED}'")
+                .execute()
+            )
+        except CommitFailedError as exc:
+            raise _LostRace() from exc
+        return metrics.get("num_target_rows_updated", 0) > 0
 
     def _compact(self, pipeline: str) -> None:
         """Rewrite the pipeline's small files (about one per batch) into one once there are
