@@ -24,6 +24,9 @@ PLANNED = "planned"
 COMMITTED = "committed"
 KIND_BATCH = "batch"
 KIND_GAP = "gap"
+# Dead letters re-ingested (tidemark.dead_letters): history only, it moves no position and its records were
+# counted by the batches that read them; a planned one is the reprocess's own, never the pipeline's pending batch.
+KIND_REPROCESS = "reprocess"
 # Kinds whose committed rows move the position (backfill rows are history only).
 POSITION_KINDS = ("batch", "reset", "gap")
 # Kinds whose rows wrote records to the output.
@@ -126,7 +129,7 @@ def derive_state(rows: list[LedgerRow]) -> LedgerState:
             state.last_batch[row.tp] = row.batch_id
         if row.status == COMMITTED and row.kind in WRITING_KINDS:
             state.high_water[row.tp] = max(state.high_water.get(row.tp, 0), row.end_offset)
-    pending = [r for r in rows if r.status == PLANNED]
+    pending = [r for r in rows if r.status == PLANNED and r.kind != KIND_REPROCESS]
     if pending:
         state.pending_batch_id = max(r.batch_id for r in pending)
         current = [r for r in pending if r.batch_id == state.pending_batch_id]

@@ -234,6 +234,13 @@ class PipelineRun:
         return audit_tables(self.name, self.config.table_uri, self.config.dead_letter_uri, self.ledger_uri,
                             self.store)
 
+    def reserve_reprocess(self, *, batch_id: int | None, reason: str, owner: str):
+        """``tidemark dead-letters reprocess``: reserve the ledger entry (``tidemark.dead_letters``)."""
+        from tidemark.dead_letters import reserve
+
+        return reserve(self.config, self.ledger, self.schema_registry, batch_id=batch_id, reason=reason, owner=owner,
+                       store=self.store)
+
     def batch_summary(self, plan: BatchPlan) -> dict:
         return batch_summary(plan, self.store)
 
