@@ -22,6 +22,7 @@ from pydantic import (
 
 from tidemark import settings
 from tidemark.errors import ConfigError
+from tidemark.observability import Duration, FreshnessAlert, LagSettings
 from tidemark.records import BATCH_COLUMNS, DATE_COLUMN, KAFKA_COLUMNS, RecordFormat, parse_field_type
 
 NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$"
@@ -148,6 +149,16 @@ class PipelineConfig(BaseModel):
 
     retry_delay_seconds: PositiveInt = 20
     """First retry delay; doubles on each retry (exponential back-off, at most 10 minutes)."""
+
+    lag: LagSettings = Field(default_factory=LagSettings)
+    """``hold_warning_after`` (default ``15m``): warn when an open transaction holds records back longer."""
+
+    freshness_sla: Duration | None = Field(default=None, gt=dt.timedelta(0))
+    """When set (``2h``): an Airflow Deadline Alert on each run calls ``freshness_alert`` when the output's
+    newest record is older than this (``tidemark_airflow.alerts``)."""
+
+    freshness_alert: FreshnessAlert = Field(default_factory=FreshnessAlert)
+    """The callback of a missed ``freshness_sla``: ``callback`` (dotted path) and its ``kwargs``."""
 
     @field_validator("topics")
     @classmethod

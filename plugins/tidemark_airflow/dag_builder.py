@@ -70,6 +70,7 @@ def build_ingest_dag(config: PipelineConfig):
     from airflow.sdk import DAG
 
     from tidemark_airflow import tasks
+    from tidemark_airflow.alerts import freshness_deadline
     from tidemark_airflow.assets import table_asset
     from tidemark_airflow.operators import TidemarkIngestOperator
     from tidemark_spark.submit import DEFAULT_CONF
@@ -80,6 +81,7 @@ def build_ingest_dag(config: PipelineConfig):
     with DAG(dag_id=ingest_dag_id(config.name), schedule=timetable(config.schedule), start_date=DEFAULT_START,
              catchup=False, params=trigger_form(),
              max_active_runs=1, default_args=default_args, doc_md=doc_md(config),
+             deadline=freshness_deadline(config),  # freshness_sla: a Deadline Alert (tidemark_airflow.alerts)
              tags=["tidemark", f"pipeline:{config.name}"], description=f"Kafka -> Delta: {config.name}") as dag:
         # Two tasks, since each task launch costs a process start and a DAG parse: the plan task also
         # decides (an empty plan skips the ingest task) and reports an empty run; the ingest task
@@ -88,7 +90,8 @@ def build_ingest_dag(config: PipelineConfig):
                                     ignore_downstream_trigger_rules=False)
         ingest = TidemarkIngestOperator(
             task_id="ingest", conn_id=config.spark_conn_id, conf={**DEFAULT_CONF, **config.spark_conf},
-            driver_memory="1g", name=f"tidemark-{config.name}", outlets=[table_asset(config)])
+            driver_memory="1g", name=f"tidemark-{config.name}", outlets=[table_asset(config)],
+            on_success_callback=tasks.after_ingest)  # metrics and hold warnings (tidemark_airflow.metrics)
         plan >> ingest
     return dag
 

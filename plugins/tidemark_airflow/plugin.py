@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
+from tidemark_airflow.alerts import NewestRecordReference
 from tidemark_airflow.naming import CONSOLE_URL_PREFIX
 
 
@@ -28,6 +29,7 @@ class LazyApp:
 
 class TidemarkPlugin(AirflowPlugin):
     name = "tidemark"
+    deadline_references = [NewestRecordReference]  # freshness_sla's Deadline Alerts (tidemark_airflow.alerts)
     fastapi_apps = [{"app": LazyApp(), "url_prefix": CONSOLE_URL_PREFIX, "name": "Tidemark"}]
     external_views = [
         {"name": "Tidemark", "href": f"{CONSOLE_URL_PREFIX}/", "destination": "nav", "url_route": "tidemark",

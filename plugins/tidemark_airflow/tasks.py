@@ -7,10 +7,12 @@ from __future__ import annotations
 import functools
 import logging
 
-from tidemark.batch import ResetRequest
+from tidemark.batch import BatchPlan, ResetRequest
 from tidemark.errors import PipelineBusyError, TidemarkError
+from tidemark.run import PipelineRun
+from tidemark_airflow.metrics import observe_run
 from tidemark_airflow.naming import ingest_dag_id
-from tidemark_airflow.resolver import open_run
+from tidemark_airflow.resolver import RESOLVER, open_run
 from tidemark_airflow.run_modes import decide_run
 
 log = logging.getLogger("tidemark")
@@ -58,9 +60,19 @@ def plan(pipeline: str, **context) -> str | None:
     batch = run.prepare(owner=context["run_id"], run_state=run_state, backfill=request.backfill)
     if batch.is_empty:
         log.info("pipeline '%s': nothing to read; the ingest task will be skipped (no Spark launch)", pipeline)
-        run.report()
+        observe_run(run, run.report() or None)
         return None
     return batch.to_json()
+
+
+def after_ingest(context) -> None:
+    """The ingest task's success callback: the committed batch's and the pipeline's metrics, and the
+    hold warnings (``tidemark_airflow.metrics``). Never fails: the batch is committed."""
+    try:
+        plan = BatchPlan.from_json(context["ti"].xcom_pull(task_ids="plan"))
+        observe_run(PipelineRun.for_plan(plan, RESOLVER), batch_id=plan.batch_id)
+    except Exception as exc:
+        log.warning("could not send the metrics of the ingest task (%s: %s)", type(exc).__name__, exc)
 
 
 @fail_fast_on_terminal_errors

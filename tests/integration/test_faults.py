@@ -186,7 +186,7 @@ def test_retention_gap_fails_the_plan_by_default_and_skip_records_it_and_continu
     # what `tidemark offsets show PIPELINE --json` prints (the command runs as a real process in test_replay)
     assert json.loads(json.dumps(partition_status(skipping, props()))) == [
         {"topic": topic, "partition": p, "committed_offset": 12, "latest_offset": 12, "lag": 0, "last_batch_id": 3,
-         "held_by_open_transactions": 0} for p in (0, 1)]
+         "held_by_open_transactions": 0, "held_since": None} for p in (0, 1)]
     assert prepare_batch(skipping, props()).is_empty  # the gap is recorded once
 
 

@@ -20,6 +20,7 @@ from tidemark.errors import (
     PlanMismatchError,
     UnknownTopicError,
 )
+from tidemark.freshness import hold_started
 from tidemark.ledger import COMMITTED, KIND_BATCH, KIND_GAP, PLANNED, WRITING_KINDS, Ledger, LedgerRow, LedgerState
 from tidemark.storage import ObjectStore
 
@@ -28,6 +29,8 @@ log = logging.getLogger(__name__)
 HEALTHY, LAGGING, FAILING, GAP_RECORDED = "healthy", "lagging", "failing", "gap recorded"
 STUCK_AFTER = dt.timedelta(hours=1)
 """A batch frozen this long ago and still not committed counts as failing."""
+KIND_BACKFILL = WRITING_KINDS[1]
+"""Backfill entries wrote records again but never move the committed position (history only)."""
 GAPS_SHOWN_FOR = dt.timedelta(hours=24)
 """A retention gap recorded within this long makes the pipeline's status 'gap recorded'."""
 
@@ -40,7 +43,8 @@ def partition_status(config: PipelineConfig, kafka_properties: Mapping[str, str]
     ``committed_offset`` null and its lag counted from the earliest offset Kafka has. Under
     ``read_committed`` the latest offset is the last stable offset, and ``held_by_open_transactions``
     is the high watermark minus it: records a producer wrote in a transaction it has not yet committed
-    or aborted, which no lag counts (0 under ``read_uncommitted``, which reads them)."""
+    or aborted, which no lag counts (0 under ``read_uncommitted``, which reads them); ``held_since``, when
+    the hold began (the first held record's timestamp, ``tidemark.freshness.hold_started``)."""
     state = Ledger(ledger_uri or settings.ledger_uri(), store).state(config.name)
     if timeout_seconds is not None:
         config = config.model_copy(update={"kafka_timeout_seconds": timeout_seconds})
@@ -48,11 +52,13 @@ def partition_status(config: PipelineConfig, kafka_properties: Mapping[str, str]
         tps = kafka.partitions(config.select_topics(kafka.topic_names()))
         earliest, latest = kafka.earliest(tps), kafka.latest(tps)
         watermarks = kafka.high_watermarks(tps) if config.isolation_level == "read_committed" else latest
-    return _status_rows(state, tps, earliest, latest, watermarks)
+    held = {tp: latest[tp] for tp in tps if tp in latest and watermarks.get(tp, 0) > latest[tp]}
+    since = hold_started(kafka_properties, held, timeout_seconds=config.kafka_timeout_seconds, pipeline=config.name)
+    return _status_rows(state, tps, earliest, latest, watermarks, since)
 
 
 def _status_rows(state: LedgerState, tps, earliest: Mapping, latest: Mapping,
-                 watermarks: Mapping | None = None) -> list[dict]:
+                 watermarks: Mapping | None = None, held_since: Mapping | None = None) -> list[dict]:
     """The rows of ``partition_status``; without ``watermarks`` (Kafka unknown) nothing counts as held."""
     rows = []
     for tp in sorted(set(tps) | set(state.positions)):
@@ -68,6 +74,7 @@ def _status_rows(state: LedgerState, tps, earliest: Mapping, latest: Mapping,
             "lag": None if end is None or base is None else max(end - base, 0),
             "last_batch_id": state.last_batch.get(tp),
             "held_by_open_transactions": None if end is None or high is None else max(high - end, 0),
+            "held_since": _iso((held_since or {}).get(tp)),
         })
     return rows
 
@@ -154,9 +161,11 @@ def health(activity: Mapping[tuple[str, str], Mapping], total_lag: int | None, n
 def overview(config: PipelineConfig, kafka_properties: Mapping[str, str] | None, ledger_uri: str | None = None, *,
              store: ObjectStore | None = None, timeout_seconds: float | None = None, last_run_failed: bool = False,
              kafka_error: str | None = None, now: dt.datetime | None = None) -> dict:
-    """A pipeline at a glance: total lag, the last committed batch and its age, the batch in flight,
-    recorded gaps, and its health (``health``). Kafka errors are reported in ``kafka_error``, not raised
-    (without ``kafka_properties``, the given ``kafka_error`` says why)."""
+    """A pipeline at a glance: total lag, the last committed batch and its age (``batch`` entries only:
+    they move the committed position), the last backfill apart (``last_backfill_*``: a backfill writes
+    records again and moves nothing), the batch in flight, recorded gaps, and its health (``health``).
+    Kafka errors are reported in ``kafka_error``, not raised (without ``kafka_properties``, the given
+    ``kafka_error`` says why)."""
     uri = ledger_uri or settings.ledger_uri()
     now = now or dt.datetime.now(dt.UTC)
     partitions, kafka_error = partition_status_or_ledger(config, kafka_properties, uri, store=store,
@@ -164,8 +173,8 @@ def overview(config: PipelineConfig, kafka_properties: Mapping[str, str] | None,
     activity = Ledger(uri, store).activity(config.name)
     total_lag = None if kafka_error else sum(r["lag"] or 0 for r in partitions)
     held = None if kafka_error else sum(r["held_by_open_transactions"] or 0 for r in partitions)
-    done = [a for (kind, status), a in activity.items() if kind in WRITING_KINDS and status == COMMITTED]
-    last = max(done, key=lambda a: a["batch_id"], default=None)
+    last = activity.get((KIND_BATCH, COMMITTED))  # a backfill does not move the committed position
+    backfill = activity.get((KIND_BACKFILL, COMMITTED)) or {}
     pending = [a for (kind, status), a in activity.items() if status == PLANNED]
     gaps = activity.get((KIND_GAP, COMMITTED)) or {}
     return {
@@ -174,13 +183,19 @@ def overview(config: PipelineConfig, kafka_properties: Mapping[str, str] | None,
         "total_lag": total_lag, "held_by_open_transactions": held, "kafka_error": kafka_error,
         "last_batch_id": last["batch_id"] if last else None,
         "last_committed_at": _iso(last["committed_at"]) if last else None,
-        "last_commit_age_seconds": (round((now - last["committed_at"]).total_seconds(), 1)
-                                    if last and last["committed_at"] else None),
+        "last_commit_age_seconds": _age(now, (last or {}).get("committed_at")),
         "pending_batch_id": max((a["batch_id"] for a in pending), default=None),
-        "batches": (activity.get((KIND_BATCH, COMMITTED)) or {}).get("entries", 0),
+        "batches": (last or {}).get("entries", 0),
+        "backfills": backfill.get("entries", 0), "last_backfill_id": backfill.get("batch_id"),
+        "last_backfill_at": _iso(backfill.get("committed_at")),
+        "last_backfill_age_seconds": _age(now, backfill.get("committed_at")),
         "gaps": gaps.get("entries", 0), "last_gap_at": _iso(gaps.get("committed_at")),
         "partitions": partitions,
     }
+
+
+def _age(now: dt.datetime, then: dt.datetime | None) -> float | None:
+    return round((now - then).total_seconds(), 1) if then else None
 
 
 def _iso(value: dt.datetime | None) -> str | None:

@@ -38,7 +38,8 @@ def test_offsets_held_by_open_transactions_are_the_high_watermark_minus_the_last
     assert [(r["partition"], r["committed_offset"], r["latest_offset"], r["lag"], r["held_by_open_transactions"])
             for r in rows] == [(0, 10, 10, 0, 154), (1, 4, 7, 3, 0), (2, None, 5, 0, 4)]
     assert list(rows[0]) == ["topic", "partition", "committed_offset", "latest_offset", "lag", "last_batch_id",
-                             "held_by_open_transactions"]  # the contract's keys first, the new one added
+                             "held_by_open_transactions", "held_since"]  # the contract's keys first, new ones added
+    assert [r["held_since"] for r in rows] == [None, None, None]  # undated: no held_since given
 
 
 def test_nothing_counts_as_held_when_kafka_is_unknown():

@@ -1,0 +1,60 @@
+"""Tidemark's metrics through Airflow's own stats (tidemark_airflow.metrics), received by a real UDP
+socket as Airflow's StatsD client sends them ([metrics] statsd_on)."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from tidemark.observability import Measurement
+
+
+@pytest.fixture
+def statsd(monkeypatch):
+    """A UDP listener, and Airflow's metrics configured to send StatsD to it (as a task runner starts)."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.settimeout(10)
+    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_ON", "True")
+    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_HOST", "127.0.0.1")
+    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_PORT", str(listener.getsockname()[1]))
+    from airflow.sdk._shared.observability.metrics import stats
+
+    saved = stats._factory
+    stats.initialize(factory=None, export_legacy_names=True)  # as a process that has not set it up
+    stats._factory = None
+
+    def received(count: int) -> list[str]:
+        """The next ``count`` packets of Tidemark's (Airflow sends its own too)."""
+        lines: list[str] = []
+        while len(lines) < count:
+            packet = listener.recv(65535).decode()
+            lines += [line for line in packet.splitlines() if line.startswith("airflow.tidemark.")]
+        return lines
+
+    yield received
+    stats.initialize(factory=saved, export_legacy_names=True)
+    listener.close()
+
+
+def test_each_kind_is_sent_under_its_name_and_its_legacy_name(statsd, monkeypatch):
+    from tidemark_airflow.metrics import emit
+
+    tags = {"pipeline": "orders", "topic": "orders", "partition": "2"}
+    emit([Measurement("tidemark.partition_lag", "gauge", 7, tags),
+          Measurement("tidemark.batch_records", "count", 1000, {"pipeline": "orders"}),
+          Measurement("tidemark.batch_duration", "timing", 1500.0, {"pipeline": "orders"})])
+    assert statsd(6) == ["airflow.tidemark.partition_lag:7|g", "airflow.tidemark.partition_lag.orders.orders.2:7|g",
+                         "airflow.tidemark.batch_records:1000|c", "airflow.tidemark.batch_records.orders:1000|c",
+                         "airflow.tidemark.batch_duration:1500.000000|ms",
+                         "airflow.tidemark.batch_duration.orders:1500.000000|ms"]
+
+
+def test_without_legacy_names_only_the_tagged_names_are_sent(statsd, monkeypatch):
+    from tidemark_airflow.metrics import emit
+
+    monkeypatch.setenv("AIRFLOW__METRICS__LEGACY_NAMES_ON", "False")
+    emit([Measurement("tidemark.total_lag", "gauge", 3, {"pipeline": "orders"}),
+          Measurement("tidemark.freshness_seconds", "gauge", 12.5, {"pipeline": "orders"})])
+    assert statsd(2) == ["airflow.tidemark.total_lag:3|g", "airflow.tidemark.freshness_seconds:12.5|g"]
