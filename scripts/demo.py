@@ -98,8 +98,9 @@ def summary() -> None:
     print(f"  offset ledger: {ledger_uri()}")
     print(f"  DAG run logs : {LOGS}")
     print("\nExplore further:")
-    print("  source scripts/env.sh && airflow standalone   # UI on http://localhost:8080 "
-          "(login printed at start-up)")
+    print("  make airflow                                  # Airflow on http://localhost:8080 with this pipeline "
+          "(the login is printed)")
+    print("  then Browse -> Tidemark -> orders                # its lag, records per batch and ledger history")
     print("  .venv/bin/tidemark offsets show orders --json")
     print(f"  .venv/bin/python -c \"from deltalake import DeltaTable; "
           f"print(DeltaTable('{config.table_uri}').history(3))\"")
