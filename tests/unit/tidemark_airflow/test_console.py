@@ -223,3 +223,51 @@ def test_the_page_warns_when_open_transactions_hold_offsets_back():
     assert '<td class="num" data-field="held_by_open_transactions">0</td>' in page
     assert "308 offset(s) are held back by open transactions (orders:0 154, orders:1 154):" in page
     assert 'id="held"' not in render("pipeline.html", view={**view, "held_by_open_transactions": 0})
+
+
+def test_the_pipeline_page_draws_its_charts_from_the_ledger(client):
+    import re
+
+    detail = client.get("/pipelines/orders").text
+
+    def marks(chart: str) -> dict[int, str]:
+        svg = detail.split(f'id="{chart}"', 1)[1].split("</figure>", 1)[0]
+        return {int(b): v for b, v in re.findall(r'data-batch="(\d+)" data-kind="\w+" data-value="([\d.]+)"', svg)}
+
+    assert marks("chart-lag") == {1: "17", 4: "4"}  # the committed batches' offsets; no reset, gap, pending batch
+    assert marks("chart-records") == {1: "16", 4: "4"}
+    assert "<script" not in detail and "http" not in detail.split("<svg", 1)[1].split("</svg>", 1)[0].replace(
+        "http://www.w3.org/2000/svg", "")  # drawn on the server, nothing fetched
+
+
+def test_the_history_prints_times_to_the_second_and_folds_long_range_lists(client):
+    import re
+
+    detail = client.get("/pipelines/orders").text
+    shown = r"<time datetime=\"[^\"]+\">\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</time> <span class=\"sub\">\d+ s ago"
+    assert re.search(shown, detail)
+    assert not re.search(r">\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+", detail)  # no raw ISO with microseconds shown
+    assert "<details><summary>2 partitions of orders</summary>" in detail  # batch 1's two ranges, folded
+
+
+def test_a_pipeline_with_backfills_only_has_committed_no_batch_and_shows_its_last_backfill(client, console_lake,
+                                                                                           tmp_path):
+    (tmp_path / "pipelines" / "replays.yaml").write_text("name: replays\ntopics: [replays]\ntable: replays\n"
+                                                          "kafka_timeout_seconds: 1\n")
+    for batch_id in (1, 2):
+        console_lake.append(planned_rows("replays", batch_id, [OffsetRange("replays", 0, 0, 5)], "backfill__x",
+                                         kind="backfill"), expected=console_lake.state("replays").fingerprint)
+        assert console_lake.mark_committed("replays", batch_id, {TopicPartition("replays", 0): (5, 0)})
+    [view] = [v for v in client.get("/api/pipelines").json()["pipelines"] if v["pipeline"] == "replays"]
+    assert (view["last_batch_id"], view["last_committed_at"], view["batches"]) == (None, None, 0)
+    assert (view["last_backfill_id"], view["backfills"]) == (2, 2) and view["last_backfill_age_seconds"] >= 0
+    row = client.get("/").text.split('data-pipeline="replays"', 1)[1].split("</tr>", 1)[0]
+    assert '<td class="num" data-field="last_batch_id">-</td>' in row
+    assert "never <span class=\"sub\">(backfills only: they do not move the committed offsets)" in row
+    assert '<span data-field="last_backfill_id">2</span>' in row
+    detail = client.get("/pipelines/replays").text
+    assert 'Last backfill: <span data-field="last_backfill_id">2</span>' in detail
+    assert "this pipeline has committed no batch yet" in detail and "No committed batch yet" in detail
+    # The orders pipeline's last batch stays its last batch (4), its 'last backfill' absent.
+    [orders] = [v for v in client.get("/api/pipelines").json()["pipelines"] if v["pipeline"] == "orders"]
+    assert orders["last_batch_id"] == 4 and orders["last_backfill_id"] is None
