@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export KAFKA_PORT ?= 9092
 
 .DEFAULT_GOAL := help
-.PHONY: help setup venv jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down storage-up storage-down registry-up registry-down demo test test-unit lint soak bench bench-s3 bench-skew bench-scale bench-profile bench-json bench-avro bench-small bench-tls bench-page connect-up connect-down airflow airflow-down browser redis lock clean
+.PHONY: help setup venv jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down storage-up storage-down registry-up registry-down demo test test-unit lint soak chaos bench bench-s3 bench-skew bench-scale bench-profile bench-json bench-avro bench-small bench-tls bench-ledger bench-page connect-up connect-down airflow airflow-down browser redis lock clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -84,10 +84,13 @@ test-unit: venv ## fast tests that need no service: unit tests and the DAG-integ
 soak: setup ## kill -9 and concurrent-run trials with exactly-once checks (SOAK_TRIALS=20, SOAK_LAKE=s3 for the lake on the local S3 server; not in make test)
 	scripts/soak.sh
 
+chaos: setup redis ## CHAOS_FAULTS (100) random faults (Celery worker, Spark driver and worker, S3, PostgreSQL, Kafka) into DAG runs on the Celery stack, standalone Spark and S3; exactly-once checked; bench/results/chaos.json, docs/chaos.png (CHAOS_TIMEOUT=4800 s; not in make test)
+	scripts/chaos.sh
+
 lint: venv ## ruff, and the layer contract (the core imports no adapter and no Airflow: lint-imports)
 	scripts/lint.sh
 
-bench: setup ## Tidemark vs AvailableNow, plain batch, consumer perf; the DAG under a running scheduler; ledger growth; skew; a profile of the raw path; scale; then bench-json, bench-avro, bench-small, bench-tls (BENCH_SKIP leaves parts out); not in make test
+bench: setup ## Tidemark vs AvailableNow, plain batch, consumer perf; the DAG under a running scheduler; ledger growth; skew; a profile of the raw path; scale; then bench-json, bench-avro, bench-small, bench-tls, bench-ledger (BENCH_SKIP leaves parts out); not in make test
 	scripts/bench.sh
 
 bench-s3: setup ## one batch (BENCH_RECORDS=2000000) to the local disk vs to the local S3 server; bench/results/object_storage.json
@@ -114,6 +117,9 @@ bench-small: setup ## a 10,000-record batch (BENCH_SMALL_RECORDS) by spark-submi
 
 bench-tls: setup ## the raw ingest job over SASL_SSL vs PLAINTEXT on a private three-broker cluster (BENCH_TLS_RECORDS=1000000, ports from BENCH_KAFKA_CLUSTER_BASE_PORT=30092); bench/results/tls.json
 	scripts/bench_tls.sh
+
+bench-ledger: venv ## the shared ledger under contention: 50 pipelines freezing and committing at once, and plan + commit at 100 pipelines x 10,000 batches vs 10 x 10 (no Kafka, no Spark); bench/results/ledger_contention.json
+	.venv/bin/python -m bench.ledger_contention
 
 bench-page: setup ## the Tidemark page's response time as the ledger grows to 10,000 batches; bench/results/console.json
 	scripts/with_broker.sh bench $${BENCH_KAFKA_PORT:-19292} .venv/bin/python -m bench.console
