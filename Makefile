@@ -84,7 +84,7 @@ test-unit: venv ## fast tests that need no service: unit tests and the DAG-integ
 soak: setup ## kill -9 and concurrent-run trials with exactly-once checks (SOAK_TRIALS=20, SOAK_LAKE=s3 for the lake on the local S3 server; not in make test)
 	scripts/soak.sh
 
-chaos: setup redis ## CHAOS_FAULTS (100) random faults (Celery worker, Spark driver and worker, S3, PostgreSQL, Kafka) into DAG runs on the Celery stack, standalone Spark and S3; exactly-once checked; bench/results/chaos.json, docs/chaos.png (CHAOS_TIMEOUT=4800 s; not in make test)
+chaos: setup redis ## CHAOS_FAULTS (100) random faults (Celery worker, Spark driver and worker, S3, PostgreSQL, Kafka) into DAG runs on the Celery stack, standalone Spark and S3; exactly-once checked; bench/results/chaos.json, docs/chaos.png (CHAOS_TIMEOUT=4500 s; not in make test)
 	scripts/chaos.sh
 
 lint: venv ## ruff, and the layer contract (the core imports no adapter and no Airflow: lint-imports)

@@ -5,8 +5,9 @@
 #   Celery workers, Redis, PostgreSQL), a Spark standalone cluster (scripts/spark_cluster.sh: a master and
 #   two workers), a Kafka broker (scripts/kafka.sh) and the local S3 server (scripts/storage.sh) behind a
 #   restartable TCP proxy (bench/chaos/proxy.py), all on ports 32000-32999 and under .cache/chaos.
-# Environment: CHAOS_FAULTS (100), CHAOS_TIMEOUT (4800 s: no fault after CHAOS_TIMEOUT minus
-# CHAOS_DRAIN_SECONDS (900), and the whole soak is killed at CHAOS_TIMEOUT + 600 s), CHAOS_PIPELINES (3),
+# Environment: CHAOS_FAULTS (100), CHAOS_TIMEOUT (4500 s: no fault after CHAOS_TIMEOUT minus
+# CHAOS_DRAIN_SECONDS (1200), the audit then runs whatever is left, and the whole soak is killed at
+# CHAOS_TIMEOUT + 600 s), CHAOS_GAP (8,25: seconds a fault waits for the phase it aims at), CHAOS_PIPELINES (3),
 # CHAOS_KINDS (all: celery_worker,spark_driver,spark_worker,s3,postgres,kafka_broker), CHAOS_RESULT
 # (chaos.json, under bench/results), CHAOS_CHART (chaos.png, under docs).
 set -euo pipefail
@@ -61,5 +62,5 @@ cleanup_old() {
 }
 cleanup_old
 mkdir -p "$CHAOS_HOME" "$PG_HOME" && chmod 755 "$PG_HOME"
-timeout=${CHAOS_TIMEOUT:-4800}
+timeout=${CHAOS_TIMEOUT:-4500}
 timeout --signal=TERM --kill-after=30 $((timeout + 600)) python -m bench.chaos

@@ -25,7 +25,8 @@ def build(run, checks: dict, audits: dict, wanted: int, soak_seconds: float, wal
     return {
         "date": time.strftime("%Y-%m-%d"),
         "command": "make chaos" + (f" CHAOS_FAULTS={wanted}" if wanted != 100 else ""),
-        "partial": len(events) < wanted,
+        "partial": len(events) < wanted or not run.drained,
+        "drained": run.drained,
         "settings": {
             "faults_wanted": wanted, "kinds": list(run.kinds), "pipelines": [p.config() for p in run.pipelines],
             "executor": "CeleryExecutor, 2 workers (concurrency " + os.environ.get("CELERY_WORKER_CONCURRENCY", "1")

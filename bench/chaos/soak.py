@@ -20,7 +20,7 @@ UI_BASE = int(os.environ.get("CHAOS_SPARK_UI_BASE", "32400"))
 JSON_SCHEMA = {"order_id": "bigint", "amount": "double"}
 # How long (uniform, seconds) a fault waits for a run in the phase it aims at before it lands on whatever runs:
 # the pace of the soak.
-GAP = tuple(float(x) for x in os.environ.get("CHAOS_GAP", "10,30").split(","))
+GAP = tuple(float(x) for x in os.environ.get("CHAOS_GAP", "8,25").split(","))
 
 
 class Pipeline:
@@ -36,7 +36,7 @@ class Pipeline:
         spark_conf = {"spark.executor.memory": "512m", "spark.executor.cores": "1", "spark.cores.max": "1",
                       "spark.ui.port": str(self.ui_port)}
         config = {"name": self.name, "topics": [self.name], "table": self.name, "schedule": None,
-                  "retries": 12, "retry_delay_seconds": 1, "spark_conf": spark_conf}
+                  "retries": 4, "retry_delay_seconds": 1, "spark_conf": spark_conf}
         if self.json_values:
             config.update(value_format="json", value_schema=JSON_SCHEMA)
         return config
@@ -77,9 +77,12 @@ def produce(p: Pipeline) -> int:
 
 class Soak:
     def __init__(self, airflow: stack.Airflow, pipelines: list[Pipeline], faults_wanted: int, deadline: float,
-                 kinds: tuple[str, ...]) -> None:
-        self.airflow, self.pipelines, self.wanted, self.deadline, self.kinds = (
-            airflow, pipelines, faults_wanted, deadline, kinds)
+                 kinds: tuple[str, ...], end: float) -> None:
+        """Faults until ``deadline`` (monotonic); runs and the drain until ``end``, then the audit, whatever
+        is still running (the result then says it was not drained)."""
+        self.airflow, self.pipelines, self.wanted, self.deadline, self.kinds, self.end = (
+            airflow, pipelines, faults_wanted, deadline, kinds, end)
+        self.drained = False
         self.events: list[dict] = []
         self.lock = threading.Lock()
         self.stop_faults = threading.Event()
@@ -104,20 +107,25 @@ class Soak:
 
     def stream(self) -> None:
         """Runs back to back on every pipeline, records produced before each, until the faults are done."""
-        while not self.stop_faults.is_set() or any(p.run_id for p in self.pipelines):
+        while (not self.stop_faults.is_set() or any(p.run_id for p in self.pipelines)) and \
+                time.monotonic() < self.end:
             self.step_stream(produce_more=not self.stop_faults.is_set())
             time.sleep(2)
 
     def drain(self, rounds: int = 4) -> None:
         """Without faults: a run per pipeline until its committed offsets reach Kafka's end offsets."""
         for _ in range(rounds):
+            if time.monotonic() > self.end:
+                return
             behind = [p for p in self.pipelines if self._lag(p)]
             if not behind:
+                self.drained = True
                 return
             log(f"drain: a clean run of {', '.join(p.name for p in behind)}")
             for p in behind:
-                p.run_id = self.airflow.trigger(p.name)
-            while any(p.run_id for p in behind):
+                if p.run_id is None:
+                    p.run_id = self.airflow.trigger(p.name)
+            while any(p.run_id for p in behind) and time.monotonic() < self.end:
                 self.step_stream(produce_more=False)
                 time.sleep(2)
 
