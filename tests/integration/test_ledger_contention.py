@@ -64,3 +64,33 @@ def test_many_pipelines_planning_and_committing_at_once_all_commit_on_their_firs
         assert sorted((r.batch_id, r.partition, r.status, r.start_offset, r.end_offset) for r in rows) == [
             (b, p, COMMITTED, (b - 1) * 10, b * 10) for b in range(1, BATCHES + 1) for p in range(2)], name
         assert ledger.state(name).pending_batch_id is None
+
+
+@pytest.mark.parametrize("writer", ["same pipeline", "other pipeline"])
+def test_a_freeze_on_a_stale_version_conflicts_only_with_a_write_of_its_own_pipeline(tmp_path, writer):
+    """What the compare-and-commit relies on in delta-rs: a freeze (an insert-only merge) made on the version whose
+    fingerprint was checked fails if a write of the same pipeline (here a blind append, the least a conflict check
+    could miss) landed since, and is rebased over another pipeline's write."""
+    from deltalake import write_deltalake
+    from deltalake.exceptions import CommitFailedError
+
+    from tidemark import ledger as ledger_module
+
+    uri = str(tmp_path / "offsets")
+    ledger = Ledger(uri)
+    for name in ("a", "b"):
+        ledger.append(planned_rows(name, 1, [OffsetRange(name, 0, 0, 5)], "run-1"),
+                      expected=ledger.state(name).fingerprint)
+    stale = ledger._open_for_write()
+    other = "a" if writer == "same pipeline" else "b"
+    write_deltalake(uri, ledger_module._table(planned_rows(other, 2, [OffsetRange(other, 0, 5, 9)], "run-2")),
+                    mode="append")
+
+    rows = planned_rows("a", 3, [OffsetRange("a", 0, 5, 9)], "run-3")
+    if writer == "same pipeline":
+        with pytest.raises(CommitFailedError):
+            ledger_module._insert(stale, rows)
+        assert sorted(r.batch_id for r in ledger.rows("a")) == [1, 2]
+    else:
+        ledger_module._insert(stale, rows)
+        assert sorted(r.batch_id for r in ledger.rows("a")) == [1, 3]

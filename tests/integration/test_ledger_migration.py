@@ -105,7 +105,8 @@ def test_the_first_append_migrates_and_appends(old_ledger):
     ledger.append(rows, expected=before["clicks"][0].fingerprint)
 
     assert_current(old_ledger)
-    assert operations_since(old_ledger, version) == [*steps(old_ledger), "WRITE"]
+    # Ledger.append is an insert-only merge (conflicts only with writes of the same pipeline)
+    assert operations_since(old_ledger, version) == [*steps(old_ledger), "MERGE"]
     assert snapshot(ledger)["orders"] == before["orders"]
     assert sorted(ledger.rows("clicks"), key=repr) == sorted(before["clicks"][1] + rows, key=repr)
     state = ledger.state("clicks")
