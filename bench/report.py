@@ -245,6 +245,28 @@ def small_batch(part_: dict) -> str:
         _table(["launcher", "job seconds", "batches", "JVMs started per batch", "peak RSS of the job, MB"], rows))
 
 
+def ledger_contention(part_: dict) -> str:
+    b = part_["burst"]
+    burst = [["freeze (plan read + compare-and-commit)", *(str(b["freeze"][k]) for k in ("median_ms", "p95_ms",
+                                                                                          "max_ms"))],
+             ["commit flip (merge)", *(str(b["commit"][k]) for k in ("median_ms", "p95_ms", "max_ms"))]]
+    scale = [[f"{s['pipelines']} x {s['batches_each']:,}", f"{s['rows']:,}", str(s["plan_read"]["median_ms"]),
+              str(s["freeze"]["median_ms"]), str(s["commit"]["median_ms"]), str(s["plan_and_commit_ms"])]
+             for s in part_["scale"]]
+    return _section(
+        "The shared ledger under contention", f"{part_['date']} (`make bench-ledger`): {b['pipelines']} pipelines, "
+        f"each in its own process, freeze and commit {b['batches_each']} batches, every step started at the same "
+        f"moment: **{len(b['errors'])} errors** reached a run, {b['pipelines_all_committed']} of {b['pipelines']} "
+        f"pipelines committed every batch, {b['races_lost_and_retried']} lost races were retried inside the ledger "
+        f"(backoff with jitter), {b['wall_seconds']} s in all. Load average (1 min) {part_['load_at_start']['load_1m']}"
+        f" at the start, {part_['load_at_end']['load_1m']} at the end.",
+        _table(["burst: one step of one pipeline", "median ms", "p95 ms", "max ms"], burst),
+        "One pipeline's plan read, freeze and commit (median of 7) on a ledger already holding other pipelines' "
+        f"committed batches ({part_['partitions_per_batch']} partitions each): larger / smaller "
+        f"**x{part_['scale_ratio']}**.",
+        _table(["pipelines x batches", "ledger rows", "plan read ms", "freeze ms", "commit ms", "all three ms"], scale))
+
+
 def tls(part_: dict) -> str:
     m = part_["summary"]
     rows = [[label, f"{c['median_seconds']} ({c['min_seconds']}–{c['max_seconds']})",
@@ -312,7 +334,8 @@ def markdown(results: dict) -> str:
     if results.get("scheduler"):
         parts.append(scheduler(results))
     for name, render in (("skew", skew), ("profile", profile), ("scale", scale), ("small_batch", small_batch),
-                         ("object_storage", object_storage), ("console", console), ("tls", tls)):
+                         ("object_storage", object_storage), ("console", console), ("tls", tls),
+                         ("ledger_contention", ledger_contention)):
         if found := part(results, name):
             parts.append(render(found))
     for name, title in (("typed_json", "JSON with a declared schema"), ("avro", "Avro from a Schema Registry")):

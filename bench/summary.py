@@ -15,7 +15,8 @@ METRICS = ("records_per_second", "mb_per_second", "seconds", "peak_tree_rss_mb",
 BASELINES = {"available_now": AVAILABLE_NOW, "plain_batch": PLAIN_BATCH, "consumer_perf": CONSUMER_PERF}
 PHASES = ("startup", "read_and_tally", "write_output", "ledger_commit", "shutdown")
 SIDE_PARTS = {"typed_json": "typed_json.json", "avro": "avro.json", "small_batch": "small_batch.json",
-              "object_storage": "object_storage.json", "console": "console.json", "tls": "tls.json"}
+              "object_storage": "object_storage.json", "console": "console.json", "tls": "tls.json",
+              "ledger_contention": "ledger_contention.json"}
 """The benchmarks that run as programs of their own, by their key in bench.json's ``parts`` and their file."""
 
 
@@ -167,6 +168,15 @@ def _targets(summary: dict, results: dict) -> list[dict]:
         callable_s = dag["breakdown_plan_callable"]["median"]
         out += _target("... of which Tidemark's plan callable (cold process)", callable_s,
                        callable_s is not None and callable_s <= 3, "{:.2f} s")
+    if contention := part(results, "ledger_contention"):
+        b = contention["burst"]
+        out += _target(f"{b['pipelines']} pipelines freezing and committing at once: all commit on their first try "
+                       f"({contention['date']})", len(b["errors"]), not b["errors"] and
+                       b["pipelines_all_committed"] == b["pipelines"], "{} errors reached a run")
+        small, large = contention["scale"]
+        out += _target(f"plan + commit at {large['pipelines']} pipelines x {large['batches_each']:,} batches <= 2x "
+                       f"that at {small['pipelines']} x {small['batches_each']}", contention["scale_ratio"],
+                       contention["scale_ratio"] <= 2)
     if "plan_ratio" in (ledger := summary["ledger"]):
         small_n, large_n = ledger["ratio_between"]
         out += _target(f"plan time at {large_n:,} batches <= 1.5x that at {small_n:,}", ledger["plan_ratio"],

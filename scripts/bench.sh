@@ -5,10 +5,11 @@
 # broker and a private Schema Registry) unless BENCH_SKIP names `avro`, and the small-batch warm-path
 # benchmark (scripts/bench_small.sh: a private Spark Connect server) unless it names `small`, and the TLS
 # benchmark (scripts/bench_tls.sh: SASL_SSL vs PLAINTEXT on a private three-broker cluster) unless it names
-# `tls`. Knobs (BENCH_RECORDS, BENCH_RECORD_BYTES, BENCH_REPEATS, ...): bench/run.py, bench/typed_json.py,
+# `tls`, and the shared ledger under contention (bench/ledger_contention.py) unless it names `ledger-contention`. Knobs (BENCH_RECORDS, BENCH_RECORD_BYTES, BENCH_REPEATS, ...): bench/run.py, bench/typed_json.py,
 # bench/avro.py and bench/tls.py.
 # Writes bench/results/bench.json, docs/BENCHMARKS.md, docs/benchmarks.png, bench/results/typed_json.json
-# bench/results/avro.json, bench/results/small_batch.json and bench/results/tls.json.
+# bench/results/avro.json, bench/results/small_batch.json, bench/results/tls.json and
+# bench/results/ledger_contention.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 skipped() { case ",${BENCH_SKIP:-}," in *,"$1",*) return 0 ;; esac; return 1; }
@@ -27,6 +28,9 @@ if ! skipped small; then
 fi
 if ! skipped tls; then
   scripts/bench_tls.sh
+fi
+if ! skipped ledger-contention; then
+  .venv/bin/python -m bench.ledger_contention
 fi
 # bench.run wrote docs/BENCHMARKS.md before typed_json.json, avro.json, small_batch.json and tls.json were new:
 # fold them into bench.json and write the page again (from the stored JSON).
