@@ -13,7 +13,6 @@ import hashlib
 import logging
 
 import pyarrow as pa
-from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_delay, wait_random_exponential
 
 from tidemark import ledger_migrations as migrations
 from tidemark import storage
@@ -60,6 +59,9 @@ class _LostRace(Exception):
 
 def _retrying(pipeline: str, what: str, attempt) -> None:
     """``attempt()`` until it does not raise _LostRace, with backoff and jitter, for RETRY_FOR_S."""
+    # Imported here, by writes only: reads (status, the page, the CLI) do not pay its import
+    from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_delay, wait_random_exponential
+
     try:
         for trial in Retrying(retry=retry_if_exception_type(_LostRace), stop=stop_after_delay(RETRY_FOR_S),
                               wait=wait_random_exponential(multiplier=0.05, max=2.0),
