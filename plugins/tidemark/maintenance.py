@@ -1,0 +1,193 @@
+"""Table maintenance (issue 27): OPTIMIZE (bin-packing compaction, optionally Z-ordered), VACUUM and
+log checkpoints of a pipeline's output and dead-letter tables, and a checkpoint of the ledger, all with
+delta-rs (no JVM), run by the pipeline's maintenance DAG (``tidemark_maintenance__<pipeline>``).
+
+Configured per pipeline (``maintenance:`` in its YAML, ``MaintenanceConfig``):
+
+    maintenance:
+      optimize_every: 24h                       # the maintenance DAG's schedule
+      zorder_by: [kafka_partition, kafka_offset]  # optional; without it, bin-packing only
+      vacuum_retain: 168h                       # optional; without it, no VACUUM
+
+Why maintenance never corrupts a batch (docs/DESIGN.md, *Table maintenance*): OPTIMIZE rewrites files
+with ``dataChange = false`` and changes no row, so the batch's rows, its marker (``txn`` actions, kept in
+every checkpoint) and its ``userMetadata`` stay as they were; a commit that loses to a concurrent ingest
+commit is resolved by Delta's conflict rules (an append never conflicts with a compaction) and, where
+delta-rs cannot resolve it (the batch changed the schema), run again on the new snapshot. VACUUM deletes
+only files that no version within the retention references, and the retention can never be shorter than
+``VACUUM_FLOOR`` nor than the table's own ``delta.deletedFileRetentionDuration``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from tidemark import storage
+from tidemark.errors import ConfigError, StorageUnavailableError
+from tidemark.observability import Duration
+from tidemark.records import BATCH_COLUMNS, KAFKA_COLUMNS
+
+if TYPE_CHECKING:
+    from tidemark.config import PipelineConfig
+    from tidemark.storage import ObjectStore
+
+log = logging.getLogger("tidemark")
+
+VACUUM_FLOOR = dt.timedelta(days=7)
+"""The shortest VACUUM retention Tidemark accepts: Delta's own default ``deletedFileRetentionDuration``
+(7 days), which Spark's and delta-rs' VACUUM both enforce unless told not to. Replay and recovery read the
+current snapshot and Kafka, never an old version of the output; what the floor protects is every reader
+and writer still working on an older snapshot (a long query, a stalled ingest job, time travel)."""
+OPTIMIZE_ATTEMPTS = 5
+"""How many times an OPTIMIZE that lost to a concurrent commit it could not be reconciled with (a batch
+that changed the table's schema, another OPTIMIZE) is run again on the new snapshot."""
+
+_INTERVAL = re.compile(r"^\s*interval\s+(\d+)\s+(second|minute|hour|day|week)s?\s*$", re.IGNORECASE)
+
+
+def table_retention(interval: str | None) -> dt.timedelta | None:
+    """A table's ``delta.deletedFileRetentionDuration`` (``interval 30 days``) as a timedelta; None when
+    unset or in a form this parser does not know (then delta-rs enforces it itself)."""
+    match = _INTERVAL.match(interval or "")
+    return dt.timedelta(**{f"{match.group(2).lower()}s": int(match.group(1))}) if match else None
+
+
+def hours(duration: dt.timedelta) -> str:
+    return f"{duration.total_seconds() / 3600:g}h"
+
+
+class MaintenanceConfig(BaseModel):
+    """``maintenance:`` of a pipeline file. Absent: no maintenance DAG."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    optimize_every: Duration
+    """How often the maintenance DAG runs OPTIMIZE (and VACUUM and the checkpoints): ``24h``, ``7d``, ..."""
+
+    zorder_by: list[str] = Field(default_factory=list)
+    """Output columns to Z-order the files by (delta-rs ``z_order``; rewrites every file of the table at each
+    run); none: bin-packing compaction only, which rewrites only the small files."""
+
+    vacuum_retain: Duration | None = None
+    """VACUUM: delete files no version of the last ``vacuum_retain`` references; at least 168h (7 days).
+    None (the default): no VACUUM, old files stay (time travel to any version still in the log)."""
+
+    @field_validator("optimize_every")
+    @classmethod
+    def _at_least_a_minute(cls, value: dt.timedelta) -> dt.timedelta:
+        if value < dt.timedelta(minutes=1):
+            raise ValueError("must be at least 1m")
+        return value
+
+    def check(self, config: PipelineConfig) -> None:
+        """The checks that need the rest of the pipeline: the VACUUM floor, the Z-order columns."""
+        where = f"pipeline '{config.name}': maintenance"
+        if self.vacuum_retain is not None and self.vacuum_retain < VACUUM_FLOOR:
+            raise ValueError(
+                f"{where}.vacuum_retain is {hours(self.vacuum_retain)}, shorter than the floor of "
+                f"{hours(VACUUM_FLOOR)} (7 days, Delta's default deletedFileRetentionDuration): a shorter VACUUM can "
+                f"delete files an ingest job or a reader of an older version still needs. Use {hours(VACUUM_FLOOR)} "
+                f"or more, or leave vacuum_retain out (no VACUUM)")
+        payload = ["value"] if config.value_format == "raw" else list(config.value_schema or {})
+        for column in self.zorder_by:
+            if column in config.partition_by:
+                raise ValueError(f"{where}.zorder_by: '{column}' is a partition column (partition_by); Z-order "
+                                 f"the files inside partitions by other columns")
+            if config.value_format != "avro" and column not in (*KAFKA_COLUMNS, *payload, *BATCH_COLUMNS):
+                raise ValueError(f"{where}.zorder_by: '{column}' is not an output column (one of "
+                                 f"{', '.join([*KAFKA_COLUMNS, *payload, *BATCH_COLUMNS])})")
+        if len(set(self.zorder_by)) != len(self.zorder_by):
+            raise ValueError(f"{where}.zorder_by lists a column more than once")
+
+
+def optimize(uri: str, store: ObjectStore | None, pipeline: str, zorder_by: list[str] | tuple[str, ...] = ()
+             ) -> dict:
+    """OPTIMIZE one table: compaction, or Z-order by ``zorder_by``. Returns delta-rs' metrics with the
+    active file count before and after and the attempts it took; {} when the table does not exist."""
+    from deltalake.exceptions import CommitFailedError
+
+    for attempt in range(1, OPTIMIZE_ATTEMPTS + 1):
+        table = storage.open_table(uri, store)
+        if table is None:
+            return {}
+        before = len(table.file_uris())
+        missing = [c for c in zorder_by if c not in table.schema().to_arrow().names]
+        if missing:
+            raise ConfigError(f"maintenance.zorder_by names {', '.join(missing)}, not a column of the output table "
+                              f"{uri}; fix zorder_by in the pipeline file", pipeline=pipeline, location=uri)
+        try:
+            metrics = table.optimize.z_order(list(zorder_by)) if zorder_by else table.optimize.compact()
+        except CommitFailedError as exc:  # a conflict Delta's rules could not reconcile: the next snapshot can
+            log.warning("pipeline '%s': OPTIMIZE of %s lost to a concurrent commit (%s); attempt %d of %d runs it "
+                        "again on the new version", pipeline, uri, exc, attempt, OPTIMIZE_ATTEMPTS)
+            continue
+        except OSError as exc:
+            raise storage.storage_failure(exc, uri, store, pipeline) from None
+        after = len(storage.open_table(uri, store).file_uris())
+        return {**metrics, "files_before": before, "files_after": after, "attempts": attempt}
+    raise StorageUnavailableError(f"OPTIMIZE of {uri} lost to concurrent commits {OPTIMIZE_ATTEMPTS} times; nothing "
+                                  f"was changed by it, and the next maintenance run tries again", pipeline=pipeline,
+                                  location=uri, step="maintenance")
+
+
+def vacuum(uri: str, store: ObjectStore | None, pipeline: str, retain: dt.timedelta,
+           floor: dt.timedelta = VACUUM_FLOOR) -> list[str]:
+    """VACUUM one table: delete the files no version of the last ``retain`` references. Refuses a retention
+    under ``floor`` or under the table's ``delta.deletedFileRetentionDuration`` (ConfigError, before anything
+    is deleted). Returns the deleted files. ``floor`` is lowered only by tests, to see files deleted."""
+    table = storage.open_table(uri, store)
+    if table is None:
+        return []
+    own = table_retention(table.metadata().configuration.get("delta.deletedFileRetentionDuration"))
+    needed = max(floor, own or floor)
+    if retain < needed:
+        source = "the table's delta.deletedFileRetentionDuration" if own and own > floor else "the floor"
+        raise ConfigError(f"maintenance.vacuum_retain is {hours(retain)}, shorter than {source} of {hours(needed)} "
+                          f"on {uri}; raise vacuum_retain to {hours(needed)} or more. Nothing was deleted",
+                          pipeline=pipeline, location=uri, step="maintenance")
+    try:
+        return table.vacuum(retention_hours=int(retain.total_seconds() // 3600), dry_run=False,
+                            enforce_retention_duration=floor >= VACUUM_FLOOR)
+    except OSError as exc:
+        raise storage.storage_failure(exc, uri, store, pipeline) from None
+
+
+def checkpoint(uri: str, store: ObjectStore | None, pipeline: str) -> int | None:
+    """Write a log checkpoint of the table's current version (what readers load instead of replaying every
+    commit; it keeps the ``txn`` markers) and drop the log files older than its
+    ``delta.logRetentionDuration`` (30 days by default). Returns the version, None when there is no table."""
+    table = storage.open_table(uri, store)
+    if table is None:
+        return None
+    try:
+        table.create_checkpoint()
+        table.cleanup_metadata()
+    except OSError as exc:
+        raise storage.storage_failure(exc, uri, store, pipeline) from None
+    return table.version()
+
+
+def maintain(config: PipelineConfig, ledger_uri: str, store: ObjectStore | None) -> dict:
+    """The maintenance DAG's task: OPTIMIZE (and Z-order) the output, compact the dead letters, VACUUM both
+    when ``vacuum_retain`` is set, then checkpoint them and the ledger. Each step is idempotent, so a retry
+    starts again from the top. Returns what was done, per table."""
+    settings = config.maintenance
+    if settings is None:
+        raise ConfigError("has no 'maintenance:' in its pipeline file; add one (optimize_every, and optionally "
+                          "zorder_by and vacuum_retain) to maintain its tables", pipeline=config.name)
+    report: dict = {"pipeline": config.name}
+    for name, uri, zorder in (("output", config.table_uri, settings.zorder_by),
+                              ("dead_letters", config.dead_letter_uri, ())):
+        done: dict = {"table": uri, "optimize": optimize(uri, store, config.name, zorder)}
+        if settings.vacuum_retain is not None:
+            done["vacuumed_files"] = len(vacuum(uri, store, config.name, settings.vacuum_retain))
+        done["checkpoint_version"] = checkpoint(uri, store, config.name)
+        report[name] = done
+        log.info("pipeline '%s': %s table %s maintained: %s", config.name, name, uri, done)
+    report["ledger"] = {"table": ledger_uri, "checkpoint_version": checkpoint(ledger_uri, store, config.name)}
+    return report

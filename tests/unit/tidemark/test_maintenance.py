@@ -1,0 +1,152 @@
+"""Table maintenance (issue 27 item 1): the ``maintenance:`` block's validation (the VACUUM floor above all),
+and OPTIMIZE, VACUUM and checkpoints on small local Delta tables written by delta-rs (no service, no JVM;
+tables written by Spark are maintained in tests/integration/test_maintenance.py)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pyarrow as pa
+import pytest
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+
+from tidemark import maintenance
+from tidemark.config import parse_pipeline
+from tidemark.errors import ConfigError
+
+
+def pipeline(**maintenance_block) -> dict:
+    return {"name": "orders", "topics": ["orders"], "table": "orders", "maintenance": maintenance_block}
+
+
+def test_a_vacuum_retention_under_the_floor_is_refused_naming_pipeline_field_and_floor():
+    with pytest.raises(ConfigError) as refused:
+        parse_pipeline(pipeline(optimize_every="24h", vacuum_retain="24h"), "dags/pipelines/orders.yaml")
+    message = str(refused.value)
+    assert message.startswith("dags/pipelines/orders.yaml: pipeline 'orders': maintenance.vacuum_retain is 24h, "
+                              "shorter than the floor of 168h (7 days")
+    assert "Use 168h or more, or leave vacuum_retain out" in message
+
+
+@pytest.mark.parametrize("retain", ["167h", "6d", "0h"])
+def test_every_retention_shorter_than_seven_days_is_refused(retain):
+    with pytest.raises(ConfigError, match="maintenance.vacuum_retain .* shorter than the floor of 168h"):
+        parse_pipeline(pipeline(optimize_every="1h", vacuum_retain=retain), "test")
+
+
+def test_the_floor_and_longer_retentions_are_accepted_and_vacuum_is_off_without_one():
+    assert parse_pipeline(pipeline(optimize_every="24h", vacuum_retain="168h"), "t").maintenance.vacuum_retain == \
+        dt.timedelta(days=7)
+    assert parse_pipeline(pipeline(optimize_every="1d", vacuum_retain="30d"), "t").maintenance.vacuum_retain == \
+        dt.timedelta(days=30)
+    settings = parse_pipeline(pipeline(optimize_every="6h"), "t").maintenance
+    assert (settings.optimize_every, settings.vacuum_retain, settings.zorder_by) == (dt.timedelta(hours=6), None, [])
+    assert parse_pipeline({"name": "o", "topics": ["o"], "table": "o"}, "t").maintenance is None
+
+
+@pytest.mark.parametrize(("block", "extra", "message"), [
+    ({"optimize_every": "24h", "zorder_by": ["nope"]}, {},
+     "pipeline 'orders': maintenance.zorder_by: 'nope' is not an output column (one of kafka_topic"),
+    ({"optimize_every": "24h", "zorder_by": ["kafka_date"]}, {"partition_by": ["kafka_date"]},
+     "maintenance.zorder_by: 'kafka_date' is a partition column"),
+    ({"optimize_every": "24h", "zorder_by": ["kafka_offset", "kafka_offset"]}, {}, "lists a column more than once"),
+    ({"optimize_every": "30s"}, {}, "'maintenance.optimize_every': must be at least 1m"),
+    ({"optimize_every": "daily"}, {}, "'maintenance.optimize_every': 'daily' is not a duration"),
+    ({"zorder_by": ["kafka_offset"]}, {}, "'maintenance.optimize_every' is required"),
+    ({"optimize_every": "1h", "vacuum": True}, {}, "unknown key 'maintenance.vacuum'"),
+])
+def test_a_broken_maintenance_block_names_its_field(block, extra, message):
+    with pytest.raises(ConfigError) as refused:
+        parse_pipeline({**pipeline(**block), **extra}, "test")
+    assert message in str(refused.value)
+
+
+def test_zorder_columns_may_be_payload_fields_and_avro_fields_wait_for_the_table():
+    json_pipeline = {**pipeline(optimize_every="1d", zorder_by=["customer", "kafka_offset"]), "value_format": "json",
+                     "value_schema": {"customer": "string"}}
+    assert parse_pipeline(json_pipeline, "t").maintenance.zorder_by == ["customer", "kafka_offset"]
+    avro = {**pipeline(optimize_every="1d", zorder_by=["any_field"]), "value_format": "avro"}
+    assert parse_pipeline(avro, "t").maintenance.zorder_by == ["any_field"]
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("interval 30 days", dt.timedelta(days=30)), ("INTERVAL 1 WEEK", dt.timedelta(weeks=1)),
+    ("interval 36 hours", dt.timedelta(hours=36)), (None, None), ("30 days", None)])
+def test_a_tables_own_retention_property_is_read(value, expected):
+    assert maintenance.table_retention(value) == expected
+
+
+def small_batches(uri: str, batches: int, configuration: dict | None = None) -> None:
+    """``batches`` appends of 5 rows, each with the pipeline's marker as Spark's writes carry it."""
+    for batch in range(1, batches + 1):
+        rows = pa.table({"kafka_partition": pa.array([0, 1, 0, 1, 0], pa.int32()),
+                         "kafka_offset": pa.array([batch * 10 + i for i in range(5)], pa.int64()),
+                         "ingest_batch_id": pa.array([batch] * 5, pa.int64())})
+        write_deltalake(uri, rows, mode="append", configuration=configuration if batch == 1 else None,
+                        commit_properties=CommitProperties(app_transactions=[Transaction("orders", batch)]))
+
+
+def test_optimize_compacts_z_orders_and_keeps_rows_and_marker(tmp_path):
+    uri = str(tmp_path / "orders")
+    small_batches(uri, 6)
+    rows_before = DeltaTable(uri).to_pyarrow_table().sort_by("kafka_offset")
+    done = maintenance.optimize(uri, None, "orders")
+    assert (done["files_before"], done["files_after"], done["attempts"]) == (6, 1, 1)
+    zordered = maintenance.optimize(uri, None, "orders", ["kafka_partition", "kafka_offset"])
+    assert zordered["numFilesRemoved"] == 1 and zordered["files_after"] == 1
+    table = DeltaTable(uri)
+    assert table.to_pyarrow_table().sort_by("kafka_offset") == rows_before
+    assert table.transaction_version("orders") == 6
+    assert maintenance.optimize(str(tmp_path / "none"), None, "orders") == {}
+
+
+def test_optimize_refuses_a_zorder_column_the_table_lacks(tmp_path):
+    uri = str(tmp_path / "orders")
+    small_batches(uri, 2)
+    with pytest.raises(ConfigError, match="zorder_by names customer, not a column of the output table"):
+        maintenance.optimize(uri, None, "orders", ["customer"])
+
+
+def test_vacuum_refuses_a_retention_under_the_tables_own_and_deletes_nothing(tmp_path):
+    uri = str(tmp_path / "orders")
+    small_batches(uri, 3, configuration={"delta.deletedFileRetentionDuration": "interval 30 days"})
+    maintenance.optimize(uri, None, "orders")
+    files = sorted(p.name for p in (tmp_path / "orders").glob("*.parquet"))
+    with pytest.raises(ConfigError) as refused:
+        maintenance.vacuum(uri, None, "orders", dt.timedelta(days=7))
+    assert "pipeline 'orders': maintenance.vacuum_retain is 168h, shorter than the table's " \
+           "delta.deletedFileRetentionDuration of 720h" in str(refused.value)
+    assert sorted(p.name for p in (tmp_path / "orders").glob("*.parquet")) == files
+    assert maintenance.vacuum(uri, None, "orders", dt.timedelta(days=30)) == []  # the replaced files are new
+
+
+def test_vacuum_deletes_only_replaced_files_and_a_checkpoint_keeps_the_marker(tmp_path):
+    uri = str(tmp_path / "orders")
+    small_batches(uri, 4)
+    maintenance.optimize(uri, None, "orders")
+    deleted = maintenance.vacuum(uri, None, "orders", dt.timedelta(0), floor=dt.timedelta(0))
+    assert len(deleted) == 4
+    assert len(list((tmp_path / "orders").glob("*.parquet"))) == 1
+    version = maintenance.checkpoint(uri, None, "orders")
+    assert (tmp_path / "orders" / "_delta_log" / f"{version:020d}.checkpoint.parquet").exists()
+    table = DeltaTable(uri)
+    assert table.transaction_version("orders") == 4 and table.count() == 20
+
+
+def test_maintain_without_a_maintenance_block_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("TIDEMARK_LAKE_ROOT", str(tmp_path))
+    config = parse_pipeline({"name": "orders", "topics": ["orders"], "table": "orders"}, "t")
+    with pytest.raises(ConfigError, match="pipeline 'orders': has no 'maintenance:'"):
+        maintenance.maintain(config, str(tmp_path / "_tidemark" / "offsets"), None)
+
+
+def test_maintain_runs_every_step_and_skips_tables_that_do_not_exist_yet(tmp_path, monkeypatch):
+    monkeypatch.setenv("TIDEMARK_LAKE_ROOT", str(tmp_path))
+    config = parse_pipeline(pipeline(optimize_every="24h", vacuum_retain="168h", zorder_by=["kafka_offset"]), "t")
+    small_batches(config.table_uri, 3)
+    report = maintenance.maintain(config, str(tmp_path / "_tidemark" / "offsets"), None)
+    assert report["output"]["optimize"]["files_after"] == 1 and report["output"]["vacuumed_files"] == 0
+    assert report["output"]["checkpoint_version"] == DeltaTable(config.table_uri).version()
+    assert report["dead_letters"] == {"table": config.dead_letter_uri, "optimize": {}, "vacuumed_files": 0,
+                                      "checkpoint_version": None}
+    assert report["ledger"]["checkpoint_version"] is None
