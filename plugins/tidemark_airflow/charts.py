@@ -20,6 +20,7 @@ CHART_ENTRIES = 30
 """How many of the newest ledger entries (of every kind) the charts read."""
 WIDTH, HEIGHT = 340, 150
 LEFT, RIGHT, TOP, BOTTOM = 52, 10, 12, 28
+MAX_SLOT = 36
 WRITING = ("batch", "backfill")
 
 
@@ -85,7 +86,7 @@ def _chart(id: str, title: str, unit: str, note: str, style: str, entries: Seque
     """Lay the entries (oldest first) out left to right, their values scaled to the axis."""
     top = nice_ceiling(max((v for v, _ in values), default=0))
     plot_width, plot_height = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
-    slot = plot_width / max(len(entries), 1)
+    slot = min(plot_width / max(len(entries), 1), MAX_SLOT)  # a few batches: narrow bars from the left
     marks = [Mark(batch_id=e["batch_id"], kind=e["kind"], value=v, text=text, x=LEFT + i * slot + slot * 0.15,
                   y=TOP + plot_height * (1 - v / top), width=slot * 0.7, committed_at=e.get("committed_at"))
              for i, (e, (v, text)) in enumerate(zip(entries, values, strict=True))]
