@@ -21,6 +21,10 @@ JSON_SCHEMA = {"order_id": "bigint", "amount": "double"}
 # How long (uniform, seconds) a fault waits for a run in the phase it aims at before it lands on whatever runs:
 # the pace of the soak.
 GAP = tuple(float(x) for x in os.environ.get("CHAOS_GAP", "8,25").split(","))
+# Faults that kill a run's task (its Celery worker, its Spark driver) per DAG run at most, so that runs get
+# through their later phases between the kills instead of dying in their start-up over and over.
+KILLS_PER_RUN = int(os.environ.get("CHAOS_KILLS_PER_RUN", "2"))
+KILLS = ("celery_worker", "spark_driver")
 
 
 class Pipeline:
@@ -83,6 +87,7 @@ class Soak:
         self.airflow, self.pipelines, self.wanted, self.deadline, self.kinds, self.end = (
             airflow, pipelines, faults_wanted, deadline, kinds, end)
         self.drained = False
+        self.kills: Counter = Counter()  # run id -> faults of KILLS that hit it
         self.events: list[dict] = []
         self.lock = threading.Lock()
         self.stop_faults = threading.Event()
@@ -152,6 +157,8 @@ class Soak:
                 continue
             if kind in faults.NEEDS_TASK and where["task"] not in faults.NEEDS_TASK[kind]:
                 continue
+            if kind in KILLS and self.kills[run_id] >= KILLS_PER_RUN:
+                continue
             found.append({"pipeline": p.name, "run_id": run_id, "ui_port": p.ui_port, **where})
         return found
 
@@ -162,12 +169,14 @@ class Soak:
         aim = random.choice(faults.AIMS.get(kind, phase.PHASES[:6]))
         patience = time.monotonic() + random.uniform(*GAP)
         target = None
-        while target is None and not self.stop_faults.is_set() and time.monotonic() < patience + 120:
+        while target is None and not self.stop_faults.is_set() and time.monotonic() < patience + 60:
             candidates = self.targets(kind)
             if hits := [c for c in candidates if c["phase"] == aim]:
                 target = random.choice(hits)
             elif candidates and time.monotonic() > patience:
                 target = random.choice(candidates)
+            elif time.monotonic() > patience and kind in KILLS:
+                return None  # every run has had its kills: draw another kind
             else:
                 time.sleep(0.5)
         if target is None:
@@ -177,6 +186,8 @@ class Soak:
         detail = faults.INJECT[kind](target)
         if detail is None:
             return None
+        if kind in KILLS:
+            self.kills[target["run_id"]] += 1
         return {"n": len(self.events) + 1, "kind": kind, "aimed_at": aim, "phase": target["phase"],
                 "step": target["step"], "pipeline": target["pipeline"], "run_id": target["run_id"],
                 "task": target["task"], "try": target["try"], "at_s": round(at, 1), "other_runs_phases": others,
