@@ -91,10 +91,10 @@ def test_a_missed_deadline_calls_the_function_with_the_context_and_the_alert(pip
     from tidemark_airflow.alerts import freshness_missed
 
     pipeline(NEWEST)
-    context = {"dag_run": {"dag_id": "tidemark_ingest__orders", "run_id": "r1"}}
+    context = {"dag_run": {"dag_id": "tidemark_ingest__orders", "dag_run_id": "r1"}}  # as the scheduler gives it
     freshness_missed(context, "orders", 7200.0, f"{__name__}.record", {"channel": "#data"})
     [call] = CALLS
-    assert call["channel"] == "#data" and call["context"]["dag_run"]["run_id"] == "r1"
+    assert call["channel"] == "#data" and call["context"]["dag_run"]["dag_run_id"] == "r1"
     alert = call["context"]["tidemark"]
     assert alert["pipeline"] == "orders" and alert["sla_seconds"] == 7200.0 and alert["freshness_seconds"] > 7200
     assert alert["newest_record_at"] == NEWEST.isoformat()

@@ -58,3 +58,50 @@ def test_without_legacy_names_only_the_tagged_names_are_sent(statsd, monkeypatch
     emit([Measurement("tidemark.total_lag", "gauge", 3, {"pipeline": "orders"}),
           Measurement("tidemark.freshness_seconds", "gauge", 12.5, {"pipeline": "orders"})])
     assert statsd(2) == ["airflow.tidemark.total_lag:3|g", "airflow.tidemark.freshness_seconds:12.5|g"]
+
+
+class FakeRun:
+    """What observe_run reads of a PipelineRun: its name, config, store, status rows and ledger entries."""
+
+    def __init__(self, tmp_path, rows):
+        from tidemark.config import parse_pipeline
+
+        self.name, self.store, self.rows = "orders", None, rows
+        self.config = parse_pipeline({"name": "orders", "topics": ["orders"], "table": str(tmp_path / "orders"),
+                                      "lag": {"hold_warning_after": "1m"}}, "orders.yaml")
+
+    def status(self):
+        return self.rows
+
+    def recent_entries(self, count):
+        return [{"batch_id": 8, "records": None}, {"batch_id": 7, "records": 40, "dead_letters": 2,
+                                                   "duration_seconds": 3.5}]
+
+
+def test_after_a_batch_the_hold_warning_is_logged_and_the_batch_and_lag_are_sent(statsd, tmp_path, caplog):
+    import datetime as dt
+
+    from tidemark_airflow.metrics import observe_run
+
+    since = (dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)).isoformat()
+    rows = [{"topic": "orders", "partition": 0, "lag": 2, "held_by_open_transactions": 9, "held_since": since}]
+    observe_run(FakeRun(tmp_path, rows), batch_id=7)
+    assert "pipeline 'orders': orders:0 has 9 offset(s) held back by a transaction open for 5m" in caplog.text
+    sent = statsd(16)  # 8 measurements (no table yet: no freshness), each under two names
+    assert [line for line in sent if ".orders" in line and "hold_age" not in line] == [
+        "airflow.tidemark.partition_lag.orders.orders.0:2|g",
+        "airflow.tidemark.partition_held_by_open_transactions.orders.orders.0:9|g",
+        "airflow.tidemark.total_lag.orders:2|g", "airflow.tidemark.held_by_open_transactions.orders:9|g",
+        "airflow.tidemark.batch_records.orders:40|c", "airflow.tidemark.batch_dead_letters.orders:2|c",
+        "airflow.tidemark.batch_duration.orders:3500.000000|ms"]
+
+
+def test_a_failure_to_read_is_a_warning_not_a_failed_task(caplog, tmp_path):
+    from tidemark_airflow.metrics import observe_run
+
+    class Broken(FakeRun):
+        def status(self):
+            raise OSError("Kafka is gone")
+
+    observe_run(Broken(tmp_path, []))
+    assert "pipeline 'orders': could not send its metrics (OSError: Kafka is gone)" in caplog.text
