@@ -9,7 +9,8 @@
     tidemark lag PIPELINE
     tidemark run PIPELINE [--take-over --reason TEXT]
     tidemark ledger move PIPELINE --from OLD_LEDGER_URI
-    tidemark audit PIPELINE [--json]
+    tidemark audit PIPELINE [--json] [--verify-sample N]
+    tidemark dead-letters reprocess PIPELINE (--batch N | --all) --reason TEXT
 
 Exit codes, the same for every command:
     0  done
@@ -20,8 +21,8 @@ Exit codes, the same for every command:
        what to do; nothing was changed
     3  `pipelines list` listed the valid pipelines, but some pipeline files are broken (named on
        stderr)
-    4  `audit` found damage: duplicated offsets, committed ranges missing records, or rows outside
-       every committed range (listed in its output)
+    4  `audit` found damage: duplicated offsets, committed ranges missing records, rows outside
+       every committed range, or offsets both in the output and the dead letters (listed in its output)
 
 Connections come from ``AIRFLOW_CONN_<ID>`` variables when set (no Airflow needed), else from
 Airflow itself (its secrets backends and metadata DB) when it is installed.
@@ -30,6 +31,7 @@ Airflow itself (its secrets backends and metadata DB) when it is installed.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import logging
 import os
@@ -38,6 +40,8 @@ from collections.abc import Sequence
 
 from tidemark.connections import Connection, EnvironmentResolver
 from tidemark.errors import ConfigError, TidemarkError
+from tidemark.observability import hold_warnings
+from tidemark_cli import dead_letters
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -89,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--reason", help="why the batch is taken over; required with --take-over")
 
     _add_ledger_and_audit(commands)
+    dead_letters.add_parser(commands)
     return parser
 
 
@@ -107,6 +112,8 @@ def _add_ledger_and_audit(commands) -> None:
         "(counted against the ledger's record counts, dead letters included) and rows outside every committed "
         "range. Exits 0 when none, 4 when damage is found.")
     audit.add_argument("--json", action="store_true", help="one JSON object with the lists and 'ok'")
+    audit.add_argument("--verify-sample", type=int, default=0, metavar="N",
+                       help="also read N committed ranges still retained in Kafka again and compare checksums")
 
 
 def _pipeline_command(parent, name: str, summary: str, details: str) -> argparse.ArgumentParser:
@@ -206,6 +213,8 @@ def cmd_lag(args: argparse.Namespace) -> int:
     print(_table(rows, ["topic", "partition", "lag", "held_by_open_transactions"]))
     print(f"total lag of '{run.name}': {sum(r['lag'] or 0 for r in rows)}")
     print(f"held by open transactions: {sum(r['held_by_open_transactions'] or 0 for r in rows)}")
+    for warning in hold_warnings(run.name, rows, run.config.lag.hold_warning_after, dt.datetime.now(dt.UTC)):
+        print(f"WARNING: {warning}")
     return EXIT_OK
 
 
@@ -269,7 +278,7 @@ def cmd_ledger_move(args: argparse.Namespace) -> int:
 def cmd_audit(args: argparse.Namespace) -> int:
     from tidemark.audit import summary
 
-    report = _open(args.pipeline).audit()
+    report = _open(args.pipeline).audit(verify_sample=args.verify_sample)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
@@ -277,7 +286,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
                 ("duplicated offsets", report.duplicates, ["topic", "partition", "offset", "count"]),
                 ("committed ranges missing records", report.to_dict()["missing"],
                  ["topic", "partition", "start", "end", "expected", "found", "batch_id"]),
-                ("rows outside every committed range", report.outside, ["topic", "partition", "offset", "batch_id"])):
+                ("rows outside every committed range", report.outside, ["topic", "partition", "offset", "batch_id"]),
+                ("offsets both in the output and the dead letters", report.in_both, ["topic", "partition", "offset"]),
+                ("sampled ranges that differ from Kafka", (report.sample or {}).get("mismatches"),
+                 ["topic", "partition", "start", "end", "batch_id", "kafka_records", "table_records"])):
             if rows:
                 print(f"{title}:\n{_table(rows, columns)}\n")
         print(summary(report))
@@ -339,6 +351,7 @@ HANDLERS = {
     ("run", None): cmd_run,
     ("ledger", "move"): cmd_ledger_move,
     ("audit", None): cmd_audit,
+    ("dead-letters", "reprocess"): dead_letters.cmd_reprocess,
 }
 
 
