@@ -10,10 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from tidemark.observability import METRICS
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ["README.md", "docs/DESIGN.md", "docs/OPERATIONS.md", "docs/CONFIGURATION.md", "docs/OBJECT_STORAGE_NOTES.md"]
 PACKAGES = ("tidemark", "tidemark_airflow", "tidemark_cli", "tidemark_spark")
 NOT_CODE = {"tidemark.ledger.schemaVersion"}  # a Delta table property, spelled like a module
+NOT_CODE |= {metric.name for metric in METRICS}  # metric names (tidemark.observability), spelled likewise
 
 
 def text(doc: str) -> str:
@@ -28,7 +31,7 @@ def inline_spans(doc: str) -> list[str]:
     return re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", text(doc), flags=re.S))
 
 
-COMMAND = re.compile(r"(?:^|\s|/)tidemark\s+((?:pipelines|offsets|lag|run|ledger|audit)\b.*)")
+COMMAND = re.compile(r"(?:^|\s|/)tidemark\s+((?:pipelines|offsets|lag|run|ledger|audit|dead-letters)\b.*)")
 
 
 def subcommands() -> dict[tuple[str, ...], set[str]]:
@@ -62,8 +65,9 @@ def test_every_command_in_the_readme_parses_and_the_readme_lists_them_all():
             build_parser().parse_args(args)
         except SystemExit as exc:
             pytest.fail(f"README.md: `tidemark {' '.join(args)}` does not parse (exit {exc.code})")
-        shown.add(tuple(args[:2]) if args[0] in ("offsets", "pipelines", "ledger") else (args[0],))
-    commands = {path for path in subcommands() if path and path not in (("offsets",), ("pipelines",), ("ledger",))}
+        shown.add(tuple(args[:2]) if args[0] in ("offsets", "pipelines", "ledger", "dead-letters") else (args[0],))
+    groups = (("offsets",), ("pipelines",), ("ledger",), ("dead-letters",))
+    commands = {path for path in subcommands() if path and path not in groups}
     assert commands <= shown, f"the README's command list misses {sorted(commands - shown)}"
 
 
