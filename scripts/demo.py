@@ -100,7 +100,7 @@ def summary() -> None:
     print("\nExplore further:")
     print("  make airflow                                  # Airflow on http://localhost:8080 with this pipeline "
           "(the login is printed)")
-    print("  then Browse -> Tidemark -> orders                # its lag, records per batch and ledger history")
+    print("  then Browse -> Tidemark -> orders             # its lag, records per batch and ledger history")
     print("  .venv/bin/tidemark offsets show orders --json")
     print(f"  .venv/bin/python -c \"from deltalake import DeltaTable; "
           f"print(DeltaTable('{config.table_uri}').history(3))\"")
