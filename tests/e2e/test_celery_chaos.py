@@ -11,12 +11,25 @@ ingest job stops itself (SIGSTOP) at that point, so the fault lands there every 
   other worker, whose folder the plan task never wrote to, and commits the batch once.
 - PostgreSQL (the metadata DB) restarted while a run's ingest job is stopped after its output commit: the
   run goes on (or fails), the ledger stays right, and the next run is exactly once.
+- The S3 server restarted during the ledger commit, then during the output commit. The lake's server
+  (moto) keeps its objects in memory, so a real restart would empty the lake, which no real S3 does: the
+  restart is modelled by devkit.faults.S3Gate, a gate in front of the server that the pipeline's storage
+  connection points at. At the commit's PUT it lets the request through, drops the connection before the
+  answer (the server died after writing, before answering: the client cannot know whether it committed)
+  and resets every connection for a while, then answers again with the data intact. The ledger case runs
+  on the warm path (delta-rs commits the ledger from the job, through the gate). The output commit of the
+  warm path happens in the shared Spark Connect server, which the gate cannot front: that case submits the
+  job with spark-submit on a local master, whose S3A client goes through the gate.
+- A Kafka broker killed -9 (the leader of a partition, on the run's three-broker cluster; topic of 3
+  replicas) while the run's ingest job is stopped between its plan and its read: the read finds the new
+  leaders and the batch commits once.
 
 Exactly once is read from the output table (delta-rs) and compared with what was produced; which worker ran
 which task is read from the workers' own log folders and printed."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -29,6 +42,7 @@ import psutil
 import pytest
 import yaml
 
+from devkit.faults import S3Gate
 from tests import helpers
 from tests.e2e import airflow_stack
 from tests.e2e.airflow_stack import AirflowStack
@@ -41,6 +55,8 @@ SCRIPT = ROOT / "scripts" / "airflow.sh"
 WORKERS = (1, 2)
 # The scheduler fails a task whose supervisor has not heartbeaten for this long (Airflow's default: 300 s).
 HEARTBEAT_TIMEOUT_S = 30
+# The S3 server stays away for this many connection attempts after the commit request it died on.
+S3_DOWN_FOR = 6
 
 
 class CeleryAirflow(AirflowStack):
@@ -149,22 +165,36 @@ def exactly_once(airflow: CeleryAirflow, pipeline: str, produced: Counter) -> di
     return {"records": records, "duplicates": duplicates, "missing": missing, "committed": committed}
 
 
-def write_pipeline(folder: Path, name: str, retries: int) -> None:
-    helpers.create_topic(name, partitions=2)
+def write_pipeline(folder: Path, name: str, retries: int, **extra) -> None:
+    if "kafka_conn_id" not in extra:
+        helpers.create_topic(name, partitions=2)
     (folder / f"{name}.yaml").write_text(yaml.safe_dump({
         "name": name, "topics": [name], "table": name, "schedule": None, "retries": retries,
-        "retry_delay_seconds": 1}))
+        "retry_delay_seconds": 1, **extra}))
 
 
 @pytest.fixture(scope="module")
-def celery_airflow(tmp_path_factory, kafka_bootstrap, spark_connect):
+def s3_gate():
+    """The gate in front of the run's S3 server that the S3 chaos pipelines' storage connection uses."""
+    with S3Gate() as gate:
+        yield gate
+
+
+@pytest.fixture(scope="module")
+def celery_airflow(tmp_path_factory, kafka_bootstrap, spark_connect, s3_gate, kafka_cluster_session):
     base = tmp_path_factory.mktemp("celery_airflow")
     pipelines, home = base / "pipelines", base / "home"
     pipelines.mkdir()
     suffix = uuid.uuid4().hex[:8]
-    names = {"kill": f"cel_kill_{suffix}", "pg": f"cel_pg_{suffix}"}
+    names = {"kill": f"cel_kill_{suffix}", "pg": f"cel_pg_{suffix}", "s3_ledger": f"cel_s3l_{suffix}",
+             "s3_output": f"cel_s3o_{suffix}", "broker": f"cel_broker_{suffix}"}
     for case, name in names.items():
-        write_pipeline(pipelines, name, retries=0 if case == "pg" else 1)
+        extra = {"storage_conn_id": "aws_gate"} if case.startswith("s3") else {}
+        if case == "s3_output":
+            extra.update(spark_conn_id="spark_local", spark_conf={"spark.sql.shuffle.partitions": "1"})
+        if case == "broker":  # its topic is made on the cluster by the test
+            extra.update(kafka_conn_id="kafka_cluster")
+        write_pipeline(pipelines, name, retries=0 if case == "pg" else 1, **extra)
     lake = helpers.s3_lake(f"celery-{suffix}")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "TIDEMARK_"))}
     # PostgreSQL runs as 'nobody' when the tests run as root: a folder every user can traverse
@@ -180,10 +210,21 @@ def celery_airflow(tmp_path_factory, kafka_bootstrap, spark_connect):
                TIDEMARK_JAR_CACHE=os.environ.get("TIDEMARK_JAR_CACHE", str(ROOT / ".cache" / "jars")),
                AIRFLOW_CONN_SPARK_DEFAULT=helpers.spark_connect_connection(spark_connect),
                AIRFLOW_CONN_AWS_DEFAULT=helpers.aws_connection(),
+               AIRFLOW_CONN_AWS_GATE=_through(helpers.aws_connection(), s3_gate),
+               AIRFLOW_CONN_SPARK_LOCAL=json.dumps({"conn_type": "spark", "host": "local[1]"}),
+               AIRFLOW_CONN_KAFKA_CLUSTER=json.dumps({"conn_type": "kafka", "extra": {
+                   "bootstrap.servers": kafka_cluster_session.bootstrap("plaintext")}}),
                AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT=str(HEARTBEAT_TIMEOUT_S),
                AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL="5")
     with airflow_stack.started(SCRIPT, env, home, pg_home, timeout=600) as (_, url, user, password):
         yield CeleryAirflow(env, home, url, (user, password), lake, names)
+
+
+def _through(connection: str, gate: S3Gate) -> str:
+    """The aws connection with the gate as its endpoint."""
+    conn = json.loads(connection)
+    conn["extra"]["endpoint_url"] = gate.endpoint
+    return json.dumps(conn)
 
 
 def _port_free(port: int) -> bool:
@@ -287,3 +328,89 @@ def test_the_metadata_db_restarted_during_a_run_leaves_the_ledger_right(celery_a
     for row in history:  # contiguous per partition
         assert row["start_offset"] == ends.get(row["partition"], 0), history
         ends[row["partition"]] = row["end_offset"]
+
+
+def only_worker_pausing_at(airflow: CeleryAirflow, point: str) -> None:
+    """Worker 1 alone takes the next run's tasks, its ingest job stopping itself at ``point``. A retry
+    also runs there: it finds the batch's marker in the output and only finalizes, reaching no pause."""
+    airflow.script("worker-down", "2")
+    airflow.script("worker-down", "1")
+    airflow.script("worker-up", "1", TIDEMARK_PAUSE_AT=point)
+
+
+def assert_ledger_matches_output(airflow: CeleryAirflow, pipeline: str, produced: Counter, run_id: str) -> None:
+    """One committed batch whose ranges are what was produced, every record of them in the output once
+    (records, distinct offsets), and `tidemark audit` finding nothing wrong."""
+    counts = exactly_once(airflow, pipeline, produced)
+    print(f"{pipeline}: {counts}")
+    assert counts == {"records": sum(produced.values()), "duplicates": 0, "missing": 0, "committed": dict(produced)}
+    history = airflow.tidemark("offsets", "history", pipeline)
+    assert {(r["batch_id"], r["status"], r["dag_run_id"], r["partition"], r["start_offset"], r["end_offset"],
+             r["record_count"]) for r in history} == {
+        (1, "committed", run_id, p, 0, n, n) for p, n in produced.items()}, history
+    audit = airflow.tidemark("audit", pipeline)
+    assert audit["ok"], audit
+
+
+def test_the_s3_server_restarted_during_the_ledger_commit_the_batch_is_committed_once(celery_airflow, s3_gate):
+    airflow, gate = celery_airflow, s3_gate
+    pipeline = airflow.pipelines["s3_ledger"]
+    produced = helpers.produce(pipeline, 200)
+    only_worker_pausing_at(airflow, crash.AFTER_OUTPUT_COMMIT)
+    run_id = airflow.trigger(pipeline)
+    job = airflow.wait_for("worker 1's ingest job stopped at after_output_commit", lambda: airflow.stopped_job(1))
+    # The next commit to the ledger (the job's: the plan task's commits are done) meets the restart.
+    before, refused = len(gate.tripped), gate.refused
+    gate.trip_on(r"^PUT /lake/.*/_tidemark/offsets/_delta_log/\d{20}\.json$", lose="response",
+                 down_for=S3_DOWN_FOR)
+    os.killpg(os.getpgid(job.pid), signal.SIGCONT)
+    run = airflow.finished_run(pipeline, run_id)
+    attempts = tries(airflow, pipeline, run_id)
+    print(f"S3 restarted during the ledger commit: {gate.tripped[before:]}, {gate.refused - refused} connections "
+          f"refused, run {run['state']}, tries {attempts}")
+    assert len(gate.tripped) == before + 1 and not gate.is_down, (gate.tripped, gate.is_down)
+    assert run["state"] == "success", f"{run}\n{airflow.logs()}"
+    assert_ledger_matches_output(airflow, pipeline, produced, run_id)
+
+
+def test_the_s3_server_restarted_during_the_output_commit_the_batch_is_committed_once(celery_airflow, s3_gate):
+    airflow, gate = celery_airflow, s3_gate
+    pipeline = airflow.pipelines["s3_output"]
+    produced = helpers.produce(pipeline, 200)
+    only_worker_pausing_at(airflow, crash.AFTER_DEAD_LETTERS)  # just before the write (raw values)
+    run_id = airflow.trigger(pipeline)
+    job = airflow.wait_for("worker 1's ingest job stopped at after_dead_letters", lambda: airflow.stopped_job(1))
+    # The output table's commit (S3A, from the driver, through the gate) meets the restart.
+    before, refused = len(gate.tripped), gate.refused
+    gate.trip_on(rf"^PUT /lake/.*/{pipeline}/_delta_log/\d{{20}}\.json$", lose="response", down_for=S3_DOWN_FOR)
+    os.killpg(os.getpgid(job.pid), signal.SIGCONT)
+    airflow.wait_for("the output commit to meet the S3 restart", lambda: len(gate.tripped) > before)
+    run = airflow.finished_run(pipeline, run_id)
+    attempts = tries(airflow, pipeline, run_id)
+    print(f"S3 restarted during the output commit: {gate.tripped[before:]}, {gate.refused - refused} connections "
+          f"refused, run {run['state']}, tries {attempts}")
+    assert len(gate.tripped) == before + 1 and not gate.is_down, (gate.tripped, gate.is_down)
+    assert run["state"] == "success", f"{run}\n{airflow.logs()}"
+    run_on_workers(airflow, pipeline, run_id, attempts)
+    assert_ledger_matches_output(airflow, pipeline, produced, run_id)
+
+
+def test_a_kafka_broker_killed_before_the_read_the_batch_is_read_from_the_new_leader_once(celery_airflow,
+                                                                                         kafka_cluster):
+    airflow = celery_airflow
+    pipeline = airflow.pipelines["broker"]
+    kafka_cluster.create_topic(pipeline, partitions=2)
+    kafka_cluster.produce(pipeline, 200)
+    produced = Counter({0: 100, 1: 100})
+    only_worker_pausing_at(airflow, crash.AFTER_DEAD_LETTERS)  # the plan is frozen; the read is next
+    with kafka_cluster.alone():
+        run_id = airflow.trigger(pipeline)
+        job = airflow.wait_for("worker 1's ingest job stopped before its read", lambda: airflow.stopped_job(1))
+        victim = kafka_cluster.leader(pipeline, 0)
+        kafka_cluster.kill_broker(victim)
+        os.killpg(os.getpgid(job.pid), signal.SIGCONT)
+        run = airflow.finished_run(pipeline, run_id)
+        print(f"broker {victim} (leader of {pipeline}-0) killed -9 before the read: run {run['state']}, tries "
+              f"{tries(airflow, pipeline, run_id)}, partition 0 now led by {kafka_cluster.leader(pipeline, 0)}")
+    assert run["state"] == "success", f"{run}\n{airflow.logs()}"
+    assert_ledger_matches_output(airflow, pipeline, produced, run_id)
