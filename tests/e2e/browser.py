@@ -70,6 +70,14 @@ def page_numbers(driver) -> dict[tuple[str, int], tuple[int | None, int | None, 
     return numbers
 
 
+def chart_marks(driver, chart: str) -> dict[int, tuple[str, float, str]]:
+    """A chart of the Tidemark page, read from its SVG: batch id -> (kind, value, the mark's tooltip)."""
+    return {int(mark.get_attribute("data-batch")): (
+        mark.get_attribute("data-kind"), float(mark.get_attribute("data-value")),
+        mark.find_element(By.CSS_SELECTOR, "title").get_attribute("textContent"))
+        for mark in driver.find_elements(By.CSS_SELECTOR, f"#{chart} svg [data-batch]")}
+
+
 def open_trigger_form(driver, url: str, dag_id: str) -> None:
     driver.get(f"{url}/dags/{dag_id}")
     wait(driver, ec.element_to_be_clickable((By.CSS_SELECTOR, "button[aria-label='Trigger Dag']"))).click()
