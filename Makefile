@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export KAFKA_PORT ?= 9092
 
 .DEFAULT_GOAL := help
-.PHONY: help setup venv jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down storage-up storage-down registry-up registry-down demo test test-unit lint soak chaos bench bench-s3 bench-skew bench-scale bench-profile bench-json bench-avro bench-small bench-tls bench-ledger bench-page connect-up connect-down airflow airflow-down browser redis lock clean
+.PHONY: help setup venv jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down storage-up storage-down registry-up registry-down demo test test-unit lint soak chaos bench bench-s3 bench-skew bench-scale bench-profile bench-json bench-avro bench-small bench-tls bench-ledger bench-audit bench-maintenance bench-page connect-up connect-down airflow airflow-down browser redis lock clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -120,6 +120,12 @@ bench-tls: setup ## the raw ingest job over SASL_SSL vs PLAINTEXT on a private t
 
 bench-ledger: venv ## the shared ledger under contention: 50 pipelines freezing and committing at once, and plan + commit at 100 pipelines x 10,000 batches vs 10 x 10 (no Kafka, no Spark); bench/results/ledger_contention.json
 	.venv/bin/python -m bench.ledger_contention
+
+bench-audit: venv ## tidemark audit on output tables of 1M and 10M rows (BENCH_AUDIT_SIZES) with their ledger and dead letters: seconds and peak memory (no Kafka, no Spark); bench/results/audit.json
+	.venv/bin/python -m bench.audit_scale
+
+bench-maintenance: venv ## 1,000 small batches into one table (direct Delta appends, the ingest job's layout): files and full-table read time before and after tidemark's maintenance (no Kafka, no Spark); bench/results/maintenance.json
+	.venv/bin/python -m bench.maintenance
 
 bench-page: setup ## the Tidemark page's response time as the ledger grows to 10,000 batches; bench/results/console.json
 	scripts/with_broker.sh bench $${BENCH_KAFKA_PORT:-19292} .venv/bin/python -m bench.console

@@ -111,7 +111,8 @@ def throughput(results: dict) -> str:
 
 
 def targets(results: dict) -> str:
-    rows = [[t["target"], t["measured"], "yes" if t["met"] else "**no**"] for t in results["summary"]["targets"]]
+    rows = [[t["target"], t["measured"], "yes" if t["met"] else "**no**"]
+            for t in results["summary"]["targets"] + maintenance_targets(part(results, "maintenance"))]
     return _section("Targets", "Reported, not asserted: nothing on this page is checked by `make test`.",
                     _table(["target", "measured", "met"], rows))
 
@@ -267,6 +268,53 @@ def ledger_contention(part_: dict) -> str:
         _table(["pipelines x batches", "ledger rows", "plan read ms", "freeze ms", "commit ms", "all three ms"], scale))
 
 
+def audit(part_: dict) -> str:
+    rows = [[f"{s['rows']:,}", f"{s['ledger_ranges']:,}", f"{s['output_mb']:,}", str(s["audit_seconds"]),
+             " / ".join(str(x) for x in s["audit_seconds_runs"]), f"{s['peak_rss_mb']:,}"] for s in part_["sizes"]]
+    return _section(
+        "`tidemark audit` on a large table", f"{part_['date']} (`make bench-audit`): an output table written by "
+        f"delta-rs in appends of 1,000,000 rows ({part_['partitions']} partitions, batches of "
+        f"{part_['records_per_batch']:,} records, one record in {part_['dead_letter_every']:,} a dead letter), "
+        f"audited in a fresh process (what `tidemark audit` runs), three times per size. Load average (1 min) "
+        f"{part_['load_at_start']['load_1m']} at the start, {part_['load_at_end']['load_1m']} at the end.",
+        _table(["output rows", "ledger ranges", "output MB", "audit seconds (median)", "runs", "peak RSS MB"], rows))
+
+
+def maintenance_targets(part_: dict | None) -> list[dict]:
+    """The small-files row's targets (bench/maintenance.py): files and read time after maintenance."""
+    if not part_:
+        return []
+    before, after = part_["before"], part_["after"]
+    files = f"{before['active_files']:,} -> {after['active_files']:,} files"
+    return [{"target": f"after {part_['batches']:,} small batches, maintenance leaves <= 1 active file per 100 "
+                       f"batches ({part_['date']})", "measured": files,
+             "met": after["active_files"] <= max(1, part_["batches"] // 100)},
+            {"target": "... and a full-table read >= 2x faster after it", "measured": f"{part_['read_speedup']}x "
+             f"({before['read_seconds']} -> {after['read_seconds']} s)", "met": part_["read_speedup"] >= 2}]
+
+
+def maintenance(part_: dict) -> str:
+    rows = [[label, f"{s['active_files']:,}", f"{s['files_on_disk']:,}", f"{s['version']:,}", str(s["read_seconds"]),
+             " / ".join(str(x) for x in s["read_seconds_runs"]), str(s["first_read_seconds"])]
+            for label, s in (("before maintenance", part_["before"]), ("after `maintain` (VACUUM retaining 168h)",
+                                                                       part_["after"]),
+                             ("after a VACUUM 7 days later", part_["after_vacuum_7_days_later"]))]
+    return _section(
+        "Small files: 1,000 small batches, before and after maintenance",
+        f"{part_['date']} (`make bench-maintenance`): {part_['batches']:,} commits of {part_['records_per_batch']} "
+        f"records ({part_['partitions']} partitions, {part_['value_bytes']}-byte values), written directly as Delta "
+        f"appends with the ingest job's layout (one Parquet file per Kafka partition per batch, the raw pipeline's "
+        f"columns, the marker and `userMetadata` in each commit, file statistics; pyarrow writes the files, "
+        f"delta-rs the commits) in {part_['write_seconds']} s; not through Spark. Then `tidemark.maintenance."
+        f"maintain` (what the maintenance DAG runs: OPTIMIZE compaction, VACUUM retaining 168h, checkpoints) in "
+        f"**{part_['maintain_seconds']} s**. A full-table read is delta-rs loading the table and reading every "
+        f"column of every row (median of 5 after a first read): **x{part_['read_speedup']}** faster after "
+        f"maintenance. Load average (1 min) {part_['load_at_start']['load_1m']} at the start, "
+        f"{part_['load_at_end']['load_1m']} at the end.",
+        _table(["table", "active files", "files on disk", "Delta version", "full read, s (median)", "runs, s",
+                "first read, s"], rows))
+
+
 def tls(part_: dict) -> str:
     m = part_["summary"]
     rows = [[label, f"{c['median_seconds']} ({c['min_seconds']}–{c['max_seconds']})",
@@ -335,7 +383,8 @@ def markdown(results: dict) -> str:
         parts.append(scheduler(results))
     for name, render in (("skew", skew), ("profile", profile), ("scale", scale), ("small_batch", small_batch),
                          ("object_storage", object_storage), ("console", console), ("tls", tls),
-                         ("ledger_contention", ledger_contention)):
+                         ("ledger_contention", ledger_contention), ("audit", audit),
+                         ("maintenance", maintenance)):
         if found := part(results, name):
             parts.append(render(found))
     for name, title in (("typed_json", "JSON with a declared schema"), ("avro", "Avro from a Schema Registry")):

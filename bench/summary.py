@@ -16,7 +16,8 @@ BASELINES = {"available_now": AVAILABLE_NOW, "plain_batch": PLAIN_BATCH, "consum
 PHASES = ("startup", "read_and_tally", "write_output", "ledger_commit", "shutdown")
 SIDE_PARTS = {"typed_json": "typed_json.json", "avro": "avro.json", "small_batch": "small_batch.json",
               "object_storage": "object_storage.json", "console": "console.json", "tls": "tls.json",
-              "ledger_contention": "ledger_contention.json"}
+              "ledger_contention": "ledger_contention.json", "audit": "audit.json",
+              "maintenance": "maintenance.json"}
 """The benchmarks that run as programs of their own, by their key in bench.json's ``parts`` and their file."""
 
 
@@ -177,6 +178,12 @@ def _targets(summary: dict, results: dict) -> list[dict]:
         out += _target(f"plan + commit at {large['pipelines']} pipelines x {large['batches_each']:,} batches <= 2x "
                        f"that at {small['pipelines']} x {small['batches_each']}", contention["scale_ratio"],
                        contention["scale_ratio"] <= 2)
+    if (audit := part(results, "audit")) and len(audit["sizes"]) > 1:
+        small, large = audit["sizes"][0], audit["sizes"][-1]
+        growth = round(large["peak_rss_mb"] / small["peak_rss_mb"], 2)
+        out += _target(f"`tidemark audit`: peak memory at {large['rows']:,} rows <= 2x that at {small['rows']:,} "
+                       f"({audit['date']})", growth, growth <= 2, f"{{:.2f}}x ({small['peak_rss_mb']} -> "
+                                                                 f"{large['peak_rss_mb']} MB)")
     if "plan_ratio" in (ledger := summary["ledger"]):
         small_n, large_n = ledger["ratio_between"]
         out += _target(f"plan time at {large_n:,} batches <= 1.5x that at {small_n:,}", ledger["plan_ratio"],
