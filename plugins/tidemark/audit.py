@@ -10,7 +10,10 @@ Reported damage:
   * missing: committed ranges whose output + dead-letter rows number fewer than the ledger recorded;
   * outside: output rows that no ledger range of their batch covers (an offset beyond the range, or a
     batch id the ledger does not know). Rows of a batch still planned are not outside: recovery rolls it
-    forward.
+    forward;
+  * in both: Kafka coordinates in the output that are also dead letters of the pipeline (a record is in
+    exactly one of them; a reprocess of dead letters killed between its output commit and its dead-letter
+    update leaves this until it is run again: ``tidemark.dead_letters``).
 
 All counting happens in delta-rs' query engine (DataFusion) with the output, dead-letter and ledger tables
 registered side by side; Python only receives one row per ledger range and the (bounded) damage lists, so
@@ -56,6 +59,8 @@ class Findings:
     duplicated_offsets: int = 0
     outside: list[dict] = field(default_factory=list)
     outside_rows: int = 0
+    in_both: list[dict] = field(default_factory=list)
+    in_both_rows: int = 0
 
 
 @dataclass
@@ -69,16 +74,22 @@ class AuditReport:
     missing: list[Missing]
     outside: list[dict]
     outside_rows: int
+    in_both: list[dict] = field(default_factory=list)
+    in_both_rows: int = 0
+    sample: dict | None = None
+    """``--verify-sample``: ranges read again from Kafka and compared by checksum (``tidemark.audit_sample``)."""
 
     @property
     def ok(self) -> bool:
-        return not (self.duplicated_offsets or self.missing or self.outside_rows)
+        return not (self.duplicated_offsets or self.missing or self.outside_rows or self.in_both_rows
+                    or (self.sample or {}).get("mismatches"))
 
     def to_dict(self) -> dict:
         return {"pipeline": self.pipeline, "table": self.table, "checked_ranges": self.checked_ranges,
                 "records": self.records, "duplicates": self.duplicates, "duplicated_offsets": self.duplicated_offsets,
                 "missing": [asdict(m) for m in self.missing], "outside": self.outside,
-                "outside_rows": self.outside_rows, "ok": self.ok}
+                "outside_rows": self.outside_rows, "in_both": self.in_both, "in_both_rows": self.in_both_rows,
+                **({} if self.sample is None else {"sample": self.sample}), "ok": self.ok}
 
 
 def checked_ranges(rows: list[LedgerRow]) -> list[LedgerRow]:
@@ -100,17 +111,21 @@ def judge(pipeline: str, table: str, rows: list[LedgerRow], found: Findings) -> 
             missing.append(Missing(r.topic, r.partition, r.start_offset, r.end_offset, r.record_count, have,
                                    r.batch_id))
     return AuditReport(pipeline, table, len(ranges), found.records, found.duplicates, found.duplicated_offsets,
-                       missing, found.outside, found.outside_rows)
+                       missing, found.outside, found.outside_rows, found.in_both, found.in_both_rows)
 
 
 def summary(report: AuditReport) -> str:
     """One line for people: what was checked and the verdict."""
+    sample = report.sample
+    checked = ("" if sample is None else f"; {sample['verified']} sampled ranges read again from Kafka "
+               f"({sample['not_retained']} no longer retained), {len(sample['mismatches'])} differing")
     if report.ok:
         return (f"pipeline '{report.pipeline}': ok: {report.checked_ranges} committed ranges, {report.records} "
-                f"records in {report.table}, every committed offset there exactly once")
+                f"records in {report.table}, every committed offset there exactly once{checked}")
     return (f"pipeline '{report.pipeline}': DAMAGE in {report.table}: {report.duplicated_offsets} duplicated "
             f"offsets, {len(report.missing)} ranges missing records, {report.outside_rows} rows outside every "
-            f"committed range (see the lists above)")
+            f"committed range, {report.in_both_rows} offsets both in the output and the dead letters{checked} (see "
+            f"the lists above)")
 
 
 # The ledger's ranges of one pipeline that wrote (or are writing) records.
@@ -130,6 +145,11 @@ x AS (SELECT o.kafka_topic AS topic, o.kafka_partition AS "partition", o.kafka_o
       FROM output o LEFT JOIN r ON o.ingest_batch_id = r.batch_id AND o.kafka_topic = r.topic
         AND o.kafka_partition = r."partition" AND o.kafka_offset >= r.start_offset AND o.kafka_offset < r.end_offset
       WHERE r.batch_id IS NULL)
+"""
+_IN_BOTH = """
+WITH b AS (SELECT o.kafka_topic AS topic, o.kafka_partition AS "partition", o.kafka_offset AS "offset"
+           FROM output o JOIN dead d ON o.kafka_topic = d.kafka_topic AND o.kafka_partition = d.kafka_partition
+             AND o.kafka_offset = d.kafka_offset WHERE d.pipeline = '{pipeline}')
 """
 _DUPLICATES = """
 WITH d AS (SELECT kafka_topic AS topic, kafka_partition AS "partition", kafka_offset AS "offset", COUNT(*) AS "count"
@@ -181,6 +201,10 @@ def audit_tables(pipeline: str, table_uri: str, dead_letter_uri: str, ledger_uri
             builder.register("dead", dead)
             found.dead_letter_counts = _counts(builder, _COUNTS.format(
                 ranges=ranges, table="dead", where=f"WHERE o.pipeline = '{quoted}'"))
+            both = _IN_BOTH.format(pipeline=quoted)
+            found.in_both = _rows(builder, f"{both} SELECT * FROM b ORDER BY topic, \"partition\", \"offset\" "
+                                           f"LIMIT {int(limit)}")
+            found.in_both_rows = int(_rows(builder, f"{both} SELECT COUNT(*) AS n FROM b")[0]["n"])
     elif output is not None:  # no ledger at all: every row is outside the (no) committed ranges
         found.records = int(_rows(QueryBuilder().register("output", output), "SELECT COUNT(*) AS n FROM output")
                             [0]["n"])

@@ -227,12 +227,17 @@ class PipelineRun:
     def reset(self, request: ResetRequest) -> ResetOutcome:
         return reset_offsets(self.config, self.kafka_properties, request, ledger_uri=self.ledger_uri, store=self.store)
 
-    def audit(self):
-        """``tidemark audit``: the output table checked against the ledger (``tidemark.audit``)."""
+    def audit(self, verify_sample: int = 0):
+        """``tidemark audit``: the output table checked against the ledger (``tidemark.audit``), and
+        ``verify_sample`` retained ranges read again from Kafka (``tidemark.audit_sample``)."""
         from tidemark.audit import audit_tables
+        from tidemark.audit_sample import verify_sample as verify
 
-        return audit_tables(self.name, self.config.table_uri, self.config.dead_letter_uri, self.ledger_uri,
-                            self.store)
+        report = audit_tables(self.name, self.config.table_uri, self.config.dead_letter_uri, self.ledger_uri,
+                              self.store)
+        if verify_sample:
+            report.sample = verify(self.config, self.kafka_properties, self.ledger_uri, self.store, verify_sample)
+        return report
 
     def reserve_reprocess(self, *, batch_id: int | None, reason: str, owner: str):
         """``tidemark dead-letters reprocess``: reserve the ledger entry (``tidemark.dead_letters``)."""
@@ -240,6 +245,12 @@ class PipelineRun:
 
         return reserve(self.config, self.ledger, self.schema_registry, batch_id=batch_id, reason=reason, owner=owner,
                        store=self.store)
+
+    def maintain(self) -> dict:
+        """The maintenance DAG's task: OPTIMIZE, VACUUM and checkpoints (``tidemark.maintenance``)."""
+        from tidemark.maintenance import maintain
+
+        return maintain(self.config, self.ledger_uri, self.store)
 
     def batch_summary(self, plan: BatchPlan) -> dict:
         return batch_summary(plan, self.store)

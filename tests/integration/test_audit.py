@@ -61,7 +61,7 @@ def test_a_clean_pipeline_passes_and_the_human_output_says_so(ingested):
     assert code == 0, report
     assert report == {"pipeline": topic, "table": report["table"], "checked_ranges": 4, "records": 16,
                       "duplicates": [], "duplicated_offsets": 0, "missing": [], "outside": [], "outside_rows": 0,
-                      "ok": True}
+                      "in_both": [], "in_both_rows": 0, "ok": True}
     human = subprocess.run([TIDEMARK, "audit", topic], env=env, capture_output=True, text=True, timeout=300)
     assert human.returncode == 0 and "ok: 4 committed ranges, 16 records" in human.stdout, human.stdout
 
@@ -107,3 +107,22 @@ def test_an_unknown_pipeline_is_refused(ingested):
     done = subprocess.run([TIDEMARK, "audit", "no-such-pipeline"], env=env, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 2 and "no-such-pipeline" in done.stderr, done.stderr
+
+
+def test_a_sample_read_again_from_kafka_matches_until_a_value_is_changed_in_the_output(ingested):
+    topic, table, env = ingested
+    done = subprocess.run([TIDEMARK, "audit", topic, "--json", "--verify-sample", "10"], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["sample"] == {"requested": 10, "verified": 4, "not_retained": 0,
+                                                 "values_compared": True, "mismatches": []}
+    DeltaTable(table).update(predicate="kafka_partition = 0 AND kafka_offset = 6",
+                             updates={"value": "arrow_cast('tampered', 'Binary')"})
+    code, report = audit(env, topic)
+    assert code == 0 and "sample" not in report  # the counts cannot see it
+    done = subprocess.run([TIDEMARK, "audit", topic, "--verify-sample", "10"], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 4, done.stderr
+    assert "sampled ranges that differ from Kafka" in done.stdout and "4 sampled ranges read again" in done.stdout
+    line = next(x for x in done.stdout.splitlines() if x.startswith(topic))
+    assert line.split() == [topic, "0", "5", "8", "2", "3", "3"], done.stdout
