@@ -21,7 +21,9 @@ from pydantic import (
 )
 
 from tidemark import settings
+from tidemark.audit_schedule import AuditSchedule
 from tidemark.errors import ConfigError
+from tidemark.maintenance import MaintenanceConfig
 from tidemark.observability import Duration, FreshnessAlert, LagSettings
 from tidemark.records import BATCH_COLUMNS, DATE_COLUMN, KAFKA_COLUMNS, RecordFormat, parse_field_type
 
@@ -160,6 +162,14 @@ class PipelineConfig(BaseModel):
     freshness_alert: FreshnessAlert = Field(default_factory=FreshnessAlert)
     """The callback of a missed ``freshness_sla``: ``callback`` (dotted path) and its ``kwargs``."""
 
+    audit: AuditSchedule | None = None
+    """The scheduled audit (DAG ``tidemark_audit__<name>``): ``every`` (its schedule) and ``verify_sample``; none
+    by default (``tidemark.audit_schedule``)."""
+
+    maintenance: MaintenanceConfig | None = None
+    """Table maintenance by the DAG ``tidemark_maintenance__<name>``: ``optimize_every`` (its schedule),
+    ``zorder_by`` and ``vacuum_retain`` (at least 168h); none by default (``tidemark.maintenance``)."""
+
     @field_validator("topics")
     @classmethod
     def _topics_are_distinct_names(cls, topics: list[str]) -> list[str]:
@@ -217,6 +227,12 @@ class PipelineConfig(BaseModel):
                 raise ValueError(f"partition_by: '{column}' is not an output column (one of {', '.join(allowed)})")
         if len(set(self.partition_by)) != len(self.partition_by):
             raise ValueError("partition_by lists a column more than once")
+        return self
+
+    @model_validator(mode="after")
+    def _maintenance_fits(self) -> PipelineConfig:
+        if self.maintenance is not None:
+            self.maintenance.check(self)
         return self
 
     @property

@@ -137,3 +137,62 @@ def build_replay_dag(config: PipelineConfig):
         PythonOperator(task_id="reset", python_callable=tasks.reset, op_kwargs={"pipeline": config.name},
                        retries=0)
     return dag
+
+
+def maintenance_dag_id(pipeline: str) -> str:
+    """The table-maintenance DAG of a pipeline whose file has ``maintenance:``."""
+    return f"tidemark_maintenance__{pipeline}"
+
+
+def build_maintenance_dag(config: PipelineConfig):
+    """One task, ``maintain``, every ``maintenance.optimize_every``: a DAG of its own rather than a task of the
+    ingest DAG, so that maintenance never delays or fails an ingest run (docs/DESIGN.md, *Table maintenance*)."""
+    from airflow.providers.standard.operators.python import PythonOperator
+    from airflow.sdk import DAG
+
+    from tidemark_airflow import tasks
+
+    settings = config.maintenance
+    if settings is None:
+        raise ValueError(f"pipeline '{config.name}' has no 'maintenance:'; it gets no maintenance DAG")
+    steps = ["OPTIMIZE" + (f" Z-ordered by {', '.join(settings.zorder_by)}" if settings.zorder_by else " (compaction)")]
+    if settings.vacuum_retain is not None:
+        steps.append(f"VACUUM retaining {settings.vacuum_retain}")
+    steps.append("log checkpoints of the output, the dead letters and the ledger")
+    with DAG(dag_id=maintenance_dag_id(config.name), schedule=settings.optimize_every, start_date=DEFAULT_START,
+             catchup=False, max_active_runs=1, tags=["tidemark", "maintenance", f"pipeline:{config.name}"],
+             default_args={"retries": config.retries, "retry_delay": dt.timedelta(seconds=config.retry_delay_seconds),
+                           "retry_exponential_backoff": True, "max_retry_delay": dt.timedelta(minutes=10)},
+             description=f"Table maintenance of {config.name}",
+             doc_md=f"### Maintenance of `{config.name}`\n\nEvery {settings.optimize_every}: " + "; ".join(steps)
+                    + ". Safe while the ingest DAG commits batches.\n\n" + doc_md(config)) as dag:
+        PythonOperator(task_id="maintain", python_callable=tasks.maintain, op_kwargs={"pipeline": config.name})
+    return dag
+
+
+def audit_dag_id(pipeline: str) -> str:
+    """The scheduled-audit DAG of a pipeline whose file has ``audit:``."""
+    return f"tidemark_audit__{pipeline}"
+
+
+def build_audit_dag(config: PipelineConfig):
+    """One task, ``audit``, every ``audit.every``: the output checked against the ledger (and a sample read again
+    from Kafka); a DAG of its own, so an audit never delays an ingest run. Damage fails the run, without retries."""
+    from airflow.providers.standard.operators.python import PythonOperator
+    from airflow.sdk import DAG
+
+    from tidemark_airflow import tasks
+
+    settings = config.audit
+    if settings is None:
+        raise ValueError(f"pipeline '{config.name}' has no 'audit:'; it gets no audit DAG")
+    sample = f", and {settings.verify_sample} retained ranges read again from Kafka" if settings.verify_sample else ""
+    with DAG(dag_id=audit_dag_id(config.name), schedule=settings.every, start_date=DEFAULT_START, catchup=False,
+             max_active_runs=1, tags=["tidemark", "audit", f"pipeline:{config.name}"],
+             description=f"Audit of {config.name}: the output against the ledger",
+             doc_md=f"### Audit of `{config.name}`\n\nEvery {settings.every}: `tidemark audit {config.name}` (every "
+                    f"committed offset in the output exactly once{sample}). Damage fails the run.\n\n"
+                    + doc_md(config)) as dag:
+        PythonOperator(task_id="audit", python_callable=tasks.audit, retries=1,
+                       op_kwargs={"pipeline": config.name, "verify_sample": settings.verify_sample})
+    return dag

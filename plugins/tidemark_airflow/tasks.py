@@ -101,3 +101,33 @@ def reset(pipeline: str, **context) -> dict:
         log.warning("  %s", warning)
     return {"executed": outcome.executed, "ledger_entry": outcome.batch_id, "rows": outcome.preview.as_table(),
             "warnings": outcome.preview.warnings}
+
+
+@fail_fast_on_terminal_errors
+def maintain(pipeline: str, **context) -> dict:
+    """The maintenance DAG's task: OPTIMIZE (and Z-order), VACUUM and log checkpoints of the pipeline's
+    tables (``tidemark.maintenance``). Safe while the ingest DAG commits batches: Delta's conflict rules
+    let both commit, and an OPTIMIZE that loses is run again on the new version."""
+    report = open_run(pipeline).maintain()
+    log.info("pipeline '%s': maintenance done: %s", pipeline, report)
+    return report
+
+
+@fail_fast_on_terminal_errors
+def audit(pipeline: str, verify_sample: int = 0, **context) -> dict:
+    """The audit DAG's task: ``tidemark audit`` (``PipelineRun.audit``); damage fails it (``AuditDamageError``)."""
+    from tidemark.audit import summary
+    from tidemark.audit_schedule import AuditDamageError
+
+    report = open_run(pipeline).audit(verify_sample=verify_sample)
+    found = report.to_dict()
+    for name in ("duplicates", "missing", "outside", "in_both"):
+        for row in found[name][:20]:
+            log.error("pipeline '%s': %s: %s", pipeline, name, row)
+    for row in (report.sample or {}).get("mismatches", [])[:20]:
+        log.error("pipeline '%s': sampled range differs from Kafka: %s", pipeline, row)
+    if not report.ok:
+        raise AuditDamageError(summary(report), pipeline=pipeline)
+    log.info("%s", summary(report))
+    return {k: found[k] for k in ("ok", "checked_ranges", "records", "duplicated_offsets", "outside_rows",
+                                  "in_both_rows")}

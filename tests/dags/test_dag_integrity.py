@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import shutil
@@ -114,3 +115,17 @@ def test_scheduled_dags_have_data_intervals_for_native_backfill(dagbag):
     bag = dagbag(FIXTURES / "good" / "payments.yaml")
     timetable = bag.dags["tidemark_ingest__payments"].timetable
     assert type(timetable).__name__ == "CronDataIntervalTimetable"
+
+
+def test_the_scheduled_audit_is_a_dag_of_its_own_only_when_the_file_asks_for_it(dagbag, tmp_path):
+    audited = tmp_path / "audited.yaml"
+    audited.write_text("name: audited\ntopics: [a]\ntable: a\naudit: {every: 24h, verify_sample: 3}\n")
+    bag = dagbag(FIXTURES / "good" / "orders.yaml", audited)
+    assert bag.import_errors == {}
+    assert "tidemark_audit__orders" not in bag.dags  # off by default
+    dag = bag.dags["tidemark_audit__audited"]
+    assert dag.max_active_runs == 1 and "audit" in dag.tags and "tidemark audit audited" in dag.doc_md
+    assert dag.timetable.delta == dt.timedelta(hours=24)
+    task = dag.get_task("audit")
+    assert [t.task_id for t in dag.tasks] == ["audit"]
+    assert task.op_kwargs == {"pipeline": "audited", "verify_sample": 3}

@@ -41,3 +41,28 @@ def test_transient_and_unexpected_errors_are_left_to_retries(error):
     with pytest.raises(type(error)):
         raising(error)()
     assert is_transient(error)
+
+
+def test_the_scheduled_audit_passes_a_clean_table_and_fails_at_once_on_damage(tmp_path, monkeypatch):
+    import pyarrow as pa
+    from airflow.sdk.exceptions import AirflowFailException
+    from deltalake import write_deltalake
+
+    from tidemark.ledger import COMMITTED, Ledger, LedgerRow, fingerprint
+    from tidemark_airflow.tasks import audit
+
+    (tmp_path / "pipelines").mkdir()
+    (tmp_path / "pipelines" / "p.yaml").write_text("name: p\ntopics: [t]\ntable: out\naudit: {every: 1d}\n")
+    monkeypatch.setenv("TIDEMARK_PIPELINES_DIR", str(tmp_path / "pipelines"))
+    monkeypatch.setenv("TIDEMARK_LAKE_ROOT", str(tmp_path / "lake"))
+    monkeypatch.delenv("TIDEMARK_LEDGER_URI", raising=False)
+    Ledger(str(tmp_path / "lake" / "_tidemark" / "offsets")).append(
+        [LedgerRow("p", 1, "batch", COMMITTED, "t", 0, 0, 3, 3, 0)], expected=fingerprint([]))
+    rows = pa.table({"kafka_topic": ["t"] * 3, "kafka_partition": pa.array([0] * 3, pa.int32()),
+                     "kafka_offset": pa.array([0, 1, 2], pa.int64()), "ingest_batch_id": pa.array([1] * 3, pa.int64())})
+    write_deltalake(str(tmp_path / "lake" / "out"), rows)
+    assert audit("p") == {"ok": True, "checked_ranges": 1, "records": 3, "duplicated_offsets": 0, "outside_rows": 0,
+                          "in_both_rows": 0}
+    write_deltalake(str(tmp_path / "lake" / "out"), rows.slice(1, 1), mode="append")
+    with pytest.raises(AirflowFailException, match=r"AuditDamageError: .*DAMAGE.*1 duplicated offsets"):
+        audit("p")

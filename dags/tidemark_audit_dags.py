@@ -1,0 +1,15 @@
+"""Tidemark: one scheduled-audit DAG (``tidemark_audit__<pipeline>``: ``tidemark audit`` every ``audit.every``)
+per pipeline whose YAML has ``audit:``; none otherwise. Parsing reads the pipeline files and nothing else;
+broken files are reported by tidemark_pipeline_errors.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tidemark.config import load_all
+from tidemark.settings import pipelines_dir
+from tidemark_airflow.dag_builder import audit_dag_id, build_audit_dag
+
+for config in load_all(pipelines_dir(default=Path(__file__).parent / "pipelines"))[0].values():
+    if config.audit is not None:
+        globals()[audit_dag_id(config.name)] = build_audit_dag(config)
