@@ -9,7 +9,9 @@
 # bench/avro.py and bench/tls.py.
 # Writes bench/results/bench.json, docs/BENCHMARKS.md, docs/benchmarks.png, bench/results/typed_json.json
 # bench/results/avro.json, bench/results/small_batch.json, bench/results/tls.json and
-# bench/results/ledger_contention.json.
+# bench/results/ledger_contention.json and bench/results/audit.json (tidemark audit on 1M and 10M rows, unless
+# BENCH_SKIP names `audit`), and bench/results/maintenance.json (1,000 small batches before and after maintenance,
+# unless BENCH_SKIP names `maintenance`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 skipped() { case ",${BENCH_SKIP:-}," in *,"$1",*) return 0 ;; esac; return 1; }
@@ -31,6 +33,12 @@ if ! skipped tls; then
 fi
 if ! skipped ledger-contention; then
   .venv/bin/python -m bench.ledger_contention
+fi
+if ! skipped audit; then
+  .venv/bin/python -m bench.audit_scale
+fi
+if ! skipped maintenance; then
+  .venv/bin/python -m bench.maintenance
 fi
 # bench.run wrote docs/BENCHMARKS.md before typed_json.json, avro.json, small_batch.json and tls.json were new:
 # fold them into bench.json and write the page again (from the stored JSON).

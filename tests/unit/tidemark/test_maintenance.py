@@ -144,7 +144,9 @@ def test_maintain_runs_every_step_and_skips_tables_that_do_not_exist_yet(tmp_pat
     monkeypatch.setenv("TIDEMARK_LAKE_ROOT", str(tmp_path))
     config = parse_pipeline(pipeline(optimize_every="24h", vacuum_retain="168h", zorder_by=["kafka_offset"]), "t")
     small_batches(config.table_uri, 3)
-    report = maintenance.maintain(config, str(tmp_path / "_tidemark" / "offsets"), None)
+    from tidemark.run import PipelineRun
+
+    report = PipelineRun(config, None, str(tmp_path / "_tidemark" / "offsets"), None).maintain()  # the DAG's call
     assert report["output"]["optimize"]["files_after"] == 1 and report["output"]["vacuumed_files"] == 0
     assert report["output"]["checkpoint_version"] == DeltaTable(config.table_uri).version()
     assert report["dead_letters"] == {"table": config.dead_letter_uri, "optimize": {}, "vacuumed_files": 0,

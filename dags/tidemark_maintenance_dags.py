@@ -1,0 +1,15 @@
+"""Tidemark: one table-maintenance DAG (``tidemark_maintenance__<pipeline>``: OPTIMIZE, VACUUM, log
+checkpoints) per pipeline whose YAML has ``maintenance:``. Parsing reads the pipeline files and nothing
+else; broken files are reported by tidemark_pipeline_errors.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tidemark.config import load_all
+from tidemark.settings import pipelines_dir
+from tidemark_airflow.dag_builder import build_maintenance_dag, maintenance_dag_id
+
+for config in load_all(pipelines_dir(default=Path(__file__).parent / "pipelines"))[0].values():
+    if config.maintenance is not None:
+        globals()[maintenance_dag_id(config.name)] = build_maintenance_dag(config)
