@@ -51,6 +51,7 @@ class _Link:
     def __init__(self, gate: S3Gate, client: socket.socket, server: socket.socket) -> None:
         self.gate, self.client, self.server = gate, client, server
         self.swallow = False  # the tripped request was forwarded: its answer must not reach the client
+        self.down_for: int | None = None  # then the gate goes down for this many connections
 
     def start(self) -> None:
         for pump in (self._requests, self._answers):
@@ -84,7 +85,7 @@ class _Link:
                         data = data[end:]
                         if not data:
                             continue
-                    self.gate.down(self.gate.trip_down_for)  # the server answered: it applied the request
+                    self.gate.down(self.down_for)  # the server answered: it applied the request
                     return
                 self.client.sendall(data)
         except OSError:
@@ -105,8 +106,7 @@ class S3Gate:
         self._links: set[_Link] = set()
         self._down = False
         self._down_left: int | None = None
-        self._trip: tuple[re.Pattern, str] | None = None
-        self.trip_down_for: int | None = None
+        self._trips: list[tuple[re.Pattern, str, int | None]] = []
         self.tripped: list[str] = []  # the request lines the gate went down on
         self.refused = 0  # connections reset while down
         self.outages = 0
@@ -133,12 +133,12 @@ class S3Gate:
     def trip_on(self, pattern: str, lose: str = "response", down_for: int | None = None) -> None:
         """Go down at the next request whose request line matches ``pattern`` (a regex over
         ``METHOD /path``), losing its ``response`` or its ``request``; come back after ``down_for``
-        refused connections (None: on ``up()``)."""
+        refused connections (None: on ``up()``). Several trips may be armed: each fires once, in the
+        order they were armed (a later one only watches the requests after the earlier one fired)."""
         if lose not in ("response", "request"):
             raise ValueError(f"lose must be 'response' or 'request', not {lose!r}")
         with self._lock:
-            self._trip = (re.compile(pattern.encode()), lose)
-            self.trip_down_for = down_for
+            self._trips.append((re.compile(pattern.encode()), lose, down_for))
 
     def down(self, down_for: int | None = None) -> None:
         """The server goes away now: every live connection is dropped, new ones are reset until
@@ -157,21 +157,19 @@ class S3Gate:
     def tripped_by(self, window: bytes, link: _Link) -> str | None:
         """Called by a link with its latest client bytes: the trip's mode when they hold the armed
         request (``request`` mode has then already gone down; ``response`` mode swallows its answer)."""
-        if self._trip is None:
+        if not self._trips:
             return None
-        pattern, lose = self._trip
-        found = [m.group(0) for m in _REQUEST_LINE.finditer(window) if pattern.search(m.group(0))]
-        if not found:
-            return None
+        lines = [m.group(0) for m in _REQUEST_LINE.finditer(window)]
         with self._lock:
-            if self._trip is None:
+            line = next((line for line in lines if self._trips and self._trips[0][0].search(line)), None)
+            if line is None:
                 return None
-            self._trip = None
-            self.tripped.append(found[0].decode(errors="replace"))
+            _, lose, down_for = self._trips.pop(0)
+            self.tripped.append(line.decode(errors="replace"))
         if lose == "request":
-            self.down(self.trip_down_for)
+            self.down(down_for)
         else:
-            link.swallow = True
+            link.swallow, link.down_for = True, down_for
         return lose
 
     def forget(self, link: _Link) -> None:
