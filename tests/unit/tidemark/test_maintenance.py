@@ -152,3 +152,38 @@ def test_maintain_runs_every_step_and_skips_tables_that_do_not_exist_yet(tmp_pat
     assert report["dead_letters"] == {"table": config.dead_letter_uri, "optimize": {}, "vacuumed_files": 0,
                                       "checkpoint_version": None}
     assert report["ledger"]["checkpoint_version"] is None
+
+
+def test_an_optimize_that_loses_to_a_schema_change_is_run_again_on_the_new_version(tmp_path, monkeypatch):
+    """An OPTIMIZE planned before a batch that added a column (mergeSchema) cannot commit after it (delta-rs:
+    'Metadata changed'); ``optimize`` runs it again on the new version instead of failing."""
+    from tidemark import storage
+
+    uri = str(tmp_path / "orders")
+    small_batches(uri, 3)
+    stale = DeltaTable(uri)  # the first attempt's snapshot, taken before the batch below commits
+    write_deltalake(uri, pa.table({"kafka_partition": pa.array([0], pa.int32()), "kafka_offset": pa.array([99]),
+                                   "ingest_batch_id": pa.array([4]), "customer": pa.array(["new field"])}),
+                    mode="append", schema_mode="merge")
+    opened = iter([stale])
+    monkeypatch.setattr(storage, "open_table", lambda u, store=None: next(opened, None) or DeltaTable(u))
+    done = maintenance.optimize(uri, None, "orders")
+    assert (done["attempts"], done["files_before"], done["files_after"]) == (2, 4, 1)
+    table = DeltaTable(uri)
+    assert table.count() == 16 and "customer" in table.schema().to_arrow().names
+
+
+def test_an_optimize_that_keeps_losing_fails_as_transient_having_changed_nothing(tmp_path, monkeypatch):
+    from tidemark import storage
+    from tidemark.errors import StorageUnavailableError
+
+    uri = str(tmp_path / "orders")
+    small_batches(uri, 3)
+    old = DeltaTable(uri).version()
+    write_deltalake(uri, pa.table({"kafka_partition": pa.array([0], pa.int32()), "customer": pa.array(["x"])}),
+                    mode="append", schema_mode="merge")
+    monkeypatch.setattr(storage, "open_table", lambda u, store=None: DeltaTable(u, version=old))  # always stale
+    with pytest.raises(StorageUnavailableError, match="lost to concurrent commits 5 times; nothing was changed") as e:
+        maintenance.optimize(uri, None, "orders")
+    assert e.value.transient and e.value.pipeline == "orders"
+    assert DeltaTable(uri).version() == old + 1 and len(DeltaTable(uri).file_uris()) == 4
