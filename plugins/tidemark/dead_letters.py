@@ -15,8 +15,8 @@ The protocol, an entry of the ledger like a reset (``kind = 'reprocess'``), whic
    the ``ingest_batch_id`` of the batch that read it); append those that decode and whose Kafka coordinates
    the output does not hold yet, in one Delta commit with the entry's own marker (``txnAppId`` =
    ``REPROCESS_APP_PREFIX + pipeline``, ``txnVersion`` = the entry id: the ingest marker is untouched);
-   then one MERGE on the dead-letter table deletes every selected dead letter the output now holds and
-   gives the others their new reason.
+   then one MERGE on the dead-letter table (delta-rs) deletes every selected dead letter the output now
+   holds and gives the others their new reason.
 3. **commit** (``finalize``): count what is left of the selection, and flip the entry's rows to
    ``committed``: ``record_count`` = reprocessed into the output, ``dead_letter_count`` = left.
 

@@ -85,7 +85,8 @@ def write_output(spark, plan: ReprocessPlan, store) -> None:
 
 def update_dead_letters(spark, plan: ReprocessPlan, store) -> None:
     """One MERGE on the dead-letter table: a selected dead letter the output now holds is deleted; one that
-    still does not decode gets its new reason (``error``)."""
+    still does not decode gets its new reason (``error``). Spark says which is which (one small job: the
+    selection's coordinates and new reasons); delta-rs merges them, in one commit, without a Spark MERGE's jobs."""
     from pyspark.sql import functions as F
 
     source = decoded(spark, plan).select(*_KEYS, "error")
@@ -95,14 +96,18 @@ def update_dead_letters(spark, plan: ReprocessPlan, store) -> None:
     else:
         source = source.join(existing.withColumn("in_output", F.lit(True)), on=_KEYS, how="left").fillna(
             False, subset=["in_output"])
-    target = f"delta.`{plan.dead_letter_uri}`"
+    changes = source.toArrow()
+    if not changes.num_rows:
+        return
     quoted = plan.pipeline.replace("'", "''")
-    spark.sql(f"MERGE INTO {target} AS t USING {{source}} AS s ON t.pipeline = '{quoted}' AND "
-              f"t.kafka_topic = s.kafka_topic AND t.kafka_partition = s.kafka_partition AND "
-              f"t.kafka_offset = s.kafka_offset "
-              f"WHEN MATCHED AND s.in_output THEN DELETE "
-              f"WHEN MATCHED AND s.error IS NOT NULL AND NOT (t.error <=> s.error) THEN UPDATE SET error = s.error",
-              source=source).collect()
+    (storage.open_table(plan.dead_letter_uri, store)
+     .merge(changes, source_alias="s", target_alias="t",
+            predicate=f"t.pipeline = '{quoted}' AND t.kafka_topic = s.kafka_topic AND "
+                      f"t.kafka_partition = s.kafka_partition AND t.kafka_offset = s.kafka_offset")
+     .when_matched_delete(predicate="s.in_output")
+     .when_matched_update(updates={"error": "s.error"},
+                          predicate="s.error IS NOT NULL AND (t.error IS NULL OR t.error <> s.error)")
+     .execute())
 
 
 def execute(spark, plan: ReprocessPlan, store=None) -> dict:
