@@ -153,8 +153,13 @@ WITH b AS (SELECT o.kafka_topic AS topic, o.kafka_partition AS "partition", o.ka
 """
 _DUPLICATES = """
 WITH d AS (SELECT kafka_topic AS topic, kafka_partition AS "partition", kafka_offset AS "offset", COUNT(*) AS "count"
-           FROM output GROUP BY kafka_topic, kafka_partition, kafka_offset HAVING COUNT(*) > 1)
+           FROM output {where} GROUP BY kafka_topic, kafka_partition, kafka_offset HAVING COUNT(*) > 1)
 """
+_SPANS = ("SELECT kafka_topic AS t, kafka_partition AS p, MIN(kafka_offset) AS lo, MAX(kafka_offset) AS hi "
+          "FROM output GROUP BY kafka_topic, kafka_partition")
+DUPLICATE_WINDOW = 1_000_000
+"""Duplicates are grouped one window of this many offsets of one partition at a time, so the audit's memory does
+not grow with the table (one GROUP BY over every row held every key at once: 1.2 GB of RSS at 10M rows)."""
 
 
 def _rows(builder, sql: str) -> list[dict]:
@@ -167,14 +172,29 @@ def _counts(builder, sql: str) -> dict[_Key, int]:
     return {(int(r["b"]), r["t"], int(r["p"])): int(r["n"]) for r in _rows(builder, sql)}
 
 
+def _duplicates(builder, limit: int, window: int = DUPLICATE_WINDOW) -> tuple[list[dict], int]:
+    """Coordinates in the output more than once (the first ``limit`` of them, and how many), counted one window
+    of offsets of one partition at a time (delta-rs skips the files outside it by their statistics)."""
+    listed, total = [], 0
+    for span in sorted(_rows(builder, _SPANS), key=lambda r: (r["t"], r["p"])):
+        partition = f"kafka_topic = '{span['t'].replace(chr(39), chr(39) * 2)}' AND kafka_partition = {int(span['p'])}"
+        for start in range(int(span["lo"]), int(span["hi"]) + 1, window):
+            duplicates = _DUPLICATES.format(
+                where=f"WHERE {partition} AND kafka_offset >= {start} AND kafka_offset < {start + window}")
+            found = int(_rows(builder, f"{duplicates} SELECT COUNT(*) AS n FROM d")[0]["n"])
+            if found and len(listed) < limit:
+                listed += _rows(builder, f"{duplicates} SELECT * FROM d ORDER BY \"offset\" "
+                                         f"LIMIT {int(limit - len(listed))}")
+            total += found
+    return listed, total
+
+
 def _output_findings(builder, ranges: str, limit: int) -> Findings:
     """Counts per range, duplicates and outside rows of the output table (registered as ``output``)."""
     found = Findings()
     found.records = int(_rows(builder, "SELECT COUNT(*) AS n FROM output")[0]["n"])
     found.output_counts = _counts(builder, _COUNTS.format(ranges=ranges, table="output", where=""))
-    found.duplicates = _rows(builder, f"{_DUPLICATES} SELECT * FROM d ORDER BY topic, \"partition\", \"offset\" "
-                                      f"LIMIT {int(limit)}")
-    found.duplicated_offsets = int(_rows(builder, f"{_DUPLICATES} SELECT COUNT(*) AS n FROM d")[0]["n"])
+    found.duplicates, found.duplicated_offsets = _duplicates(builder, limit)
     outside = _OUTSIDE.format(ranges=ranges)
     found.outside = _rows(builder, f"{outside} SELECT * FROM x ORDER BY topic, \"partition\", \"offset\" "
                                    f"LIMIT {int(limit)}")

@@ -91,3 +91,20 @@ def test_an_empty_pipeline_is_ok_and_output_without_a_ledger_is_all_outside(tmp_
     write_deltalake(output, output_rows(1, 0, range(3)))
     report = audit_tables("p", output, str(tmp_path / "dead"), ledger)
     assert (report.ok, report.outside_rows, report.records) == (False, 3, 3)
+
+
+def test_duplicates_are_found_window_by_window_in_order_and_the_list_stops_at_the_limit(tmp_path):
+    from deltalake import DeltaTable, QueryBuilder
+
+    from tidemark.audit import _duplicates
+
+    output = str(tmp_path / "out")
+    write_deltalake(output, output_rows(1, 0, range(10)))
+    write_deltalake(output, output_rows(1, 1, range(10)), mode="append")
+    write_deltalake(output, output_rows(2, 1, [1, 2, 7]), mode="append")
+    write_deltalake(output, output_rows(2, 0, [9, 0]), mode="append")
+    builder = QueryBuilder().register("output", DeltaTable(output))
+    listed, total = _duplicates(builder, limit=4, window=3)  # windows [0, 3), [3, 6), [6, 9), [9, 12)
+    assert total == 5
+    assert [(d["partition"], d["offset"]) for d in listed] == [(0, 0), (0, 9), (1, 1), (1, 2)]
+    assert _duplicates(builder, limit=10, window=1000)[1] == 5
