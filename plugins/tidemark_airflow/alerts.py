@@ -1,7 +1,8 @@
 """Freshness alerts through Airflow 3's Deadline Alerts: a pipeline with ``freshness_sla`` gets a
 ``DeadlineAlert`` on its ingest DAG. Its reference (``NewestRecordReference``, registered by the Tidemark
-plugin) is the newest record in the output table (``tidemark.freshness``), evaluated by the scheduler
-when it creates each run, so each run's deadline is *newest record + freshness_sla*. Airflow drops the
+plugin) is the newest record in the output table (``tidemark.freshness``), evaluated as each run is
+created, so each run's deadline is *newest record + freshness_sla* (*creation + freshness_sla* before
+the output has a record). Airflow drops the
 deadline of a run that succeeds before it; otherwise the scheduler marks it missed and an executor runs
 ``freshness_missed``, which checks the output again (a later run may have brought fresh records) and
 calls the pipeline's ``freshness_alert.callback`` (a function or an Airflow notifier: Slack, SMTP...).
@@ -22,8 +23,9 @@ MISSED_CALLBACK = "tidemark_airflow.alerts.freshness_missed"
 
 
 class NewestRecordReference(BaseDeadlineReference):
-    """A deadline reference: the Kafka timestamp of the newest record in the pipeline's output table.
-    None (no deadline for that run) before the output holds a record."""
+    """A deadline reference: the Kafka timestamp of the newest record in the pipeline's output table;
+    before the output holds a record, the run's creation (a new pipeline must bring its first records
+    within the SLA too)."""
 
     def __init__(self, pipeline: str = "") -> None:
         self.pipeline = pipeline
@@ -36,14 +38,16 @@ class NewestRecordReference(BaseDeadlineReference):
         return cls(reference_data.get("pipeline", ""))
 
     def _evaluate_with(self, *, session=None, **kwargs) -> dt.datetime | None:
-        """Runs in the scheduler as it creates a run. A failure must not stop the scheduler: the
-        deadline then counts from now (the run must succeed within the SLA), and the log says why."""
+        """Runs where the run is created (the scheduler, or the api-server for a triggered run). A failure
+        must not stop either: the deadline then counts from now (the run must succeed within the SLA), and
+        the log says why."""
         try:
             from tidemark.freshness import newest_record_time
             from tidemark_airflow.resolver import open_run
 
             run = open_run(self.pipeline)
-            return newest_record_time(run.config.table_uri, run.store)
+            newest = newest_record_time(run.config.table_uri, run.store)
+            return newest if newest is not None else dt.datetime.now(dt.UTC)
         except Exception as exc:
             log.warning("pipeline '%s': could not read its output's newest record for the freshness deadline "
                         "(%s: %s); this run's deadline counts from now", self.pipeline, type(exc).__name__, exc)

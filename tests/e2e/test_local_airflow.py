@@ -6,9 +6,9 @@ Debian's chromium through chromedriver (scripts/browser.sh).
 The stack is started once for the module, on free ports and a private home, with the session's broker,
 two pipelines (one for the browser, one for the native backfill and the example DAG scheduled on its
 table) and an admin and a viewer login, and stopped at the end (`scripts/airflow.sh down`).
-Screenshots of the Tidemark page and the trigger form go to .cache/screenshots/; the README's, in
-docs/screenshots/, were made with TIDEMARK_SCREENSHOTS=docs/screenshots (a test run then leaves the
-checkout as it was).
+Screenshots of the Tidemark page (its charts too) and the trigger form go to .cache/screenshots/; the README's
+trigger form, in docs/screenshots/, was made with TIDEMARK_SCREENSHOTS=docs/screenshots (a test run then leaves
+the checkout as it was). The README's Tidemark page shows the demo pipeline instead (scripts/screenshots.py).
 """
 
 from __future__ import annotations
@@ -29,11 +29,13 @@ from tests.e2e import airflow_stack
 from tests.e2e.airflow_stack import AirflowStack
 from tests.e2e.browser import screenshot
 from tests.e2e.conftest import ROOT
+from tests.e2e.statsd_listener import StatsdListener
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 SCRIPT = ROOT / "scripts" / "airflow.sh"
-SHOTS = Path(os.environ.get("TIDEMARK_SCREENSHOTS", ROOT / ".cache" / "screenshots"))
+CACHE_SHOTS = ROOT / ".cache" / "screenshots"
+SHOTS = Path(os.environ.get("TIDEMARK_SCREENSHOTS", CACHE_SHOTS))
 # Two records per partition inside the backfill window, one before it and one after.
 TIMES = ["2025-06-01T08:00", "2025-06-02T09:30", "2025-06-02T17:45", "2025-06-04T12:00"]
 WINDOW = ("2025/06/02", "00:00", "2025/06/03", "00:00")
@@ -43,6 +45,13 @@ BACKFILL_TIMES = ["2025-05-31T23:00", "2025-06-01T00:00", "2025-06-01T12:00", "2
                   "2025-06-02T00:00", "2025-06-02T18:00", "2025-06-03T00:00", "2025-06-03T05:00"]
 BACKFILL_WINDOW = (dt.datetime(2025, 6, 1, tzinfo=dt.UTC), dt.datetime(2025, 6, 3, tzinfo=dt.UTC))
 VIEWER = "watcher"
+# The freshness alert's callback, as a user writes one: a function called with the context and the kwargs.
+ALERT_SINK = '''import json, pathlib
+def record(context, channel):
+    line = {"channel": channel, "tidemark": context["tidemark"], "run_id": context["dag_run"]["dag_run_id"]}
+    with open(pathlib.Path(__file__).with_name("alerts.jsonl"), "a") as out:
+        out.write(json.dumps(line) + "\\n")
+'''
 
 
 class LocalAirflow(AirflowStack):
@@ -84,9 +93,16 @@ def local_airflow(tmp_path_factory, kafka_bootstrap, spark_connect):
     pipelines, lake, home = base / "pipelines", base / "lake", base / "home"
     pipelines.mkdir()
     pipeline, backfill_pipeline = f"ui_{uuid.uuid4().hex[:8]}", f"nbf_{uuid.uuid4().hex[:8]}"
+    # The freshness test's pipeline: manual runs, a 1 s SLA, its callback in a module the services import.
+    alerting, callbacks = f"fresh_{uuid.uuid4().hex[:8]}", base / "callbacks"
+    callbacks.mkdir()
+    (callbacks / "tidemark_alert_sink.py").write_text(ALERT_SINK)
+    alert = {"callback": "tidemark_alert_sink.record", "kwargs": {"channel": "#data-oncall"}}
     # Backfills need the records to still be there: no time-based retention on these topics.
     for name, options in ((pipeline, {"schedule": "@yearly", "retries": 0}),
-                          (backfill_pipeline, {"schedule": "@daily"})):
+                          (backfill_pipeline, {"schedule": "@daily"}),
+                          (alerting, {"schedule": None, "retries": 0, "freshness_sla": "1s",
+                                      "freshness_alert": alert})):
         helpers.create_topic(name, partitions=2, configs={"retention.ms": "-1"})
         (pipelines / f"{name}.yaml").write_text(yaml.safe_dump({"name": name, "topics": [name], "table": name,
                                                                 **options}))
@@ -105,9 +121,16 @@ def local_airflow(tmp_path_factory, kafka_bootstrap, spark_connect):
                # its ingest jobs on the warm path (the test run's Spark Connect server): the console is the subject
                AIRFLOW_CONN_SPARK_DEFAULT=helpers.spark_connect_connection(spark_connect),
                AIRFLOW_CONN_AWS_DEFAULT=helpers.aws_connection())  # the last test moves a table to S3
+    # Airflow's metrics (and so Tidemark's) to a StatsD listener of the test; the alert callback's module
+    statsd = StatsdListener()
+    env.update(AIRFLOW__METRICS__STATSD_ON="True", AIRFLOW__METRICS__STATSD_HOST="127.0.0.1",
+               AIRFLOW__METRICS__STATSD_PORT=str(statsd.port), PYTHONPATH=str(callbacks))
     with airflow_stack.started(SCRIPT, env, home, pg_home) as (out, url, user, password):
         assert "using the broker" in out  # the session's broker, not a second one
-        yield LocalAirflow(env, home, url, user, password, pipeline, backfill_pipeline, lake)
+        airflow = LocalAirflow(env, home, url, user, password, pipeline, backfill_pipeline, lake)
+        airflow.statsd, airflow.alerting, airflow.alerts = statsd, alerting, callbacks / "alerts.jsonl"
+        yield airflow
+    statsd.close()
 
 
 def test_make_airflow_runs_scheduled_runs_by_the_scheduler_on_postgres(local_airflow):
@@ -146,19 +169,26 @@ def browser(local_airflow):
         driver.quit()
 
 
-def open_pipeline_page(browser, airflow: LocalAirflow, shot: Path | None = None) -> None:
-    """Browse -> Tidemark, as an operator would (Airflow embeds the page in a frame), then the pipeline;
-    leaves the driver inside the frame."""
+def open_tidemark_page(browser, airflow: LocalAirflow, pipeline: str) -> None:
+    """Browse -> Tidemark, as an operator would (Airflow embeds the page in a frame), until the pipeline's
+    row is shown; leaves the driver inside the frame."""
     browser.get(f"{airflow.url}/plugin/tidemark")
     frame = airflow.wait_for("the Tidemark page in the UI", lambda: browser.find_elements("css selector", "iframe"))
     browser.switch_to.frame(frame[0])
     airflow.wait_for("the pipeline's row", lambda: browser.find_elements(
-        "css selector", f'tr[data-pipeline="{airflow.pipeline}"] a'))
+        "css selector", f'tr[data-pipeline="{pipeline}"] a'))
+
+
+def open_pipeline_page(browser, airflow: LocalAirflow, shot: Path | None = None, pipeline: str | None = None) -> None:
+    """The Tidemark page (``open_tidemark_page``), then the pipeline's (the browser's pipeline by default);
+    leaves the driver inside the frame."""
+    pipeline = pipeline or airflow.pipeline
+    open_tidemark_page(browser, airflow, pipeline)
     if shot:
         browser.switch_to.default_content()
         screenshot(browser, shot)
-        browser.switch_to.frame(frame[0])
-    browser.find_element("css selector", f'tr[data-pipeline="{airflow.pipeline}"] a').click()
+        browser.switch_to.frame(browser.find_element("css selector", "iframe"))
+    browser.find_element("css selector", f'tr[data-pipeline="{pipeline}"] a').click()
     airflow.wait_for("the pipeline's partitions",
                      lambda: browser.find_elements("css selector", "#partitions tr[data-topic]"))
 
@@ -168,7 +198,7 @@ def test_the_tidemark_page_in_the_browser_shows_what_the_cli_shows(local_airflow
 
     airflow = local_airflow
     helpers.produce_at_times(airflow.pipeline, TIMES)
-    open_pipeline_page(browser, airflow, shot=SHOTS / "tidemark-page.png")
+    open_pipeline_page(browser, airflow, shot=CACHE_SHOTS / "tidemark-page.png")
     shown = page_numbers(browser)
     browser.switch_to.default_content()
     cli = airflow.tidemark("offsets", "show", airflow.pipeline)
@@ -203,7 +233,7 @@ def test_a_window_backfill_from_the_trigger_form(local_airflow, browser):
     entry = browser.find_element("css selector", "#history tr[data-batch]")
     assert "backfill" in entry.text and run_id in entry.text
     browser.switch_to.default_content()
-    screenshot(browser, SHOTS / "tidemark-pipeline.png")
+    screenshot(browser, CACHE_SHOTS / "tidemark-pipeline.png")
 
 
 def test_a_bad_form_value_is_refused_and_writes_nothing(local_airflow, browser):
@@ -298,6 +328,45 @@ def test_native_backfill_over_two_past_days_ingests_exactly_those_windows(local_
     assert all(isinstance(b["delta_version"], int) for b in arrived), arrived
 
 
+def ledger_entries(airflow: LocalAirflow, pipeline: str) -> dict[int, dict]:
+    """The committed batches and backfills in ``tidemark offsets history``: batch id -> kind, offsets and
+    records written (dead letters apart)."""
+    entries: dict[int, dict] = {}
+    for row in airflow.tidemark("offsets", "history", pipeline):
+        if row["status"] == "committed" and row["kind"] in ("batch", "backfill"):
+            entry = entries.setdefault(row["batch_id"], {"kind": row["kind"], "offsets": 0, "records": 0})
+            entry["offsets"] += row["end_offset"] - row["start_offset"]
+            entry["records"] += (row["record_count"] or 0) - (row["dead_letter_count"] or 0)
+    return entries
+
+
+def test_a_pipeline_with_backfills_only_shows_no_batch_and_its_last_backfill_in_the_browser(local_airflow, browser):
+    """Issue 28: the native backfills' pipeline has committed backfills and no batch. The overview says it
+    has committed nothing (a backfill does not move the committed offsets) and names its last backfill; its
+    page charts the backfills' records, and no lag."""
+    from tests.e2e.browser import chart_marks
+
+    airflow, pipeline = local_airflow, local_airflow.backfill_pipeline
+    ledger = ledger_entries(airflow, pipeline)
+    assert {e["kind"] for e in ledger.values()} == {"backfill"} and len(ledger) == 2, ledger
+    open_tidemark_page(browser, airflow, pipeline)
+    row = browser.find_element("css selector", f'tr[data-pipeline="{pipeline}"]')
+    cells = {c.get_attribute("data-field"): c.text for c in row.find_elements("css selector", "td[data-field]")}
+    assert cells["last_batch_id"] == "-", cells
+    assert cells["committed"] == "never (backfills only: they do not move the committed offsets)", cells
+    assert re.fullmatch(rf"{max(ledger)}, \d+ (s|min) ago", cells["last_backfill"]), cells
+    browser.find_element("css selector", f'tr[data-pipeline="{pipeline}"] a').click()
+    airflow.wait_for("the pipeline's charts", lambda: browser.find_elements("css selector", "#chart-records"))
+    assert browser.find_element("css selector", "#backfills [data-field=last_backfill_id]").text == str(max(ledger))
+    assert "No committed batch yet" in browser.find_element("css selector", "#chart-lag").text
+    marks = chart_marks(browser, "chart-records")
+    assert {b: (kind, value) for b, (kind, value, _) in marks.items()} == {
+        b: ("backfill", e["records"]) for b, e in ledger.items()}
+    assert all(tip.startswith(f"backfill {b}: {ledger[b]['records']:,} records, committed ")
+               for b, (_, _, tip) in marks.items()), marks
+    browser.switch_to.default_content()
+
+
 def test_the_tidemark_page_on_the_api_server_needs_a_login_and_shows_what_the_cli_shows(local_airflow):
     """The plugin's page, mounted by the real api-server (tidemark_airflow.plugin): 401 without a login,
     403 with a forged token, and for a logged-in viewer the same numbers as the CLI."""
@@ -354,3 +423,78 @@ def test_a_table_moved_to_s3_under_the_scheduler_keeps_its_asset_and_continues_e
     rows = helpers.query(storage.delta_rs_uri(moved), "SELECT COUNT(*) AS n, COUNT(DISTINCT kafka_partition || ':' "
                                                        "|| kafka_offset) AS d FROM t")
     assert rows == [{"n": expected, "d": expected}]  # what the disk table had not taken yet, once
+
+
+def test_the_charts_in_the_browser_match_the_ledger(local_airflow, browser):
+    """Issue 28: the pipeline page's charts, read in the browser after the module's runs (the window
+    backfill, then the batch that followed the table's move), against ``tidemark offsets history``: the lag
+    chart has each committed batch at the offsets it found waiting and no backfill; the records chart has
+    both, each with its kind, value, tooltip and batch id under the axis. Reads the ledger only."""
+    from tests.e2e.browser import chart_marks
+
+    airflow = local_airflow
+    ledger = ledger_entries(airflow, airflow.pipeline)
+    batches = {b: e for b, e in ledger.items() if e["kind"] == "batch"}
+    assert batches and len(ledger) > len(batches), ledger  # at least a batch and a backfill
+    open_pipeline_page(browser, airflow)
+    airflow.wait_for("the pipeline's charts", lambda: browser.find_elements("css selector", "#chart-lag svg"))
+    lag = chart_marks(browser, "chart-lag")
+    assert {b: (kind, value) for b, (kind, value, _) in lag.items()} == {
+        b: ("batch", e["offsets"]) for b, e in batches.items()}
+    records = chart_marks(browser, "chart-records")
+    assert {b: (kind, value) for b, (kind, value, _) in records.items()} == {
+        b: (e["kind"], e["records"]) for b, e in ledger.items()}
+    assert all(tip.startswith(f"{ledger[b]['kind']} {b}: {ledger[b]['records']:,} records, committed ")
+               and tip.endswith(" UTC") for b, (_, _, tip) in records.items()), records
+    labels = [t.text for t in browser.find_elements("css selector", "#chart-records svg text.batch-label")]
+    assert labels == [str(b) for b in sorted(ledger)]
+    # The history's times as people read them: to the second, in UTC, with how long ago.
+    when = browser.find_element("css selector", "#history tr[data-batch] td.when").text
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC \d+ (s|min) ago", when), when
+    browser.switch_to.default_content()
+    screenshot(browser, CACHE_SHOTS / "tidemark-charts.png")
+
+
+def test_metrics_reach_statsd_and_a_missed_freshness_deadline_calls_the_pipelines_callback(local_airflow):
+    """Issue 28: the stack's Airflow sends StatsD to the test's listener ([metrics] statsd_on): a real run's
+    batch, lag and freshness metrics arrive under their documented names. The pipeline's freshness_sla is
+    1 s and its output has no record yet, so its first run's deadline is its creation + 1 s: the run
+    takes longer, the scheduler marks the deadline missed, and the executor calls the pipeline's callback."""
+    import json
+
+    airflow, pipeline = local_airflow, local_airflow.alerting
+    dag_id = f"tidemark_ingest__{pipeline}"
+    helpers.produce(pipeline, 6)  # its topic: two partitions, made with the others'
+    airflow.wait_for(f"{dag_id} parsed", lambda: airflow.is_parsed(dag_id))
+    run_id = airflow.api("POST", f"/dags/{dag_id}/dagRuns", json={"logical_date": None})["dag_run_id"]
+
+    def done():
+        state = airflow.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}")
+        return state if state["state"] in ("success", "failed") else None
+    finished = airflow.wait_for(f"run {run_id}", done)
+    assert finished["state"] == "success", f"{finished}\n{airflow.service_logs()}"
+
+    name = f"airflow.tidemark.{{}}.{pipeline}"
+    airflow.wait_for("the batch's metrics", lambda: airflow.statsd.values(name.format("batch_duration")))
+    assert airflow.statsd.values(name.format("batch_records")) == ["6"]
+    assert airflow.statsd.values(name.format("batch_dead_letters")) == ["0"]
+    assert float(airflow.statsd.values(name.format("batch_duration"))[0]) > 0
+    assert airflow.statsd.values(name.format("total_lag")) == ["0"]
+    assert [airflow.statsd.values(f"{name.format('partition_lag')}.{pipeline}.{p}") for p in (0, 1)] == [["0"], ["0"]]
+    assert airflow.statsd.values(name.format("held_by_open_transactions")) == ["0"]
+    assert float(airflow.statsd.values(name.format("freshness_seconds"))[0]) >= 0
+    assert "airflow.tidemark.total_lag:0|g" in airflow.statsd.lines()  # the tagged name too
+
+    def deadline_lines() -> str:  # what the services logged of deadlines and callbacks, for a failure
+        return "\n".join(line[:600] for path in sorted((airflow.home / "logs").rglob("*.log"))
+                         for line in path.read_text(errors="replace").splitlines()
+                         if re.search(r"(?i)deadline|callback|freshness|tidemark_alert", line))
+
+    [alert] = helpers.wait_until(lambda: airflow.alerts.exists() and [
+        json.loads(line) for line in airflow.alerts.read_text().splitlines()], 300,
+        lambda: f"the freshness callback's alert; the logs say:\n{deadline_lines()[-8000:]}", interval=1)
+    assert alert["run_id"] == run_id and alert["channel"] == "#data-oncall"
+    assert alert["tidemark"]["pipeline"] == pipeline and alert["tidemark"]["sla_seconds"] == 1.0
+    # missed while the batch ran (no record yet: age unknown) or after (its newest record, over 1 s old)
+    assert alert["tidemark"]["freshness_seconds"] is None or alert["tidemark"]["freshness_seconds"] > 1.0
+    assert alert["tidemark"]["message"].startswith(f"Tidemark pipeline '{pipeline}' is stale")
