@@ -17,6 +17,10 @@ request line matching ``pattern`` (a Delta commit: ``PUT .../_delta_log/<20 digi
   cannot know whether its commit happened), then goes down;
 * ``lose="request"``: drops the connection before the request reaches the server, then goes down.
 
+``on_request(pattern, action)`` instead runs ``action`` when such a request arrives, holding the request
+until it returns: another fault lands exactly there (a Kafka broker killed as the plan's ledger commit
+freezes a batch, say), the server seeing nothing unusual.
+
 Down, the gate resets every connection it accepts; it comes back by itself after ``down_for`` refused
 connections (counted, not timed: no sleep decides the length of the outage), or on ``up()``.
 """
@@ -28,6 +32,7 @@ import re
 import socket
 import struct
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -106,9 +111,10 @@ class S3Gate:
         self._links: set[_Link] = set()
         self._down = False
         self._down_left: int | None = None
-        self._trips: list[tuple[re.Pattern, str, int | None]] = []
+        self._trips: list[tuple[re.Pattern, str, int | None, Callable[[], object] | None]] = []
         self.tripped: list[str] = []  # the request lines the gate went down on
         self.refused = 0  # connections reset while down
+        self.errors: list[Exception] = []  # what on_request's actions raised
         self.outages = 0
         self._closed = False
 
@@ -138,7 +144,13 @@ class S3Gate:
         if lose not in ("response", "request"):
             raise ValueError(f"lose must be 'response' or 'request', not {lose!r}")
         with self._lock:
-            self._trips.append((re.compile(pattern.encode()), lose, down_for))
+            self._trips.append((re.compile(pattern.encode()), lose, down_for, None))
+
+    def on_request(self, pattern: str, action: Callable[[], object]) -> None:
+        """Run ``action`` when the next request matching ``pattern`` arrives, before forwarding it (the
+        request waits); armed in the same order as the trips."""
+        with self._lock:
+            self._trips.append((re.compile(pattern.encode()), "hook", None, action))
 
     def down(self, down_for: int | None = None) -> None:
         """The server goes away now: every live connection is dropped, new ones are reset until
@@ -164,8 +176,14 @@ class S3Gate:
             line = next((line for line in lines if self._trips and self._trips[0][0].search(line)), None)
             if line is None:
                 return None
-            _, lose, down_for = self._trips.pop(0)
+            _, lose, down_for, action = self._trips.pop(0)
             self.tripped.append(line.decode(errors="replace"))
+        if action is not None:
+            try:
+                action()
+            except Exception as exc:  # noqa: BLE001 - kept for the test to report; the request goes on
+                self.errors.append(exc)
+            return None
         if lose == "request":
             self.down(down_for)
         else:

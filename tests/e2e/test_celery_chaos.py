@@ -11,18 +11,18 @@ ingest job stops itself (SIGSTOP) at that point, so the fault lands there every 
   other worker, whose folder the plan task never wrote to, and commits the batch once.
 - PostgreSQL (the metadata DB) restarted while a run's ingest job is stopped after its output commit: the
   run goes on (or fails), the ledger stays right, and the next run is exactly once.
-- The S3 server restarted during the ledger commit, then during the output commit. The lake's server
-  (moto) keeps its objects in memory, so a real restart would empty the lake, which no real S3 does: the
-  restart is modelled by devkit.faults.S3Gate, a gate in front of the server that the pipeline's storage
-  connection points at. At the commit's PUT it lets the request through, drops the connection before the
-  answer (the server died after writing, before answering: the client cannot know whether it committed)
-  and resets every connection for a while, then answers again with the data intact. The ledger case runs
-  on the warm path (delta-rs commits the ledger from the job, through the gate). The output commit of the
-  warm path happens in the shared Spark Connect server, which the gate cannot front: that case submits the
-  job with spark-submit on a local master, whose S3A client goes through the gate.
+- The S3 server restarted during the output commit and again during the ledger commit of one batch. The
+  lake's server (moto) keeps its objects in memory, so a real restart would empty the lake, which no real
+  S3 does: the restart is modelled by devkit.faults.S3Gate, a gate in front of the server that the
+  pipeline's storage connection points at. At each commit's PUT it lets the request through, drops the
+  connection before the answer (the server died after writing, before answering: the client cannot know
+  whether it committed) and resets the next connections, then answers again with the data intact. The
+  output commit of the warm path happens in the shared Spark Connect server, which the gate cannot front:
+  this pipeline submits its job with spark-submit on a local master, whose S3A client (the output commit)
+  and delta-rs (the ledger commit) both go through the gate.
 - A Kafka broker killed -9 (the leader of a partition, on the run's three-broker cluster; topic of 3
-  replicas) while the run's ingest job is stopped between its plan and its read: the read finds the new
-  leaders and the batch commits once.
+  replicas) as the plan commits the frozen batch to the ledger (the gate holds that request while the
+  broker dies): the plan has asked for the offsets, the job reads from the new leader, the batch commits once.
 
 Exactly once is read from the output table (delta-rs) and compared with what was produced; which worker ran
 which task is read from the workers' own log folders and printed."""
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import tempfile
@@ -186,14 +187,15 @@ def celery_airflow(tmp_path_factory, kafka_bootstrap, spark_connect, s3_gate, ka
     pipelines, home = base / "pipelines", base / "home"
     pipelines.mkdir()
     suffix = uuid.uuid4().hex[:8]
-    names = {"kill": f"cel_kill_{suffix}", "pg": f"cel_pg_{suffix}", "s3_ledger": f"cel_s3l_{suffix}",
-             "s3_output": f"cel_s3o_{suffix}", "broker": f"cel_broker_{suffix}"}
+    names = {"kill": f"cel_kill_{suffix}", "pg": f"cel_pg_{suffix}", "s3": f"cel_s3_{suffix}",
+             "broker": f"cel_broker_{suffix}"}
     for case, name in names.items():
-        extra = {"storage_conn_id": "aws_gate"} if case.startswith("s3") else {}
-        if case == "s3_output":
-            extra.update(spark_conn_id="spark_local", spark_conf={"spark.sql.shuffle.partitions": "1"})
+        extra = {}
+        if case == "s3":
+            extra.update(storage_conn_id="aws_gate", spark_conn_id="spark_local",
+                         spark_conf={"spark.sql.shuffle.partitions": "1"})
         if case == "broker":  # its topic is made on the cluster by the test
-            extra.update(kafka_conn_id="kafka_cluster")
+            extra.update(kafka_conn_id="kafka_cluster", storage_conn_id="aws_gate")
         write_pipeline(pipelines, name, retries=0 if case == "pg" else 1, **extra)
     lake = helpers.s3_lake(f"celery-{suffix}")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "TIDEMARK_"))}
@@ -330,20 +332,16 @@ def test_the_metadata_db_restarted_during_a_run_leaves_the_ledger_right(celery_a
         ends[row["partition"]] = row["end_offset"]
 
 
-def only_worker_pausing_at(airflow: CeleryAirflow, point: str) -> None:
-    """Worker 1 alone takes the next run's tasks, its ingest job stopping itself at ``point``. A retry
-    also runs there: it finds the batch's marker in the output and only finalizes, reaching no pause."""
-    airflow.script("worker-down", "2")
-    airflow.script("worker-down", "1")
-    airflow.script("worker-up", "1", TIDEMARK_PAUSE_AT=point)
-
-
 def assert_ledger_matches_output(airflow: CeleryAirflow, pipeline: str, produced: Counter, run_id: str) -> None:
     """One committed batch whose ranges are what was produced, every record of them in the output once
-    (records, distinct offsets), and `tidemark audit` finding nothing wrong."""
-    counts = exactly_once(airflow, pipeline, produced)
-    print(f"{pipeline}: {counts}")
-    assert counts == {"records": sum(produced.values()), "duplicates": 0, "missing": 0, "committed": dict(produced)}
+    (records and distinct offsets per partition, from offset 0 without a hole), and `tidemark audit` finding
+    nothing wrong."""
+    rows = helpers.query(storage.delta_rs_uri(f"{airflow.lake}/{pipeline}"),
+                         "SELECT kafka_partition AS p, COUNT(*) AS n, COUNT(DISTINCT kafka_offset) AS d, "
+                         "MIN(kafka_offset) AS lo, MAX(kafka_offset) AS hi FROM t GROUP BY kafka_partition")
+    print(f"{pipeline}: {rows}")
+    assert {r["p"]: (r["n"], r["d"], r["lo"], r["hi"]) for r in rows} == {
+        p: (n, n, 0, n - 1) for p, n in produced.items()}
     history = airflow.tidemark("offsets", "history", pipeline)
     assert {(r["batch_id"], r["status"], r["dag_run_id"], r["partition"], r["start_offset"], r["end_offset"],
              r["record_count"]) for r in history} == {
@@ -352,65 +350,53 @@ def assert_ledger_matches_output(airflow: CeleryAirflow, pipeline: str, produced
     assert audit["ok"], audit
 
 
-def test_the_s3_server_restarted_during_the_ledger_commit_the_batch_is_committed_once(celery_airflow, s3_gate):
+def test_the_s3_server_restarted_during_the_output_commit_and_the_ledger_commit_the_batch_commits_once(
+        celery_airflow, s3_gate):
     airflow, gate = celery_airflow, s3_gate
-    pipeline = airflow.pipelines["s3_ledger"]
+    pipeline = airflow.pipelines["s3"]
     produced = helpers.produce(pipeline, 200)
-    only_worker_pausing_at(airflow, crash.AFTER_OUTPUT_COMMIT)
-    run_id = airflow.trigger(pipeline)
-    job = airflow.wait_for("worker 1's ingest job stopped at after_output_commit", lambda: airflow.stopped_job(1))
-    # The next commit to the ledger (the job's: the plan task's commits are done) meets the restart.
-    before, refused = len(gate.tripped), gate.refused
-    gate.trip_on(r"^PUT /lake/.*/_tidemark/offsets/_delta_log/\d{20}\.json$", lose="response",
-                 down_for=S3_DOWN_FOR)
-    os.killpg(os.getpgid(job.pid), signal.SIGCONT)
-    run = airflow.finished_run(pipeline, run_id)
-    attempts = tries(airflow, pipeline, run_id)
-    print(f"S3 restarted during the ledger commit: {gate.tripped[before:]}, {gate.refused - refused} connections "
-          f"refused, run {run['state']}, tries {attempts}")
-    assert len(gate.tripped) == before + 1 and not gate.is_down, (gate.tripped, gate.is_down)
-    assert run["state"] == "success", f"{run}\n{airflow.logs()}"
-    assert_ledger_matches_output(airflow, pipeline, produced, run_id)
-
-
-def test_the_s3_server_restarted_during_the_output_commit_the_batch_is_committed_once(celery_airflow, s3_gate):
-    airflow, gate = celery_airflow, s3_gate
-    pipeline = airflow.pipelines["s3_output"]
-    produced = helpers.produce(pipeline, 200)
-    only_worker_pausing_at(airflow, crash.AFTER_DEAD_LETTERS)  # just before the write (raw values)
-    run_id = airflow.trigger(pipeline)
-    job = airflow.wait_for("worker 1's ingest job stopped at after_dead_letters", lambda: airflow.stopped_job(1))
-    # The output table's commit (S3A, from the driver, through the gate) meets the restart.
+    # The gate watches, in this order, for the output table's commit (S3A, from the ingest job's driver; the
+    # plan writes nothing there) and for the next ledger commit after it (delta-rs, from the job): each
+    # meets a restart. No pause needed: the trips land on the requests themselves, on whichever worker.
     before, refused = len(gate.tripped), gate.refused
     gate.trip_on(rf"^PUT /lake/.*/{pipeline}/_delta_log/\d{{20}}\.json$", lose="response", down_for=S3_DOWN_FOR)
-    os.killpg(os.getpgid(job.pid), signal.SIGCONT)
-    airflow.wait_for("the output commit to meet the S3 restart", lambda: len(gate.tripped) > before)
+    gate.trip_on(r"^PUT /lake/.*/_tidemark/offsets/_delta_log/\d{20}\.json$", lose="response",
+                 down_for=S3_DOWN_FOR)
+    run_id = airflow.trigger(pipeline)
     run = airflow.finished_run(pipeline, run_id)
     attempts = tries(airflow, pipeline, run_id)
-    print(f"S3 restarted during the output commit: {gate.tripped[before:]}, {gate.refused - refused} connections "
-          f"refused, run {run['state']}, tries {attempts}")
-    assert len(gate.tripped) == before + 1 and not gate.is_down, (gate.tripped, gate.is_down)
+    print(f"S3 restarted during the output commit and the ledger commit: {gate.tripped[before:]}, "
+          f"{gate.refused - refused} connections refused, run {run['state']}, tries {attempts}")
+    assert [re.sub(r"^.*/(\w+)/_delta_log/.*$", r"\1", line) for line in gate.tripped[before:]] == \
+        [pipeline, "offsets"] and not gate.is_down, (gate.tripped, gate.is_down)
     assert run["state"] == "success", f"{run}\n{airflow.logs()}"
     run_on_workers(airflow, pipeline, run_id, attempts)
     assert_ledger_matches_output(airflow, pipeline, produced, run_id)
 
 
-def test_a_kafka_broker_killed_before_the_read_the_batch_is_read_from_the_new_leader_once(celery_airflow,
-                                                                                         kafka_cluster):
-    airflow = celery_airflow
+def test_a_kafka_broker_killed_as_the_plan_freezes_the_batch_the_batch_is_read_from_the_new_leader_once(
+        celery_airflow, s3_gate, kafka_cluster):
+    airflow, gate = celery_airflow, s3_gate
     pipeline = airflow.pipelines["broker"]
     kafka_cluster.create_topic(pipeline, partitions=2)
     kafka_cluster.produce(pipeline, 200)
     produced = Counter({0: 100, 1: 100})
-    only_worker_pausing_at(airflow, crash.AFTER_DEAD_LETTERS)  # the plan is frozen; the read is next
+    killed: list[int] = []
+
+    def kill_the_leader() -> None:
+        killed.append(kafka_cluster.leader(pipeline, 0))
+        kafka_cluster.kill_broker(killed[0])
+
     with kafka_cluster.alone():
+        # The plan's ledger commit of the frozen batch (through the gate) waits while the partition's leader
+        # is killed -9: the plan has asked Kafka for its offsets, the ingest job has not read yet.
+        before = len(gate.tripped)
+        gate.on_request(r"^PUT /lake/.*/_tidemark/offsets/_delta_log/\d{20}\.json$", kill_the_leader)
         run_id = airflow.trigger(pipeline)
-        job = airflow.wait_for("worker 1's ingest job stopped before its read", lambda: airflow.stopped_job(1))
-        victim = kafka_cluster.leader(pipeline, 0)
-        kafka_cluster.kill_broker(victim)
-        os.killpg(os.getpgid(job.pid), signal.SIGCONT)
         run = airflow.finished_run(pipeline, run_id)
-        print(f"broker {victim} (leader of {pipeline}-0) killed -9 before the read: run {run['state']}, tries "
-              f"{tries(airflow, pipeline, run_id)}, partition 0 now led by {kafka_cluster.leader(pipeline, 0)}")
+        print(f"broker {killed} (leader of {pipeline}-0) killed -9 at {gate.tripped[before:]}: run {run['state']}, "
+              f"tries {tries(airflow, pipeline, run_id)}, partition 0 now led by {kafka_cluster.leader(pipeline, 0)}")
+    assert len(killed) == 1 and not gate.errors, (killed, gate.errors)
     assert run["state"] == "success", f"{run}\n{airflow.logs()}"
+    run_on_workers(airflow, pipeline, run_id, tries(airflow, pipeline, run_id))
     assert_ledger_matches_output(airflow, pipeline, produced, run_id)
