@@ -64,6 +64,8 @@ def write_output(spark, plan: ReprocessPlan, store) -> None:
     existing = output_keys(spark, plan, store)
     if existing is not None:
         good = good.join(existing, on=_KEYS, how="left_anti")
+    if good.isEmpty():  # nothing decodes now, or the output holds it all: no commit at all
+        return
     if DATE_COLUMN in plan.partition_by:
         good = good.withColumn(DATE_COLUMN, F.to_date(F.col("kafka_timestamp")))
     writer = good.select(*output_columns(fmt, plan.partition_by)).write.format("delta").mode("append")
@@ -96,8 +98,10 @@ def update_dead_letters(spark, plan: ReprocessPlan, store) -> None:
     else:
         source = source.join(existing.withColumn("in_output", F.lit(True)), on=_KEYS, how="left").fillna(
             False, subset=["in_output"])
-    changes = source.toArrow()
-    if not changes.num_rows:
+    before = (spark.read.format("delta").load(plan.dead_letter_uri).where(plan.selection())
+              .select(*_KEYS, F.col("error").alias("old_error")))
+    changes = source.join(before, on=_KEYS).where("in_output OR NOT (error <=> old_error)").drop("old_error").toArrow()
+    if not changes.num_rows:  # nothing to delete or to give a new reason: no commit
         return
     quoted = plan.pipeline.replace("'", "''")
     (storage.open_table(plan.dead_letter_uri, store)

@@ -96,11 +96,13 @@ def test_dead_letters_are_reprocessed_once_after_a_kill_and_a_second_run_changes
     report = audit_tables(topic, config.table_uri, config.dead_letter_uri, settings.ledger_uri())
     assert report.ok and report.records == 7, report.to_dict()
 
+    versions = helpers.table_version(config.table_uri), helpers.table_version(config.dead_letter_uri)
     again = reprocess(env, topic)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "0 records written" in again.stdout and "2 left as dead letters" in again.stdout, again.stdout
     assert output(config) == good
     assert dead_letters(config) == {3: "field 'order_id': not a valid bigint", 4: NOT_JSON_ERROR}
+    assert (helpers.table_version(config.table_uri), helpers.table_version(config.dead_letter_uri)) == versions
     after = ledger.state(topic)
     assert after.positions == before.positions and after.high_water == before.high_water  # no offset moved
     assert after.pending_batch_id is None and after.last_batch_id == 3
