@@ -24,7 +24,9 @@ def build(run, checks: dict, audits: dict, wanted: int, soak_seconds: float, wal
                     and totals["produced"] == totals["in_kafka"] and all(a["exit_code"] == 0 for a in audits.values()))
     return {
         "date": time.strftime("%Y-%m-%d"),
-        "command": "make chaos" + (f" CHAOS_FAULTS={wanted}" if wanted != 100 else ""),
+        "command": " ".join([*(f"{k}={v}" for k, v in sorted(os.environ.items())
+                               if k.startswith("CHAOS_") and k not in ("CHAOS_HOME", "CHAOS_SPARK_UI_BASE")),
+                             "make chaos"]),
         "partial": len(events) < wanted or not run.drained,
         "drained": run.drained,
         "settings": {
