@@ -242,7 +242,8 @@ def storage_failure(exc: OSError, uri: str, store: ObjectStore | None, pipeline:
 
 def check_location(uri: str | None, store: ObjectStore | None, pipeline: str | None = None) -> None:
     """Refuse a table location on object storage that cannot work, before anything is frozen: a bucket
-    that does not exist, credentials the store refuses, an endpoint that does not answer. One HEAD
+    that does not exist, credentials the store refuses or that are missing (an endpoint that does not answer
+    is transient: StorageUnavailableError). One HEAD
     request per call, whose answer is typed (botocore's error codes); terminal StorageLocationError
     naming the table, the bucket, the endpoint and what to fix. Local paths are not checked."""
     if not is_object_store(uri):
@@ -275,12 +276,17 @@ def check_location(uri: str | None, store: ObjectStore | None, pipeline: str | N
                                           location=uri) from None
         raise StorageLocationError(f"table {uri}: {cause}. Nothing was frozen or written.", pipeline=pipeline,
                                    location=uri) from None
-    except (EndpointConnectionError, NoCredentialsError) as exc:
-        what = ("no credentials were found (storage connection without keys and no AWS chain)"
-                if isinstance(exc, NoCredentialsError) else f"the endpoint {endpoint} does not answer")
-        raise StorageLocationError(f"table {uri}: {what}. Check endpoint_url and the keys of the storage "
-                                   f"connection. Nothing was frozen or written.", pipeline=pipeline,
-                                   location=uri) from None
+    except EndpointConnectionError:
+        # Indistinguishable, from here, from a store that is restarting: transient, so the task's retries ride
+        # out an outage (make chaos), and the message says what to check when it lasts.
+        raise StorageUnavailableError(f"table {uri}: the endpoint {endpoint} does not answer; the task retries. If "
+                                      f"it keeps failing, check endpoint_url of the storage connection. Nothing was "
+                                      f"frozen or written past the last completed step.", pipeline=pipeline,
+                                      location=uri) from None
+    except NoCredentialsError:
+        raise StorageLocationError(f"table {uri}: no credentials were found (storage connection without keys and no "
+                                   f"AWS chain). Check the keys of the storage connection. Nothing was frozen or "
+                                   f"written.", pipeline=pipeline, location=uri) from None
     except BotoCoreError as exc:
         raise StorageUnavailableError(f"object storage at {endpoint} failed for table {uri} ({type(exc).__name__}); "
                                       f"retry once it answers", pipeline=pipeline, location=uri) from None

@@ -122,3 +122,21 @@ def test_a_spark_log_store_that_is_not_put_if_absent_is_refused_on_object_storag
         storage.check_spark_commits(single, ["s3a://lake/t"], "pipeline 'p'")
     with pytest.raises(ConfigError, match="Delta default"):
         storage.check_spark_commits({}, ["s3://lake/t"], "pipeline 'p'")
+
+
+def test_an_endpoint_that_does_not_answer_is_an_outage_the_task_retries_not_a_wrong_location():
+    """An S3 endpoint refusing connections (a closed port: nothing listens) is what a store restarting looks like;
+    `make chaos` saw ingest jobs fail for good on it. It is transient and says what to check if it lasts."""
+    import socket
+
+    from tidemark.errors import StorageLocationError, StorageUnavailableError
+
+    with socket.socket() as sock:  # a port that was free a moment ago and that nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    store = ObjectStore(endpoint_url=f"http://127.0.0.1:{port}", access_key_id="k", secret_access_key="s",
+                        region="us-east-1")
+    with pytest.raises(StorageUnavailableError, match=r"does not answer.*retr.*endpoint_url") as caught:
+        storage.check_location("s3a://lake/orders", store, "orders")
+    assert not isinstance(caught.value, StorageLocationError)
+    assert caught.value.fields["pipeline"] == "orders" and caught.value.fields["location"] == "s3a://lake/orders"
