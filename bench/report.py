@@ -259,8 +259,9 @@ def ledger_contention(part_: dict) -> str:
         f"each in its own process, freeze and commit {b['batches_each']} batches, every step started at the same "
         f"moment: **{len(b['errors'])} errors** reached a run, {b['pipelines_all_committed']} of {b['pipelines']} "
         f"pipelines committed every batch, {b['races_lost_and_retried']} lost races were retried inside the ledger "
-        f"(backoff with jitter), {b['wall_seconds']} s in all. Load average (1 min) {part_['load_at_start']['load_1m']}"
-        f" at the start, {part_['load_at_end']['load_1m']} at the end.",
+        f"(backoff with jitter), {b['wall_seconds']} s in all; the latencies below are mostly the {b['pipelines']} "
+        f"processes' merges queueing for {part_['machine']['cores']} cores. Load average (1 min) "
+        f"{part_['load_at_start']['load_1m']} at the start, {part_['load_at_end']['load_1m']} at the end.",
         _table(["burst: one step of one pipeline", "median ms", "p95 ms", "max ms"], burst),
         "One pipeline's plan read, freeze and commit (median of 7) on a ledger already holding other pipelines' "
         f"committed batches ({part_['partitions_per_batch']} partitions each): larger / smaller "
