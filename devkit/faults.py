@@ -224,11 +224,11 @@ class S3Gate:
             link.start()
 
 
-def spark_worker_processes(work: Path, worker: int) -> list[psutil.Process]:
-    """The processes of worker ``worker`` of a standalone cluster started by scripts/spark_cluster.sh with
-    SPARK_CLUSTER_HOME ``work``: the worker's JVM (a session of its own) and the executors it started."""
+def session_processes(pidfile: Path) -> list[psutil.Process]:
+    """Every process of the session whose leader's pid is in ``pidfile`` (none when the file is missing or
+    stale): a service started in a session of its own with everything it started since."""
     try:
-        leader = int((Path(work) / f"worker-{worker}.pid").read_text())
+        leader = int(Path(pidfile).read_text())
     except (OSError, ValueError):
         return []
     found = []
@@ -239,6 +239,12 @@ def spark_worker_processes(work: Path, worker: int) -> list[psutil.Process]:
         except (ProcessLookupError, PermissionError):
             pass
     return found
+
+
+def spark_worker_processes(work: Path, worker: int) -> list[psutil.Process]:
+    """The processes of worker ``worker`` of a standalone cluster started by scripts/spark_cluster.sh with
+    SPARK_CLUSTER_HOME ``work``: the worker's JVM (a session of its own) and the executors it started."""
+    return session_processes(Path(work) / f"worker-{worker}.pid")
 
 
 def spark_executors(work: Path, worker: int) -> list[psutil.Process]:

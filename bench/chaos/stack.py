@@ -15,6 +15,8 @@ from pathlib import Path
 
 import psutil
 
+from devkit.faults import session_processes
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts"
 HOME = Path(os.environ.get("CHAOS_HOME", ROOT / ".cache" / "chaos"))
@@ -138,18 +140,7 @@ def worker_home(worker: int) -> Path:
 
 def worker_processes(worker: int) -> list[psutil.Process]:
     """Every process of the worker's session: the Celery worker, its pool, supervisors, tasks, Spark drivers."""
-    try:
-        leader = int((worker_home(worker) / "worker.pid").read_text())
-    except (OSError, ValueError):
-        return []
-    found = []
-    for process in psutil.process_iter():
-        try:
-            if os.getsid(process.pid) == leader:
-                found.append(process)
-        except (ProcessLookupError, PermissionError):
-            pass
-    return found
+    return session_processes(worker_home(worker) / "worker.pid")
 
 
 def task_log(pipeline: str, run_id: str, task: str, attempt: int) -> tuple[int, Path] | None:

@@ -43,7 +43,7 @@ import psutil
 import pytest
 import yaml
 
-from devkit.faults import S3Gate
+from devkit.faults import S3Gate, session_processes
 from tests import helpers
 from tests.e2e import airflow_stack
 from tests.e2e.airflow_stack import AirflowStack
@@ -116,18 +116,7 @@ class CeleryAirflow(AirflowStack):
 
     def processes(self, worker: int) -> list[psutil.Process]:
         """Every process of the worker's session: the Celery worker, its pool, task supervisors, tasks, jobs."""
-        try:
-            leader = int((self.worker_home(worker) / "worker.pid").read_text())
-        except (OSError, ValueError):
-            return []
-        found = []
-        for process in psutil.process_iter():
-            try:
-                if os.getsid(process.pid) == leader:
-                    found.append(process)
-            except (ProcessLookupError, PermissionError):
-                pass
-        return found
+        return session_processes(self.worker_home(worker) / "worker.pid")
 
     def stopped_job(self, worker: int) -> psutil.Process | None:
         """The worker's ingest job once it has stopped itself at TIDEMARK_PAUSE_AT."""
