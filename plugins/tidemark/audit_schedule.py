@@ -4,12 +4,10 @@ file has it. Each run is ``tidemark audit PIPELINE [--verify-sample N]``; damage
 
 from __future__ import annotations
 
-import datetime as dt
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from tidemark.errors import TidemarkError
-from tidemark.observability import Duration
+from tidemark.observability import Every
 
 
 class AuditSchedule(BaseModel):
@@ -17,18 +15,11 @@ class AuditSchedule(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    every: Duration
+    every: Every
     """How often the audit DAG runs: ``24h``, ``7d``, ... (at least 1m)."""
 
     verify_sample: int = Field(default=0, ge=0)
     """Committed ranges still retained in Kafka to read again and compare by checksum at each run."""
-
-    @field_validator("every")
-    @classmethod
-    def _at_least_a_minute(cls, value: dt.timedelta) -> dt.timedelta:
-        if value < dt.timedelta(minutes=1):
-            raise ValueError("must be at least 1m")
-        return value
 
 
 class AuditDamageError(TidemarkError):

@@ -25,11 +25,11 @@ import logging
 import re
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from tidemark import storage
 from tidemark.errors import ConfigError, StorageUnavailableError
-from tidemark.observability import Duration
+from tidemark.observability import Duration, Every
 from tidemark.records import BATCH_COLUMNS, KAFKA_COLUMNS
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ class MaintenanceConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    optimize_every: Duration
+    optimize_every: Every
     """How often the maintenance DAG runs OPTIMIZE (and VACUUM and the checkpoints): ``24h``, ``7d``, ..."""
 
     zorder_by: list[str] = Field(default_factory=list)
@@ -76,13 +76,6 @@ class MaintenanceConfig(BaseModel):
     vacuum_retain: Duration | None = None
     """VACUUM: delete files no version of the last ``vacuum_retain`` references; at least 168h (7 days).
     None (the default): no VACUUM, old files stay (time travel to any version still in the log)."""
-
-    @field_validator("optimize_every")
-    @classmethod
-    def _at_least_a_minute(cls, value: dt.timedelta) -> dt.timedelta:
-        if value < dt.timedelta(minutes=1):
-            raise ValueError("must be at least 1m")
-        return value
 
     def check(self, config: PipelineConfig) -> None:
         """The checks that need the rest of the pipeline: the VACUUM floor, the Z-order columns."""

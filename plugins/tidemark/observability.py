@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from tidemark.offsets import TopicPartition
 
@@ -33,6 +33,16 @@ def parse_duration(value: object) -> object:
 
 Duration = Annotated[dt.timedelta, BeforeValidator(parse_duration)]
 """A duration in a pipeline file: ``30s``, ``15m``, ``2h``, ``1d`` (or seconds, or ISO-8601)."""
+
+
+def _at_least_a_minute(value: dt.timedelta) -> dt.timedelta:
+    if value < dt.timedelta(minutes=1):
+        raise ValueError("must be at least 1m")
+    return value
+
+
+Every = Annotated[Duration, AfterValidator(_at_least_a_minute)]
+"""How often a DAG of the pipeline runs (maintenance, audit): a Duration of at least a minute."""
 
 DEFAULT_NOTIFIER = "tidemark_airflow.alerts.log_stale_pipeline"
 """What a missed freshness deadline calls when the pipeline names nothing else: an error in the log."""
