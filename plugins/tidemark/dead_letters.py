@@ -153,10 +153,9 @@ def reserve(config: PipelineConfig, ledger: Ledger, schemas: SchemaSource | None
                           pipeline=config.name)
     state = ledger.state(config.name)
     if state.pending_batch_id is not None:
-        raise PipelineBusyError.held_by(
-            config.name, f"run '{state.pending_owner}' froze batch {state.pending_batch_id}, which is planned but not "
-                         f"committed", "reprocessing dead letters: nothing was changed; run the pipeline (or wait for "
-                                       "the active run) and reprocess afterwards")
+        raise PipelineBusyError.pending_batch(
+            config.name, state.pending_owner, state.pending_batch_id, "reprocessing dead letters: nothing was changed; "
+            "run the pipeline (or wait for the active run) and reprocess afterwards")
     fmt = batch_format(config, freeze_schemas(config, schemas), store)
     left = pending_entry(ledger.rows(config.name))
     if left:

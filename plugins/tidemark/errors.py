@@ -141,6 +141,11 @@ class PipelineBusyError(TidemarkError):
                    f"pipeline may work at a time (the DAG's max_active_runs=1 keeps scheduled runs apart); "
                    f"retry once the other run has finished.", pipeline=pipeline)
 
+    @classmethod
+    def pending_batch(cls, pipeline: str, owner: str | None, batch_id: int, what: str) -> PipelineBusyError:
+        """The pipeline is held by a batch another run froze and has not committed."""
+        return cls.held_by(pipeline, f"run '{owner}' froze batch {batch_id}, which is planned but not committed", what)
+
 
 class LedgerMissingError(ConfigError):
     """The output table holds batches of the pipeline (its Delta commits carry Tidemark's marker) but

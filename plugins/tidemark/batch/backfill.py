@@ -113,10 +113,9 @@ def prepare_backfill(config: PipelineConfig, kafka_properties: Mapping[str, str]
     state = ledger.state(config.name)
     if state.pending_batch_id is not None:
         if state.pending_owner != owner:
-            raise PipelineBusyError.held_by(
-                config.name, f"run '{state.pending_owner}' froze batch {state.pending_batch_id}, which is planned but "
-                             f"not committed", "planning a backfill, which waits until that batch is finished: run "
-                                               "the pipeline once")
+            raise PipelineBusyError.pending_batch(
+                config.name, state.pending_owner, state.pending_batch_id, "planning a backfill, which waits until "
+                "that batch is finished: run the pipeline once")
         pending = recover_checked(config, kafka_properties, ledger, state, owner, run_state)
         if pending is not None:
             pending.dedupe = True

@@ -60,10 +60,9 @@ def reset_offsets(config: PipelineConfig, kafka_properties: Mapping[str, str], r
     ledger = Ledger(ledger_uri or settings.ledger_uri(), store)
     state = ledger.state(config.name)
     if state.pending_batch_id is not None:
-        raise PipelineBusyError.held_by(
-            config.name, f"run '{state.pending_owner}' froze batch {state.pending_batch_id}, which is planned but not "
-                         f"committed", "resetting offsets: nothing was changed; run the pipeline (or wait for the "
-                                       "active run) and reset afterwards")
+        raise PipelineBusyError.pending_batch(
+            config.name, state.pending_owner, state.pending_batch_id, "resetting offsets: nothing was changed; run the "
+            "pipeline (or wait for the active run) and reset afterwards")
     file_offsets = parse_offsets_file(request.offsets_file, config.name) if request.scenario == "from-file" else None
     with kafka_offsets(config, kafka_properties) as kafka:
         tps = kafka.partitions(config.select_topics(kafka.topic_names()))
