@@ -221,6 +221,20 @@ def _append_once(frame: DataFrame, table_uri: str, plan: BatchPlan, partition_by
     txnVersion = batch id) and its ranges in userMetadata. Delta skips the write if the table's
     marker is already at or above this batch. ``add_columns``: the plan found new fields, which this
     commit adds to the table's schema (Delta schema evolution)."""
+    append_marked(frame, table_uri, app_id=plan.pipeline, version=plan.batch_id, metadata=plan.commit_metadata(),
+                  pipeline=plan.pipeline, partition_by=partition_by, add_columns=add_columns,
+                  refused=f"batch {plan.batch_id}: another writer committed to {table_uri} while this run wrote the "
+                          f"batch (a stale driver, or a killed job's last write that the Spark Connect server "
+                          f"finished); Delta refused this commit, so the batch is there at most once. The next run "
+                          f"finds it there and commits the ledger, or reads it again.")
+
+
+def append_marked(frame: DataFrame, table_uri: str, *, app_id: str, version: int, metadata: str, pipeline: str,
+                  refused: str, partition_by: list[str] | None = None, add_columns: bool = False) -> None:
+    """Append ``frame`` in one Delta commit carrying the idempotency marker (txnAppId ``app_id``, txnVersion
+    ``version``; Delta skips the write when the table's marker is at or above it) and ``metadata`` as its
+    userMetadata. A commit Delta refuses because a concurrent one won raises ConcurrentBatchWriteError with
+    ``refused`` as its message (transient)."""
     from tidemark.errors import ConcurrentBatchWriteError
 
     writer = frame.write.format("delta").mode("append")
@@ -228,19 +242,15 @@ def _append_once(frame: DataFrame, table_uri: str, plan: BatchPlan, partition_by
         writer = writer.option("mergeSchema", "true")
     try:
         (writer.partitionBy(*(partition_by or []))
-            .option("txnAppId", plan.pipeline)
-            .option("txnVersion", str(plan.batch_id))
-            .option("userMetadata", plan.commit_metadata())
+            .option("txnAppId", app_id)
+            .option("txnVersion", str(version))
+            .option("userMetadata", metadata)
             .save(table_uri))
     except Exception as exc:
         failure = jvm_failure(exc)
         if failure is None or failure.kind != "concurrent_write":
             raise
-        raise ConcurrentBatchWriteError(
-            f"batch {plan.batch_id}: another writer committed to {table_uri} while this run wrote the batch (a stale "
-            f"driver, or a killed job's last write that the Spark Connect server finished); Delta refused this "
-            f"commit, so the batch is there at most once. The next run finds it there and commits the ledger, or "
-            f"reads it again.", pipeline=plan.pipeline) from None
+        raise ConcurrentBatchWriteError(refused, pipeline=pipeline) from None
 
 
 _CONCURRENT_WRITE_ERRORS = ("DELTA_CONCURRENT_TRANSACTION", "DELTA_PROTOCOL_CHANGED", "DELTA_METADATA_CHANGED")

@@ -21,10 +21,10 @@ from pathlib import Path
 
 from tidemark import crash, spark_records, storage
 from tidemark.dead_letters import ReprocessPlan, finalize, ranges_sql
-from tidemark.errors import ConcurrentBatchWriteError, JobExit, TidemarkError
+from tidemark.errors import JobExit, TidemarkError
 from tidemark.records import DATE_COLUMN, output_columns
 from tidemark.run import JobSettings, PipelineRun
-from tidemark.spark_io import error_chain, jvm_failure
+from tidemark.spark_io import append_marked, error_chain
 
 log = logging.getLogger("tidemark.reprocess")
 
@@ -68,21 +68,12 @@ def write_output(spark, plan: ReprocessPlan, store) -> None:
         return
     if DATE_COLUMN in plan.partition_by:
         good = good.withColumn(DATE_COLUMN, F.to_date(F.col("kafka_timestamp")))
-    writer = good.select(*output_columns(fmt, plan.partition_by)).write.format("delta").mode("append")
-    if fmt.add_columns:
-        writer = writer.option("mergeSchema", "true")
-    try:
-        (writer.partitionBy(*plan.partition_by).option("txnAppId", plan.app_id)
-         .option("txnVersion", str(plan.entry_id)).option("userMetadata", plan.commit_metadata())
-         .save(plan.table_uri))
-    except Exception as exc:
-        failure = jvm_failure(exc)
-        if failure is None or failure.kind != "concurrent_write":
-            raise
-        raise ConcurrentBatchWriteError(
-            f"reprocess entry {plan.entry_id}: another writer committed to {plan.table_uri} at the same moment and "
-            f"Delta refused this commit; nothing is lost: run the same command again to finish the entry",
-            pipeline=plan.pipeline) from None
+    append_marked(good.select(*output_columns(fmt, plan.partition_by)), plan.table_uri, app_id=plan.app_id,
+                  version=plan.entry_id, metadata=plan.commit_metadata(), pipeline=plan.pipeline,
+                  partition_by=plan.partition_by, add_columns=fmt.add_columns,
+                  refused=f"reprocess entry {plan.entry_id}: another writer committed to {plan.table_uri} at the same "
+                          f"moment and Delta refused this commit; nothing is lost: run the same command again to "
+                          f"finish the entry")
 
 
 def update_dead_letters(spark, plan: ReprocessPlan, store) -> None:
