@@ -4,6 +4,8 @@ Spark)."""
 
 from __future__ import annotations
 
+import os
+import resource
 import subprocess
 import threading
 import time
@@ -98,6 +100,113 @@ class TreeSampler(threading.Thread):
     @property
     def cpu_seconds(self) -> float:
         return sum(self.cpu.values())
+
+
+def _children_map() -> dict[int, list[int]]:
+    """Every process's children, from one scan of the process table."""
+    children: dict[int, list[int]] = {}
+    for proc in psutil.process_iter(["ppid"]):
+        children.setdefault(proc.info["ppid"], []).append(proc.pid)
+    return children
+
+
+def _tree(root: int, children: dict[int, list[int]], with_root: bool = True) -> list[int]:
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo += children.get(pid, [])
+    return found if with_root else found[1:]
+
+
+def _cpu(proc: psutil.Process) -> float:
+    """A process's CPU seconds and those of the children it has reaped (gone, so counted nowhere else)."""
+    t = proc.cpu_times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+class TreesSampler(threading.Thread):
+    """Several process trees together, e.g. long-running services and everything they start: the peak of
+    their summed RSS (sampled every ``interval`` s), and each tree's CPU seconds between start() and
+    stop(). CPU is exact, not sampled: a tree's CPU at a moment is the sum over its living processes of
+    their own and their reaped children's times, so a task that ran and exited between two samples
+    still counts (a process orphaned out of its tree would not). ``roots``: name -> pid. With
+    ``own_children``, the one tree is this process's children (jobs it launches), this process left out;
+    their CPU is this process's reaped children's (``resource.getrusage``) plus the living ones'."""
+
+    def __init__(self, roots: dict[str, int] | None = None, interval: float = 0.2, own_children: bool = False) -> None:
+        super().__init__(daemon=True)
+        self.roots = {"jobs": os.getpid()} if own_children else dict(roots or {})
+        self.own_children = own_children
+        self.interval = interval
+        self.peak_rss = 0
+        self.peak_processes = 0
+        self.jvm_pids: set[int] = set()
+        self._cpu_start: dict[str, float] = {}
+        self.cpu_seconds: dict[str, float] = {}
+        self._stop_event = threading.Event()
+
+    def _trees(self) -> dict[str, list[psutil.Process]]:
+        children = _children_map()
+        trees = {}
+        for name, root in self.roots.items():
+            procs = []
+            for pid in _tree(root, children, with_root=not self.own_children):
+                try:
+                    procs.append(psutil.Process(pid))
+                except psutil.Error:
+                    continue
+            trees[name] = procs
+        return trees
+
+    def _cpu_now(self) -> dict[str, float]:
+        out = {}
+        for name, procs in self._trees().items():
+            total = 0.0
+            for proc in procs:
+                try:
+                    total += _cpu(proc)
+                except psutil.Error:
+                    continue
+            out[name] = total
+        if self.own_children:
+            usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+            out["jobs"] += usage.ru_utime + usage.ru_stime
+        return out
+
+    def _sample(self) -> None:
+        total = count = 0
+        for procs in self._trees().values():
+            for proc in procs:
+                try:
+                    total += proc.memory_info().rss
+                except psutil.Error:
+                    continue
+                count += 1
+                if _is_jvm(proc):
+                    self.jvm_pids.add(proc.pid)
+        self.peak_rss = max(self.peak_rss, total)
+        self.peak_processes = max(self.peak_processes, count)
+
+    def start(self) -> None:
+        self._cpu_start = self._cpu_now()
+        super().start()
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            self._sample()
+            self._stop_event.wait(self.interval)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join()
+        end = self._cpu_now()
+        self.cpu_seconds = {name: round(end.get(name, 0.0) - self._cpu_start.get(name, 0.0), 1) for name in self.roots}
+
+    def summary(self) -> dict:
+        return {"cpu_seconds": round(sum(self.cpu_seconds.values()), 1), "cpu_seconds_by_tree": self.cpu_seconds,
+                "peak_rss_mb": round(self.peak_rss / 2**20, 1), "peak_processes": self.peak_processes,
+                "jvms_seen": len(self.jvm_pids)}
 
 
 def busy_share(before, after) -> float:
