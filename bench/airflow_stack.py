@@ -100,7 +100,12 @@ class Airflow:
     def wait_for_dags(self, dag_ids: list[str], timeout: float = 300) -> None:
         deadline = time.monotonic() + timeout
         while True:
-            known = {d["dag_id"] for d in self.api("GET", "/dags", params={"limit": 1000})["dags"]}
+            known: set[str] = set()
+            while True:  # the API returns at most 100 a page ([api] maximum_page_limit)
+                page = self.api("GET", "/dags", params={"limit": 100, "offset": len(known)})["dags"]
+                known |= {d["dag_id"] for d in page}
+                if len(page) < 100:
+                    break
             if set(dag_ids) <= known:
                 return
             if time.monotonic() > deadline:

@@ -269,6 +269,35 @@ def ledger_contention(part_: dict) -> str:
         _table(["pipelines x batches", "ledger rows", "plan read ms", "freeze ms", "commit ms", "all three ms"], scale))
 
 
+def fleet(part_: dict) -> str:
+    phases, m = part_["phases"], part_["summary"]
+    labels = {"warm": "Tidemark, warm path (Spark Connect)", "spark-submit": "Tidemark, spark-submit",
+              "available-now-sequential": "AvailableNow, one after another",
+              "available-now-concurrent": f"AvailableNow, {part_['concurrency']} at a time"}
+    rows = [[labels[name], str(p["wall_seconds"]), f"{p['cpu_seconds']:,}", f"{p['peak_rss_mb']:,}",
+             str(p.get("parallelism", p.get("concurrency"))), f"{p['load_1m_at_start']} / {p['load_1m_at_end']}"]
+            for name, p in phases.items()]
+    ticks = [f"{labels[n]}: runs {p['run_seconds']['median']} s median ({p['run_seconds']['min']}–"
+             f"{p['run_seconds']['max']}), ingest task {p['ingest_task_seconds']['median']} s median, the last run "
+             f"started {p['last_run_started_after_seconds']} s after the first trigger, CPU by tree "
+             + ", ".join(f"{k} {v}" for k, v in p["cpu_seconds_by_tree"].items())
+             for n, p in phases.items() if "launcher" in p]
+    verdict = (f" Warm path **x{m['warm_speedup']}** faster than the faster AvailableNow fleet "
+               f"({labels[m['available_now_compared']]})."
+               if "warm_speedup" in m else "")
+    return _section(
+        "A fleet of pipelines", f"{part_['date']} (`make bench-fleet`): {part_['pipelines']} pipelines, each on its "
+        f"own topic of {part_['records_per_pipeline']:,} records ({part_['partitions']} partitions, "
+        f"{part_['record_bytes']} B). Tidemark: one scheduler tick, every DAG run triggered at once through the REST "
+        "API on `make airflow`'s stack (LocalExecutor, PostgreSQL), timed from the first trigger to the last run's "
+        "end; CPU and peak RSS summed over the Airflow services' process trees (task processes and spark-submits "
+        "included), PostgreSQL and the Spark Connect server (RSS counts pages shared by forked processes once per "
+        "process). AvailableNow: the same topics, each job a spark-submit, timed from the first start to the last "
+        f"end. Every output table checked: each offset exactly once.{verdict}",
+        _table(["fleet", "wall seconds", "CPU seconds", "peak RSS MB", "parallelism", "load (1 min) start / end"],
+               rows), "; ".join(ticks) + ".")
+
+
 def audit(part_: dict) -> str:
     rows = [[f"{s['rows']:,}", f"{s['ledger_ranges']:,}", f"{s['output_mb']:,}", str(s["audit_seconds"]),
              " / ".join(str(x) for x in s["audit_seconds_runs"]), f"{s['peak_rss_mb']:,}"] for s in part_["sizes"]]
@@ -384,7 +413,7 @@ def markdown(results: dict) -> str:
         parts.append(scheduler(results))
     for name, render in (("skew", skew), ("profile", profile), ("scale", scale), ("small_batch", small_batch),
                          ("object_storage", object_storage), ("console", console), ("tls", tls),
-                         ("ledger_contention", ledger_contention), ("audit", audit),
+                         ("ledger_contention", ledger_contention), ("fleet", fleet), ("audit", audit),
                          ("maintenance", maintenance)):
         if found := part(results, name):
             parts.append(render(found))

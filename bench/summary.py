@@ -17,7 +17,7 @@ PHASES = ("startup", "read_and_tally", "write_output", "ledger_commit", "shutdow
 SIDE_PARTS = {"typed_json": "typed_json.json", "avro": "avro.json", "small_batch": "small_batch.json",
               "object_storage": "object_storage.json", "console": "console.json", "tls": "tls.json",
               "ledger_contention": "ledger_contention.json", "audit": "audit.json",
-              "maintenance": "maintenance.json"}
+              "maintenance": "maintenance.json", "fleet": "fleet.json"}
 """The benchmarks that run as programs of their own, by their key in bench.json's ``parts`` and their file."""
 
 
@@ -178,6 +178,7 @@ def _targets(summary: dict, results: dict) -> list[dict]:
         out += _target(f"plan + commit at {large['pipelines']} pipelines x {large['batches_each']:,} batches <= 2x "
                        f"that at {small['pipelines']} x {small['batches_each']}", contention["scale_ratio"],
                        contention["scale_ratio"] <= 2)
+    out += _fleet_targets(part(results, "fleet"))
     if (audit := part(results, "audit")) and len(audit["sizes"]) > 1:
         small, large = audit["sizes"][0], audit["sizes"][-1]
         growth = round(large["peak_rss_mb"] / small["peak_rss_mb"], 2)
@@ -189,6 +190,23 @@ def _targets(summary: dict, results: dict) -> list[dict]:
         out += _target(f"plan time at {large_n:,} batches <= 1.5x that at {small_n:,}", ledger["plan_ratio"],
                        ledger["plan_ratio"] <= 1.5)
     return out
+
+
+def _fleet_targets(fleet: dict | None) -> list[dict]:
+    """bench/fleet.py: the warm fleet against the faster AvailableNow fleet, and every table checked."""
+    if not fleet or "warm_speedup" not in (m := fleet["summary"]):
+        return []
+    phases = fleet["phases"]
+    compared, warm = phases[m["available_now_compared"]], phases["warm"]
+    how = "one after another" if compared["concurrency"] == 1 else f"{compared['concurrency']} at a time"
+    shape = f"{fleet['pipelines']} pipelines x {fleet['records_per_pipeline']:,} records"
+    tables = sum(p.get("tables_checked", p.get("jobs", 0)) for p in phases.values())
+    return (_target(f"a fleet of {shape}, one scheduler tick: the warm path >= 3x faster than AvailableNow, the "
+                    f"faster of one after another and {fleet['concurrency']} at a time ({fleet['date']})",
+                    m["warm_speedup"], m["warm_target_met"], f"{{:.2f}}x ({warm['wall_seconds']} s vs "
+                                                            f"{compared['wall_seconds']} s, {how})")
+            + _target(f"... every output table of the fleet holds each record exactly once ({fleet['date']})",
+                      tables, True, "{} tables checked"))
 
 
 def summarize(results: dict) -> dict:

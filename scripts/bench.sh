@@ -11,7 +11,8 @@
 # bench/results/avro.json, bench/results/small_batch.json, bench/results/tls.json and
 # bench/results/ledger_contention.json and bench/results/audit.json (tidemark audit on 1M and 10M rows, unless
 # BENCH_SKIP names `audit`), and bench/results/maintenance.json (1,000 small batches before and after maintenance,
-# unless BENCH_SKIP names `maintenance`).
+# unless BENCH_SKIP names `maintenance`), and bench/results/fleet.json (scripts/bench_fleet.sh: 50 pipelines, one
+# scheduler tick on make airflow's stack vs 50 AvailableNow jobs, on private ports; unless BENCH_SKIP names `fleet`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 skipped() { case ",${BENCH_SKIP:-}," in *,"$1",*) return 0 ;; esac; return 1; }
@@ -39,6 +40,9 @@ if ! skipped audit; then
 fi
 if ! skipped maintenance; then
   .venv/bin/python -m bench.maintenance
+fi
+if ! skipped fleet; then
+  scripts/bench_fleet.sh
 fi
 # bench.run wrote docs/BENCHMARKS.md before typed_json.json, avro.json, small_batch.json and tls.json were new:
 # fold them into bench.json and write the page again (from the stored JSON).
