@@ -140,6 +140,8 @@ class TreesSampler(threading.Thread):
         self.own_children = own_children
         self.interval = interval
         self.peak_rss = 0
+        self.start_rss: int | None = None
+        """The trees' RSS at the first sample (long-running services: what they hold before the work)."""
         self.peak_processes = 0
         self.jvm_pids: set[int] = set()
         self._cpu_start: dict[str, float] = {}
@@ -185,6 +187,8 @@ class TreesSampler(threading.Thread):
                 count += 1
                 if _is_jvm(proc):
                     self.jvm_pids.add(proc.pid)
+        if self.start_rss is None:
+            self.start_rss = total
         self.peak_rss = max(self.peak_rss, total)
         self.peak_processes = max(self.peak_processes, count)
 
@@ -205,7 +209,9 @@ class TreesSampler(threading.Thread):
 
     def summary(self) -> dict:
         return {"cpu_seconds": round(sum(self.cpu_seconds.values()), 1), "cpu_seconds_by_tree": self.cpu_seconds,
-                "peak_rss_mb": round(self.peak_rss / 2**20, 1), "peak_processes": self.peak_processes,
+                "peak_rss_mb": round(self.peak_rss / 2**20, 1),
+                "rss_at_start_mb": round((self.start_rss or 0) / 2**20, 1),
+                "peak_processes": self.peak_processes,
                 "jvms_seen": len(self.jvm_pids)}
 
 

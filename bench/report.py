@@ -43,11 +43,13 @@ HOW = """\
 make bench                                       # everything: 2,000,000 records of 300 bytes, 3 repetitions
 BENCH_RECORDS=50000 BENCH_REPEATS=1 make bench   # a quick look
 make bench-json  # or bench-avro, bench-small, bench-tls, bench-skew, bench-scale, bench-profile, bench-s3, bench-page
+make bench-fleet                                 # a fleet of 50 pipelines: one scheduler tick vs AvailableNow
 .venv/bin/python -m bench.report                 # this page again from bench/results/
 ```
 Knobs: `BENCH_RECORDS`, `BENCH_RECORD_BYTES` (300), `BENCH_PARTITIONS` (8), `BENCH_REPEATS` (3),
 `BENCH_JSON_RECORDS` / `BENCH_AVRO_RECORDS` / `BENCH_TLS_RECORDS` (1,000,000), `BENCH_LEDGER_SIZES`,
-`BENCH_SCALE_SIZES`, `BENCH_SKIP` (parts of `make bench` not to run; they keep their last results),
+`BENCH_SCALE_SIZES`, `BENCH_FLEET_PIPELINES` (50) / `BENCH_FLEET_RECORDS` (10,000), `BENCH_SKIP` (parts of
+`make bench` not to run; they keep their last results),
 `BENCH_RESULTS` (a folder for a trial run's results instead of bench/results); the docstrings of bench/*.py
 list the rest."""
 
@@ -275,7 +277,8 @@ def fleet(part_: dict) -> str:
               "available-now-sequential": "AvailableNow, one after another",
               "available-now-concurrent": f"AvailableNow, {part_['concurrency']} at a time"}
     rows = [[labels[name], str(p["wall_seconds"]), f"{p['cpu_seconds']:,}", f"{p['peak_rss_mb']:,}",
-             str(p.get("parallelism", p.get("concurrency"))), f"{p['load_1m_at_start']} / {p['load_1m_at_end']}"]
+             f"{p.get('rss_at_start_mb', 0):,}", str(p.get("parallelism", p.get("concurrency"))),
+             f"{p['load_1m_at_start']} / {p['load_1m_at_end']}"]
             for name, p in phases.items()]
     ticks = [f"{labels[n]}: runs {p['run_seconds']['median']} s median ({p['run_seconds']['min']}–"
              f"{p['run_seconds']['max']}), ingest task {p['ingest_task_seconds']['median']} s median, the last run "
@@ -294,7 +297,8 @@ def fleet(part_: dict) -> str:
         "included), PostgreSQL and the Spark Connect server (RSS counts pages shared by forked processes once per "
         "process). AvailableNow: the same topics, each job a spark-submit, timed from the first start to the last "
         f"end. Every output table checked: each offset exactly once.{verdict}",
-        _table(["fleet", "wall seconds", "CPU seconds", "peak RSS MB", "parallelism", "load (1 min) start / end"],
+        _table(["fleet", "wall seconds", "CPU seconds", "peak RSS MB", "RSS before the first start, MB",
+                "parallelism", "load (1 min) start / end"],
                rows), "; ".join(ticks) + ".")
 
 
