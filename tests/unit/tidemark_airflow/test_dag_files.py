@@ -1,0 +1,49 @@
+"""What the DAG file builds (tidemark_airflow.dag_files): every pipeline's DAGs where Airflow parses the folder,
+and in a task's process (Airflow's parsing context names the task's DAG) that DAG alone, from its own file."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "pipelines"
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    pipelines = tmp_path / "pipelines"
+    pipelines.mkdir()
+    for name in ("orders", "payments"):
+        shutil.copy(FIXTURES / "good" / f"{name}.yaml", pipelines)
+    monkeypatch.setenv("TIDEMARK_PIPELINES_DIR", str(pipelines))
+    monkeypatch.setenv("TIDEMARK_LAKE_ROOT", str(tmp_path / "lake"))
+    return pipelines
+
+
+def parsed_in_task(dag_id: str | None):
+    from airflow.sdk.definitions._internal.dag_parsing_context import _airflow_parsing_context_manager
+
+    from tidemark_airflow.dag_files import pipeline_dags
+
+    with _airflow_parsing_context_manager(dag_id=dag_id, task_id="plan" if dag_id else None):
+        return pipeline_dags(Path("unused"))
+
+
+def test_the_folder_parse_builds_every_pipelines_dags(folder):
+    assert sorted(parsed_in_task(None)) == ["tidemark_ingest__orders", "tidemark_ingest__payments",
+                                            "tidemark_replay__orders", "tidemark_replay__payments"]
+
+
+def test_a_task_builds_only_its_dag_and_reads_only_its_pipelines_file(folder):
+    (folder / "payments.yaml").write_text("name: payments\ntopics: [payments\n")  # broken: never read here
+    dags = parsed_in_task("tidemark_ingest__orders")
+    assert list(dags) == ["tidemark_ingest__orders"]
+    assert [t.task_id for t in dags["tidemark_ingest__orders"].topological_sort()] == ["plan", "ingest"]
+    assert list(parsed_in_task("tidemark_replay__orders")) == ["tidemark_replay__orders"]
+
+
+def test_a_task_of_another_or_a_vanished_dag_builds_nothing(folder):
+    assert parsed_in_task("tidemark_example_downstream__orders") == {}
+    assert parsed_in_task("tidemark_ingest__gone") == {}
