@@ -1,7 +1,7 @@
 """One ingest DAG per pipeline, two tasks: plan -> ingest (Spark). The plan task skips the ingest task
-when there is nothing to read (no Spark launch); either task ends the run with the report (offsets
-mirrored to the consumer group, lag logged). The ingest task's outlet is the output table (an Airflow
-Asset: one event per committed batch).
+when there is nothing to read (no Spark launch); the success callback of the task that ends the run
+reports (offsets mirrored to the consumer group, lag logged, metrics sent). The ingest task's outlet
+is the output table (an Airflow Asset: one event per committed batch).
 Declarative: building a DAG reads nothing but the pipeline config (no Kafka, Delta or Spark)."""
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import datetime as dt
 from tidemark.config import PipelineConfig
 from tidemark.reset_targets import SCENARIOS
 from tidemark_airflow.naming import ingest_dag_id, replay_dag_id
-from tidemark_airflow.run_modes import MODES
 
 DEFAULT_START = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 
@@ -31,6 +30,8 @@ def doc_md(config: PipelineConfig) -> str:
 def trigger_form():
     """The manual-run form (Airflow Params, validated with JSON schema)."""
     from airflow.sdk import Param
+
+    from tidemark_airflow.run_modes import MODES
 
     return {
         "mode": Param("incremental", type="string", enum=list(MODES), title="Run mode",
@@ -84,14 +85,16 @@ def build_ingest_dag(config: PipelineConfig):
              deadline=freshness_deadline(config),  # freshness_sla: a Deadline Alert (tidemark_airflow.alerts)
              tags=["tidemark", f"pipeline:{config.name}"], description=f"Kafka -> Delta: {config.name}") as dag:
         # Two tasks, since each task launch costs a process start and a DAG parse: the plan task also
-        # decides (an empty plan skips the ingest task) and reports an empty run; the ingest task
-        # reports after its commit.
+        # decides (an empty plan skips the ingest task). The report (offsets mirrored to the consumer
+        # group, lag logged) and the metrics run in the success callbacks, after Airflow has recorded
+        # the task's success, so the run ends as its work is done: the ingest task's after its commit,
+        # the plan task's after an empty plan (tidemark_airflow.tasks).
         plan = ShortCircuitOperator(task_id="plan", python_callable=tasks.plan, op_kwargs={"pipeline": config.name},
-                                    ignore_downstream_trigger_rules=False)
+                                    ignore_downstream_trigger_rules=False, on_success_callback=tasks.after_plan)
         ingest = TidemarkIngestOperator(
             task_id="ingest", conn_id=config.spark_conn_id, conf={**DEFAULT_CONF, **config.spark_conf},
             driver_memory="1g", name=f"tidemark-{config.name}", outlets=[table_asset(config)],
-            on_success_callback=tasks.after_ingest)  # metrics and hold warnings (tidemark_airflow.metrics)
+            on_success_callback=tasks.after_ingest)  # the report, metrics and hold warnings
         plan >> ingest
     return dag
 

@@ -45,8 +45,9 @@ def refuse_cluster_deploy_mode(deploy_mode: str | None, run: PipelineRun) -> Non
 
 
 class TidemarkIngestOperator(SparkSubmitOperator):
-    """Runs the ingest job (``tidemark_spark/ingest.py``) for the batch the ``plan`` task froze, then
-    reports (offsets mirrored to the consumer group, lag logged; best effort). A job that ends on a
+    """Runs the ingest job (``tidemark_spark/ingest.py``) for the batch the ``plan`` task froze and
+    describes the committed batch in the output table's asset event; the DAG's success callback
+    (``tasks.after_ingest``) then reports on ``tidemark_run`` (best effort). A job that ends on a
     terminal error (``JobExit.TERMINAL``: bad records under ``on_bad_record: fail``, another run
     holding the pipeline, refused credentials...) fails the task at once; any other failure is left to
     Airflow's retries."""
@@ -85,7 +86,7 @@ class TidemarkIngestOperator(SparkSubmitOperator):
             raise AirflowException(f"pipeline '{plan.pipeline}': the ingest job of batch {plan.batch_id} exited with "
                                    f"{code}; Airflow retries it (the same frozen ranges)")
         self.describe_asset_events(context, run, plan)
-        run.report()
+        self.tidemark_run, self.tidemark_batch_id = run, plan.batch_id  # for the report, after the success
         return result
 
     def _master(self, run: PipelineRun) -> str:

@@ -40,8 +40,8 @@ def fail_fast_on_terminal_errors(task):
 def plan(pipeline: str, **context) -> str | None:
     """Recover an unfinished batch or freeze the next one (incremental, capped or backfill, from the
     trigger form or the native backfill's data interval); returns the plan as JSON (no secrets), or
-    None when there is nothing to read: the task (a short-circuit) then skips the ingest task, after
-    reporting the pipeline's offsets and lag (``PipelineRun.report``) as the ingest task does after a commit."""
+    None when there is nothing to read: the task (a short-circuit) then skips the ingest task, and its
+    success callback (``after_plan``) reports, as the ingest task's does after a commit."""
     run = open_run(pipeline)
     ti, dag_id = context["ti"], context["dag"].dag_id
     dag_run = context["dag_run"]
@@ -60,19 +60,39 @@ def plan(pipeline: str, **context) -> str | None:
     batch = run.prepare(owner=context["run_id"], run_state=run_state, backfill=request.backfill)
     if batch.is_empty:
         log.info("pipeline '%s': nothing to read; the ingest task will be skipped (no Spark launch)", pipeline)
-        observe_run(run, run.report() or None)
+        context["task"].tidemark_run = run  # the run this task ended: its success callback reports it
         return None
     return batch.to_json()
 
 
+def report_run(run: PipelineRun, batch_id: int | None = None) -> None:
+    """After a run: the report (``PipelineRun.report``: offsets mirrored to the consumer group, lag logged),
+    then the metrics and hold warnings from the lag the report just read (``tidemark_airflow.metrics``)."""
+    observe_run(run, run.report() or None, batch_id=batch_id)
+
+
+def after_plan(context) -> None:
+    """The plan task's success callback: after an empty plan (the run ends here), the report and metrics.
+    They run once Airflow has recorded the task's success, so they add nothing to the run's time. Never
+    fails: nothing was to be read."""
+    run = getattr(context["task"], "tidemark_run", None)
+    if run is not None:
+        report_run(run)
+
+
 def after_ingest(context) -> None:
-    """The ingest task's success callback: the committed batch's and the pipeline's metrics, and the
-    hold warnings (``tidemark_airflow.metrics``). Never fails: the batch is committed."""
+    """The ingest task's success callback: the report, then the committed batch's and the pipeline's
+    metrics and the hold warnings, on the run the task executed (``TidemarkIngestOperator``). Never fails:
+    the batch is committed."""
     try:
-        plan = BatchPlan.from_json(context["ti"].xcom_pull(task_ids="plan"))
-        observe_run(PipelineRun.for_plan(plan, RESOLVER), batch_id=plan.batch_id)
+        task = context["task"]
+        run, batch_id = getattr(task, "tidemark_run", None), getattr(task, "tidemark_batch_id", None)
+        if run is None or batch_id is None:  # not set by this process's execute: the plan task's XCom says
+            plan = BatchPlan.from_json(context["ti"].xcom_pull(task_ids="plan"))
+            run, batch_id = PipelineRun.for_plan(plan, RESOLVER), plan.batch_id
+        report_run(run, batch_id=batch_id)
     except Exception as exc:
-        log.warning("could not send the metrics of the ingest task (%s: %s)", type(exc).__name__, exc)
+        log.warning("could not report the ingest task's run or send its metrics (%s: %s)", type(exc).__name__, exc)
 
 
 @fail_fast_on_terminal_errors

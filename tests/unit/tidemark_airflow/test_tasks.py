@@ -66,3 +66,42 @@ def test_the_scheduled_audit_passes_a_clean_table_and_fails_at_once_on_damage(tm
     write_deltalake(str(tmp_path / "lake" / "out"), rows.slice(1, 1), mode="append")
     with pytest.raises(AirflowFailException, match=r"AuditDamageError: .*DAMAGE.*1 duplicated offsets"):
         audit("p")
+
+
+class ReportingRun:
+    """What the success callbacks use of a PipelineRun; counts the reads of the pipeline's status."""
+
+    def __init__(self, tmp_path):
+        from tidemark.config import parse_pipeline
+
+        self.name, self.store, self.calls = "orders", None, []
+        self.config = parse_pipeline({"name": "orders", "topics": ["orders"], "table": str(tmp_path / "orders")},
+                                     "orders.yaml")
+
+    def report(self):
+        self.calls.append("report")
+        return [{"topic": "orders", "partition": 0, "lag": 0, "held_by_open_transactions": 0, "held_since": None}]
+
+    def status(self):
+        self.calls.append("status")
+        return []
+
+    def recent_entries(self, count):
+        self.calls.append("recent_entries")
+        return [{"batch_id": 3, "records": 5, "dead_letters": 0, "duration_seconds": 1.0}]
+
+
+def test_the_success_callbacks_report_the_run_their_task_ended_with_one_read_of_the_lag(tmp_path):
+    """The report and the metrics run after the task's success: the plan task's only when it ended the run
+    (an empty plan), the ingest task's on the run its execute committed; the metrics take the lag the
+    report read (one status read, not two)."""
+    from types import SimpleNamespace
+
+    from tidemark_airflow.tasks import after_ingest, after_plan
+
+    after_plan({"task": SimpleNamespace()})  # a plan that froze a batch: the ingest task will report
+    empty, committed = ReportingRun(tmp_path), ReportingRun(tmp_path)
+    after_plan({"task": SimpleNamespace(tidemark_run=empty)})
+    assert empty.calls == ["report"]
+    after_ingest({"task": SimpleNamespace(tidemark_run=committed, tidemark_batch_id=3), "ti": None})
+    assert committed.calls == ["report", "recent_entries"]
