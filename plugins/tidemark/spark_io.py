@@ -171,32 +171,31 @@ def fail_on_bad_records(rows: DataFrame) -> DataFrame:
     return rows.where(F.coalesce(F.when(F.col("error").isNotNull(), F.raise_error(message)), F.lit(True)))
 
 
-def write_output_tallying(rows: DataFrame, plan: BatchPlan) -> tuple[dict[TopicPartition, Tally], int] | None:
-    """Write the batch's good rows in one pass over Kafka while Spark tallies every row it read, good
-    and bad, per partition of the plan (records, bad records, offset span, bad records' span): one aggregate per
-    partition and measure, so nothing is grouped or shuffled. Also returns how many records belong to
-    no partition of the plan (never expected). None when Delta skipped the write (the output already
+def write_output_tallying(rows: DataFrame, plan: BatchPlan) -> tuple[int, dict[TopicPartition, Tally]] | None:
+    """Write the batch's good rows in one pass over Kafka while Spark counts every row it read and
+    tallies the bad ones per partition of the plan (how many, and the span from the first to the last):
+    one aggregate per partition and measure, so nothing is grouped or shuffled. Each per-partition
+    aggregate tests ``error`` first, so a good row costs one null test per aggregate (the records per
+    partition come from the tables afterwards, ``finalize_batch``). Returns the records read and the
+    bad tallies of partitions with bad records; None when Delta skipped the write (the output already
     holds the batch)."""
     from pyspark.sql import functions as F
 
     aggregates = [F.count(F.lit(1)).alias("total")]
     one_topic = len({r.topic for r in plan.ranges}) == 1  # then the partition number alone tells them apart
     for i, r in enumerate(plan.ranges):
-        here = F.col("kafka_partition") == r.partition
+        bad = F.col("error").isNotNull() & (F.col("kafka_partition") == r.partition)
         if not one_topic:
-            here = (F.col("kafka_topic") == r.topic) & here
-        bad = here & F.col("error").isNotNull()
-        offset, bad_offset = F.when(here, F.col("kafka_offset")), F.when(bad, F.col("kafka_offset"))
-        aggregates += [F.count_if(here).alias(f"n{i}"), F.count_if(bad).alias(f"b{i}"),
-                       F.min(offset).alias(f"lo{i}"), F.max(offset).alias(f"hi{i}"),
-                       F.min(bad_offset).alias(f"blo{i}"), F.max(bad_offset).alias(f"bhi{i}")]
+            bad = bad & (F.col("kafka_topic") == r.topic)
+        offset = F.when(bad, F.col("kafka_offset"))
+        aggregates += [F.count_if(bad).alias(f"b{i}"), F.min(offset).alias(f"lo{i}"), F.max(offset).alias(f"hi{i}")]
     observed = _write_observed(rows, plan, *aggregates)
     if observed is None:
         return None
-    tallies = {r.tp: Tally(int(observed[f"n{i}"]), int(observed[f"b{i}"]), observed[f"lo{i}"], observed[f"hi{i}"],
-                           observed[f"blo{i}"], observed[f"bhi{i}"])
-               for i, r in enumerate(plan.ranges) if observed[f"n{i}"]}
-    return tallies, int(observed["total"]) - sum(t.records for t in tallies.values())
+    bad = {r.tp: Tally(int(observed[f"b{i}"]), int(observed[f"b{i}"]), observed[f"lo{i}"], observed[f"hi{i}"],
+                       observed[f"lo{i}"], observed[f"hi{i}"])
+           for i, r in enumerate(plan.ranges) if observed[f"b{i}"]}
+    return int(observed["total"]), bad
 
 
 def tally(rows: DataFrame) -> dict[TopicPartition, Tally]:

@@ -149,14 +149,16 @@ def _fake_output(table_uri: str, topic: str, offsets: list[int], batch_id: int =
                                          "kafka_offset": offsets, "ingest_batch_id": [batch_id] * len(offsets)}))
 
 
-@pytest.mark.parametrize(("offsets", "records_read", "message"), [
-    ([0, 1, 7], None, r"the output and dead-letter tables hold 3 records with offsets 0\.\.7 for the frozen range "
-                      r"\[0, 5\) of batch 1; the ledger was not committed"),
-    ([0, 1, 2], 5, r"batch 1: Spark read 5 records from Kafka for .* but the output and dead-letter tables hold 3; "
-                   r"the ledger was not committed"),
+@pytest.mark.parametrize(("offsets", "records_read", "bad_read", "message"), [
+    ([0, 1, 7], None, None, r"the output and dead-letter tables hold 3 records with offsets 0\.\.7 for the frozen "
+                            r"range \[0, 5\) of batch 1; the ledger was not committed"),
+    ([0, 1, 2], 5, None, r"batch 1: Spark read 5 records from Kafka for .* but the output and dead-letter tables "
+                         r"hold 3; the ledger was not committed"),
+    ([0, 1, 2], 3, 1, r"\S+:0: Spark found 1 bad records in \[0, 5\) but the dead-letter table holds 0 for batch 1; "
+                      r"the ledger was not committed"),
 ])
 def test_the_ledger_is_not_committed_when_the_tables_disagree_with_the_batch(kafka_bootstrap, lake, offsets,
-                                                                               records_read, message):
+                                                                               records_read, bad_read, message):
     from tidemark.batch.finalize import finalize_batch
     from tidemark.errors import ReconciliationError
 
@@ -167,5 +169,6 @@ def test_the_ledger_is_not_committed_when_the_tables_disagree_with_the_batch(kaf
     ledger = Ledger(settings.ledger_uri())
     before = ledger.version()
     with pytest.raises(ReconciliationError, match=message):
-        finalize_batch(plan, records_read=records_read)
+        finalize_batch(plan, records_read=records_read,
+                       bad_read=None if bad_read is None else {plan.ranges[0].tp: bad_read})
     assert ledger.version() == before and ledger.state(topic).pending_batch_id == 1

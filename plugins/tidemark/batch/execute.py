@@ -37,7 +37,6 @@ from tidemark.errors import (
     KafkaUnavailableError,
     PipelineBusyError,
     PlanMismatchError,
-    ReconciliationError,
     StorageLocationError,
 )
 from tidemark.ledger import Ledger
@@ -114,10 +113,12 @@ def execute_batch(spark, plan: BatchPlan, properties: Mapping[str, str], isolati
             rows = spark_io.drop_already_written(spark, rows, plan, store)
             finalize_batch(plan, tallies=write_counted_first(rows, plan), store=store)
         elif plan.format.can_reject:
-            tallies = write_checked_in_one_pass(spark, rows, plan, properties, isolation_level)
-            if tallies is None:  # another attempt committed the output meanwhile
+            counted = write_checked_in_one_pass(spark, rows, plan, properties, isolation_level)
+            if counted is None:  # another attempt committed the output meanwhile
                 complete_dead_letters(spark, plan, properties, isolation_level, store)
-            finalize_batch(plan, tallies=tallies, store=store)
+                finalize_batch(plan, store=store)
+            else:
+                finalize_batch(plan, records_read=counted[0], bad_read=counted[1], store=store)
         else:
             finalize_batch(plan, records_read=write_in_one_pass(rows, plan), store=store)
     crash.crash_point(crash.AFTER_LEDGER_COMMIT)
@@ -172,12 +173,13 @@ def _bad_records_error(plan: BatchPlan, rows) -> BadRecordsError:
 
 
 def write_checked_in_one_pass(spark, rows, plan: BatchPlan, properties: Mapping[str, str],
-                              isolation_level: str) -> dict[TopicPartition, Tally] | None:
+                              isolation_level: str) -> tuple[int, dict[TopicPartition, int]] | None:
     """Values that can be bad: one pass over Kafka writes the good records (the commit point) while
-    Spark tallies every record per partition; under ``on_bad_record: fail`` a bad record fails the
-    job before Delta commits. Then the dead letters: only the partitions that held bad records are
-    read again. Returns the tallies for the reconciliation (None when the output already held the
-    batch, so no job ran to count)."""
+    Spark counts every record and tallies the bad ones per partition; under ``on_bad_record: fail`` a
+    bad record fails the job before Delta commits. Then the dead letters: only the span of each
+    partition from its first bad record to its last is read again. Returns the records read and the
+    bad records per partition, for the reconciliation (None when the output already held the batch, so
+    no job ran to count)."""
     good = spark_io.fail_on_bad_records(rows) if plan.format.on_bad_record == "fail" else rows
     try:
         with kafka_errors(plan):
@@ -191,24 +193,19 @@ def write_checked_in_one_pass(spark, rows, plan: BatchPlan, properties: Mapping[
         log.warning("pipeline '%s': batch %d was already in %s (Delta skipped the write by its marker)",
                     plan.pipeline, plan.batch_id, plan.table_uri)
         return None
-    tallies, outside = written
-    check_read(plan, tallies, outcome="the output was committed, the ledger was not: investigate before re-running")
-    if outside:
-        raise ReconciliationError(f"batch {plan.batch_id}: Spark returned {outside} records of partitions the batch "
-                                  f"does not read; the ledger was not committed", pipeline=plan.pipeline)
-    bad = {tp: t.bad for tp, t in tallies.items() if t.bad}
+    records_read, bad = written
+    check_read(plan, bad, outcome="the output was committed, the ledger was not: investigate before re-running")
     log.info("pipeline '%s': batch %d committed to %s (%d records read, %d bad, from %d offsets)", plan.pipeline,
-             plan.batch_id, plan.table_uri, sum(t.records for t in tallies.values()), sum(bad.values()),
-             plan.total_offsets)
+             plan.batch_id, plan.table_uri, records_read, sum(t.bad for t in bad.values()), plan.total_offsets)
     crash.crash_point(crash.AFTER_OUTPUT_COMMIT)
     if bad:
-        only = dataclasses.replace(plan, ranges=bad_spans(plan, tallies))
+        only = dataclasses.replace(plan, ranges=bad_spans(plan, bad))
         with kafka_errors(plan):
             spark_io.write_dead_letters(_read_rows(spark, only, properties, isolation_level), plan)
-        log.info("pipeline '%s': %d dead letters written to %s (read again: %s)", plan.pipeline, sum(bad.values()),
-                 plan.dead_letter_uri, describe_ranges(only.ranges))
+        log.info("pipeline '%s': %d dead letters written to %s (read again: %s)", plan.pipeline,
+                 sum(t.bad for t in bad.values()), plan.dead_letter_uri, describe_ranges(only.ranges))
     crash.crash_point(crash.AFTER_DEAD_LETTERS)
-    return tallies
+    return records_read, {tp: t.bad for tp, t in bad.items()}
 
 
 def bad_spans(plan: BatchPlan, tallies: dict[TopicPartition, Tally]) -> list[OffsetRange]:

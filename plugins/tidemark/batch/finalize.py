@@ -50,12 +50,14 @@ def check_read(plan: BatchPlan, tallies: dict[TopicPartition, Tally], *, source:
 
 
 def finalize_batch(plan: BatchPlan, tallies: dict[TopicPartition, Tally] | None = None,
-                   records_read: int | None = None, *, store: ObjectStore | None = None) -> bool:
+                   records_read: int | None = None, *, bad_read: dict[TopicPartition, int] | None = None,
+                   store: ObjectStore | None = None) -> bool:
     """Count the batch's records in the output and the dead-letter table, check they lie within
     the frozen ranges, and flip its ledger rows to committed with those counts. With the ``tallies``
-    Spark counted before writing, or the ``records_read`` it counted while writing, a mismatch raises
-    ReconciliationError and leaves the ledger untouched. ``store``: the object store of tables on S3.
-    Idempotent; returns False when the ledger already had the batch committed."""
+    Spark counted before writing, or the ``records_read`` (and ``bad_read``: the bad records per
+    partition) it counted while writing, a mismatch raises ReconciliationError and leaves the ledger
+    untouched. ``store``: the object store of tables on S3. Idempotent; returns False when the ledger
+    already had the batch committed."""
     output = batch_tallies(plan.table_uri, plan.batch_id, store)
     dead_letters = batch_tallies(plan.dead_letter_uri, plan.batch_id, store)
     written = {tp: t.records for tp, t in output.items()}
@@ -69,6 +71,12 @@ def finalize_batch(plan: BatchPlan, tallies: dict[TopicPartition, Tally] | None 
             f"{describe_ranges(plan.ranges)} but the output and dead-letter "
             f"tables hold {sum(t.records for t in held.values())}; the ledger was not committed. Investigate "
             f"before re-running.", pipeline=plan.pipeline)
+    for r in plan.ranges if bad_read is not None else ():
+        if dead.get(r.tp, 0) != bad_read.get(r.tp, 0):
+            raise ReconciliationError(
+                f"{r.tp}: Spark found {bad_read.get(r.tp, 0)} bad records in [{r.start}, {r.end}) but the dead-letter "
+                f"table holds {dead.get(r.tp, 0)} for batch {plan.batch_id}; the ledger was not committed. "
+                f"Investigate before re-running.", pipeline=plan.pipeline)
     if tallies is not None:
         for r in plan.ranges:
             t = tallies.get(r.tp, Tally(0, 0, None, None))
