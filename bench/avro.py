@@ -65,7 +65,7 @@ def wire_value(schema_id: int, parsed: dict, record: dict, size: int) -> bytes:
 
 def poison(i: int, good: bytes) -> bytes | None:
     """Record i is poison when i % 1000 == 999: a wrong magic byte when i % 2000 == 999, else a truncated body."""
-    if i % POISON_EVERY != POISON_EVERY - 1:
+    if not POISON_EVERY or i % POISON_EVERY != POISON_EVERY - 1:
         return None
     if i % (2 * POISON_EVERY) == POISON_EVERY - 1:
         return b"\x01" + good[1:]  # not the Confluent wire format

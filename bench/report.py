@@ -48,7 +48,8 @@ make bench-fleet                                 # a fleet of 50 pipelines: one 
 ```
 Knobs: `BENCH_RECORDS`, `BENCH_RECORD_BYTES` (300), `BENCH_PARTITIONS` (8), `BENCH_REPEATS` (3),
 `BENCH_JSON_RECORDS` / `BENCH_AVRO_RECORDS` / `BENCH_TLS_RECORDS` (1,000,000), `BENCH_LEDGER_SIZES`,
-`BENCH_SCALE_SIZES`, `BENCH_FLEET_PIPELINES` (50) / `BENCH_FLEET_RECORDS` (10,000), `BENCH_SKIP` (parts of
+`BENCH_SCALE_SIZES`, `BENCH_FLEET_PIPELINES` (50) / `BENCH_FLEET_RECORDS` (10,000),
+`BENCH_POISON_EVERY` (typed values: one poison record in N, 1,000; 0 for none), `BENCH_SKIP` (parts of
 `make bench` not to run; they keep their last results),
 `BENCH_RESULTS` (a folder for a trial run's results instead of bench/results); the docstrings of bench/*.py
 list the rest."""
@@ -226,8 +227,9 @@ def typed(part_: dict, title: str) -> str:
             for c in m["contenders"].values()]
     phases = ", ".join(f"{p} {v} s" for p, v in m.get("tidemark_phases", {}).items())
     return _section(
-        title, f"{part_['date']}: {backlog['records']:,} records ({s['record_bytes']} bytes, {backlog['poison']:,} "
-        f"of them poison: {', '.join(backlog['poison_kinds'])}) on {backlog['partitions']} partitions, "
+        title, f"{part_['date']}: {backlog['records']:,} records ({s['record_bytes']} bytes, "
+        + (f"{backlog['poison']:,} of them poison: {', '.join(backlog['poison_kinds'])}" if backlog["poison"]
+           else "none of them poison") + f") on {backlog['partitions']} partitions, "
         f"`{s['master']}`, {s['repeats']} runs each. Ratios: "
         + ", ".join(f"{k} **x{v}**" for k, v in m["ratios"].items())
         + f". Tidemark's plan call: {m.get('tidemark_plan_seconds')} s" + (f"; its phases: {phases}." if phases
@@ -281,8 +283,8 @@ def fleet(part_: dict) -> str:
              f"{p['load_1m_at_start']} / {p['load_1m_at_end']}"]
             for name, p in phases.items()]
     ticks = [f"{labels[n]}: runs {p['run_seconds']['median']} s median ({p['run_seconds']['min']}–"
-             f"{p['run_seconds']['max']}), ingest task {p['ingest_task_seconds']['median']} s median, the last run "
-             f"started {p['last_run_started_after_seconds']} s after the first trigger, CPU by tree "
+             f"{p['run_seconds']['max']}), ingest task {p['ingest_task_seconds']['median']} s median, the last ingest "
+             f"task started {p['last_ingest_started_after_seconds']} s after the first trigger, CPU by tree "
              + ", ".join(f"{k} {v}" for k, v in p["cpu_seconds_by_tree"].items())
              for n, p in phases.items() if "launcher" in p]
     verdict = (f" Warm path **x{m['warm_speedup']}** faster than the faster AvailableNow fleet "
@@ -298,7 +300,7 @@ def fleet(part_: dict) -> str:
         "process). AvailableNow: the same topics, each job a spark-submit, timed from the first start to the last "
         f"end. Every output table checked: each offset exactly once.{verdict}",
         _table(["fleet", "wall seconds", "CPU seconds", "peak RSS MB", "RSS before the first start, MB",
-                "parallelism", "load (1 min) start / end"],
+                "at a time (Airflow's parallelism)", "load (1 min) start / end"],
                rows), "; ".join(ticks) + ".")
 
 
@@ -421,7 +423,8 @@ def markdown(results: dict) -> str:
                          ("maintenance", maintenance)):
         if found := part(results, name):
             parts.append(render(found))
-    for name, title in (("typed_json", "JSON with a declared schema"), ("avro", "Avro from a Schema Registry")):
+    for name, title in (("typed_json", "JSON with a declared schema"), ("typed_json_clean", "JSON with no poison"),
+                        ("avro", "Avro from a Schema Registry"), ("avro_clean", "Avro with no poison")):
         if found := part(results, name):
             parts.append(typed(found, title))
     if kept := results.get("kept_from"):

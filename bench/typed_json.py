@@ -54,7 +54,7 @@ def produce_poison(settings: BenchSettings, topic: str, lines: list[bytes]) -> N
 def produce_json(settings: BenchSettings, topic: str) -> Backlog:
     """BENCH_JSON_RECORDS good events in two halves (ProducerPerformance), the poison between them."""
     good, size = settings.records, settings.record_bytes
-    lines = poison_lines(max(1, good // POISON_EVERY), size)
+    lines = poison_lines(good // POISON_EVERY if POISON_EVERY else 0, size)
     data.create_topic(settings, topic, settings.partitions)
     started = time.perf_counter()
     first = data.produce(settings, topic, good // 2, size)

@@ -5,7 +5,8 @@
 # broker and a private Schema Registry) unless BENCH_SKIP names `avro`, and the small-batch warm-path
 # benchmark (scripts/bench_small.sh: a private Spark Connect server) unless it names `small`, and the TLS
 # benchmark (scripts/bench_tls.sh: SASL_SSL vs PLAINTEXT on a private three-broker cluster) unless it names
-# `tls`, and the shared ledger under contention (bench/ledger_contention.py) unless it names `ledger-contention`. Knobs (BENCH_RECORDS, BENCH_RECORD_BYTES, BENCH_REPEATS, ...): bench/run.py, bench/typed_json.py,
+# `tls`, each typed benchmark again with no poison (BENCH_POISON_EVERY=0; `json-clean`, `avro-clean` in BENCH_SKIP
+# leave them out), and the shared ledger under contention (bench/ledger_contention.py) unless it names `ledger-contention`. Knobs (BENCH_RECORDS, BENCH_RECORD_BYTES, BENCH_REPEATS, ...): bench/run.py, bench/typed_json.py,
 # bench/avro.py and bench/tls.py.
 # Writes bench/results/bench.json, docs/BENCHMARKS.md, docs/benchmarks.png, bench/results/typed_json.json
 # bench/results/avro.json, bench/results/small_batch.json, bench/results/tls.json and
@@ -23,8 +24,14 @@ scripts/with_broker.sh bench "${BENCH_KAFKA_PORT:-19292}" .venv/bin/python -m be
 if ! skipped json; then
   scripts/with_broker.sh bench "${BENCH_KAFKA_PORT:-19292}" .venv/bin/python -m bench.typed_json
 fi
+if ! skipped json-clean; then  # the same with no poison: bench/results/typed_json_clean.json
+  BENCH_POISON_EVERY=0 scripts/with_broker.sh bench "${BENCH_KAFKA_PORT:-19292}" .venv/bin/python -m bench.typed_json
+fi
 if ! skipped avro; then
   scripts/bench_avro.sh
+fi
+if ! skipped avro-clean; then  # bench/results/avro_clean.json
+  BENCH_POISON_EVERY=0 scripts/bench_avro.sh
 fi
 if ! skipped small; then
   scripts/bench_small.sh
