@@ -184,17 +184,20 @@ def _tick(airflow: Airflow, dag_ids: list[str], roots: dict[str, int], deadline:
         sampler.stop()
     failed = [r for r in runs if r["state"] != "success"]
     if failed:
-        tasks = {r["dag_id"]: [(t["task_id"], t["state"]) for t in airflow.tasks(r["dag_id"], r["dag_run_id"])]
-                 for r in failed[:5]}
-        raise RuntimeError(f"{len(failed)} DAG run(s) failed: {tasks}; logs in {airflow.home / 'logs'}")
+        states = {r["dag_id"]: [(t["task_id"], t["state"]) for t in airflow.tasks(r["dag_id"], r["dag_run_id"])]
+                  for r in failed[:5]}
+        raise RuntimeError(f"{len(failed)} DAG run(s) failed: {states}; logs in {airflow.home / 'logs'}")
     ended = max(epoch(r["end_date"]) for r in runs)
-    ingest = [t.get("duration") for r in runs for t in airflow.tasks(r["dag_id"], r["dag_run_id"])
-              if t["task_id"] == "ingest"]
+    tasks = {r["dag_id"]: {t["task_id"]: t for t in airflow.tasks(r["dag_id"], r["dag_run_id"])} for r in runs}
+    ingest = [t["ingest"] for t in tasks.values()]
     return {"wall_seconds": round(ended - first, 2), "observed_wall_seconds": round(observed - first, 2),
             "trigger_spread_seconds": round(last - first, 2), **sampler.summary(),
             "run_seconds": _spread(seconds_between(r["start_date"], r["end_date"]) for r in runs),
-            "last_run_started_after_seconds": round(max(epoch(r["start_date"]) for r in runs) - first, 2),
-            "ingest_task_seconds": _spread(ingest)}
+            "ingest_task_seconds": _spread(t.get("duration") for t in ingest),
+            "last_ingest_started_after_seconds": round(max(epoch(t["start_date"]) for t in ingest) - first, 2),
+            "runs": [{"dag_id": r["dag_id"], "start_date": r["start_date"], "end_date": r["end_date"],
+                      **{f"{task}_seconds": t.get("duration") for task, t in tasks[r["dag_id"]].items()}}
+                     for r in runs]}
 
 
 def _write_pipelines(settings: BenchSettings, names: list[str], topics: list[str]) -> None:
