@@ -76,6 +76,10 @@ export AIRFLOW__CORE__PARALLELISM=4
 # A task's calls to the execution API wait up to 30 s (Airflow's default is 5 s): on a small machine the
 # api-server shares its cores with Spark jobs.
 export AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT=30
+# The scheduler sleeps this long after a loop that found nothing to do (Airflow's default is 1 s): each
+# hand-over of a run (queued -> plan, plan -> ingest, ingest -> the run's end) waits for the next loop
+# (docs/OPERATIONS.md, "The scheduler's idle sleep").
+export AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME=0.2
 export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION=False
 export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://127.0.0.1:$port/execution/"
 export AIRFLOW__API__HOST=127.0.0.1
