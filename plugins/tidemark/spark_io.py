@@ -171,17 +171,40 @@ def fail_on_bad_records(rows: DataFrame) -> DataFrame:
     return rows.where(F.coalesce(F.when(F.col("error").isNotNull(), F.raise_error(message)), F.lit(True)))
 
 
-def write_output_tallying(rows: DataFrame, plan: BatchPlan) -> tuple[int, dict[TopicPartition, Tally]] | None:
-    """Write the batch's good rows in one pass over Kafka while Spark counts every row it read and
-    tallies the bad ones per partition of the plan (how many, and the span from the first to the last):
-    one aggregate per partition and measure, so nothing is grouped or shuffled. Each per-partition
-    aggregate tests ``error`` first, so a good row costs one null test per aggregate (the records per
-    partition come from the tables afterwards, ``finalize_batch``). Returns the records read and the
-    bad tallies of partitions with bad records; None when Delta skipped the write (the output already
-    holds the batch)."""
+BAD_BUCKETS = 65536
+"""The buckets a bad record's Kafka coordinates are hashed into (``bad_bucket``)."""
+
+
+def bad_bucket() -> Column:
+    """A record's bucket: its Kafka coordinates hashed into one of ``BAD_BUCKETS``. The one pass
+    collects the buckets of the bad records (a bounded set, however many records are bad); the read
+    for the dead letters then decodes only the records of those buckets, since no other can be bad."""
     from pyspark.sql import functions as F
 
-    aggregates = [F.count(F.lit(1)).alias("total")]
+    return F.pmod(F.xxhash64("kafka_topic", "kafka_partition", "kafka_offset"), F.lit(BAD_BUCKETS))
+
+
+class OnePass(NamedTuple):
+    """What Spark counted while it wrote a batch's good records (``write_output_tallying``)."""
+
+    records_read: int
+    bad: dict[TopicPartition, Tally]
+    """Per partition with bad records: how many, and the span from the first to the last."""
+    bad_buckets: list[int]
+    """The ``bad_bucket`` of every bad record."""
+
+
+def write_output_tallying(rows: DataFrame, plan: BatchPlan) -> OnePass | None:
+    """Write the batch's good rows in one pass over Kafka while Spark counts every row it read and
+    tallies the bad ones per partition of the plan (how many, and the span from the first to the last),
+    and collects their buckets: one aggregate per partition and measure, so nothing is grouped or
+    shuffled. Each aggregate over bad records tests ``error`` first, so a good row costs one null test
+    per aggregate (the records per partition come from the tables afterwards, ``finalize_batch``).
+    None when Delta skipped the write (the output already holds the batch)."""
+    from pyspark.sql import functions as F
+
+    aggregates = [F.count(F.lit(1)).alias("total"),
+                  F.collect_set(F.when(F.col("error").isNotNull(), bad_bucket())).alias("buckets")]
     one_topic = len({r.topic for r in plan.ranges}) == 1  # then the partition number alone tells them apart
     for i, r in enumerate(plan.ranges):
         bad = F.col("error").isNotNull() & (F.col("kafka_partition") == r.partition)
@@ -195,7 +218,7 @@ def write_output_tallying(rows: DataFrame, plan: BatchPlan) -> tuple[int, dict[T
     bad = {r.tp: Tally(int(observed[f"b{i}"]), int(observed[f"b{i}"]), observed[f"lo{i}"], observed[f"hi{i}"],
                        observed[f"lo{i}"], observed[f"hi{i}"])
            for i, r in enumerate(plan.ranges) if observed[f"b{i}"]}
-    return int(observed["total"]), bad
+    return OnePass(int(observed["total"]), bad, sorted(int(b) for b in observed["buckets"]))
 
 
 def tally(rows: DataFrame) -> dict[TopicPartition, Tally]:

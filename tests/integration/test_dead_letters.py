@@ -125,7 +125,7 @@ def test_a_burst_of_bad_records_is_read_again_alone_for_the_dead_letters(kafka_b
     with caplog.at_level("INFO", logger="tidemark"):
         execute_batch(spark, plan, props(), "read_committed")
 
-    assert f"read again: {topic}:0 [20, 23))" in caplog.text  # the burst, not the partition or the batch
+    assert f"read again: {topic}:0 [20, 23);" in caplog.text  # the burst, not the partition or the batch
     dead = spark.read.format("delta").load(config.dead_letter_uri).orderBy("kafka_offset").collect()
     assert [(r.kafka_partition, r.kafka_offset, r.value) for r in dead] == [
         (0, 20 + i, v) for i, (v, _) in enumerate(POISON[:3])]
@@ -133,3 +133,31 @@ def test_a_burst_of_bad_records_is_read_again_alone_for_the_dead_letters(kafka_b
     rows = {r.partition: r for r in Ledger(settings.ledger_uri()).rows(topic)}
     assert (rows[0].record_count, rows[0].dead_letter_count) == (43, 3)
     assert (rows[1].record_count, rows[1].dead_letter_count) == (5, 0)
+
+
+@pytest.mark.parametrize("buckets", [65536, 4])
+def test_the_read_for_the_dead_letters_decodes_only_the_records_that_share_a_bad_records_bucket(
+        kafka_bootstrap, spark, lake, caplog, monkeypatch, buckets):
+    """Bad records spread over the batch: the span is the whole partition, but only the records whose
+    coordinates hash into a bad record's bucket are decoded again. With few buckets (more bad buckets
+    than a quarter of them) every record is decoded. Either way the dead letters are exactly the bad ones."""
+    from tidemark import spark_io
+
+    monkeypatch.setattr(spark_io, "BAD_BUCKETS", buckets)
+    topic = helpers.create_topic(helpers.unique("spread"), partitions=1)
+    values = [json.dumps({"order_id": i, "amount": 1.0}).encode() for i in range(60)]
+    for k, (value, _) in enumerate(POISON):
+        values[k * 12 + 1] = value
+    helpers.produce_values(topic, values, partition=0)
+    config = json_pipeline(topic)
+    plan = prepare_batch(config, props())
+    with caplog.at_level("INFO", logger="tidemark"):
+        execute_batch(spark, plan, props(), "read_committed")
+
+    bad_offsets = [k * 12 + 1 for k in range(len(POISON))]
+    assert f"read again: {topic}:0 [1, 50);" in caplog.text
+    assert (f"decoded again: the records of {len(POISON)} of 65536 buckets" if buckets == 65536
+            else "decoded again: every record") in caplog.text
+    dead = spark.read.format("delta").load(config.dead_letter_uri).orderBy("kafka_offset").collect()
+    assert [(r.kafka_offset, r.value) for r in dead] == [(o, v) for o, (v, _) in zip(bad_offsets, POISON, strict=True)]
+    assert spark.read.format("delta").load(config.table_uri).count() == 60 - len(POISON)

@@ -7,9 +7,10 @@ Three write paths:
 
 * raw values: one pass over Kafka writes the output while Spark counts what it read;
 * values that can be bad (JSON or Avro, size limits): one pass over Kafka writes the good records
-  (the commit point) while Spark tallies good and bad records per partition; under
-  ``on_bad_record: fail`` the first bad record fails that job, so Delta commits nothing. Then only
-  the partitions that held bad records are read again, to write their dead letters. A crash
+  (the commit point) while Spark counts the records and tallies the bad ones per partition, with the
+  hash buckets of their coordinates; under ``on_bad_record: fail`` the first bad record fails that job,
+  so Delta commits nothing. Then, per partition, the span from the first bad record to the last is
+  read again and only the records of those buckets decoded, to write the dead letters. A crash
   between the two leaves the dead letters to the next attempt: recovery executes such a batch
   again, and the job completes the dead letters without touching the output (``complete_dead_letters``);
 * re-reads that are deduplicated (backfills, replays): cache, count good and bad records per
@@ -193,17 +194,22 @@ def write_checked_in_one_pass(spark, rows, plan: BatchPlan, properties: Mapping[
         log.warning("pipeline '%s': batch %d was already in %s (Delta skipped the write by its marker)",
                     plan.pipeline, plan.batch_id, plan.table_uri)
         return None
-    records_read, bad = written
+    records_read, bad, buckets = written
     check_read(plan, bad, outcome="the output was committed, the ledger was not: investigate before re-running")
     log.info("pipeline '%s': batch %d committed to %s (%d records read, %d bad, from %d offsets)", plan.pipeline,
              plan.batch_id, plan.table_uri, records_read, sum(t.bad for t in bad.values()), plan.total_offsets)
     crash.crash_point(crash.AFTER_OUTPUT_COMMIT)
     if bad:
         only = dataclasses.replace(plan, ranges=bad_spans(plan, bad))
+        again = _read_rows(spark, only, properties, isolation_level)
+        sifted = len(buckets) <= spark_io.BAD_BUCKETS // 4  # else most records would pass: decode them all
+        if sifted:
+            again = again.where(spark_io.bad_bucket().isin(buckets))  # Spark filters before it decodes
         with kafka_errors(plan):
-            spark_io.write_dead_letters(_read_rows(spark, only, properties, isolation_level), plan)
-        log.info("pipeline '%s': %d dead letters written to %s (read again: %s)", plan.pipeline,
-                 sum(t.bad for t in bad.values()), plan.dead_letter_uri, describe_ranges(only.ranges))
+            spark_io.write_dead_letters(again, plan)
+        log.info("pipeline '%s': %d dead letters written to %s (read again: %s; decoded again: %s)", plan.pipeline,
+                 sum(t.bad for t in bad.values()), plan.dead_letter_uri, describe_ranges(only.ranges),
+                 f"the records of {len(buckets)} of {spark_io.BAD_BUCKETS} buckets" if sifted else "every record")
     crash.crash_point(crash.AFTER_DEAD_LETTERS)
     return records_read, {tp: t.bad for tp, t in bad.items()}
 
