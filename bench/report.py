@@ -159,6 +159,9 @@ def scheduler(results: dict) -> str:
     rows = [["whole DAG run", _range(m["run_seconds"], 1)],
             ["trigger (REST API) to the run's end", _range(m["trigger_to_end_seconds"], 1)],
             *[[f"task `{t}`", _range(v, 2)] for t, v in m["tasks"].items()]]
+    if m.get("between_tasks_seconds", {}).get("n"):
+        rows.append(["the run minus its tasks' times (the scheduler's hand-overs)",
+                     _range(m["between_tasks_seconds"], 2)])
     if "job_alone_seconds" in m:
         rows.append(["the job alone (plan + spark-submit), interleaved", _range(m["job_alone_seconds"], 1)])
     if "dag_vs_job" in m:

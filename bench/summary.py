@@ -107,6 +107,7 @@ def _scheduler(results: dict, contenders: dict) -> dict:
     runs, empty = sched["runs"], sched["empty_runs"]
     out = {"run_seconds": spread(r["run_seconds"] for r in runs),
            "trigger_to_end_seconds": spread(r["trigger_to_end_seconds"] for r in runs),
+           "between_tasks_seconds": spread(r.get("between_tasks_seconds") for r in runs),
            "tasks": {t: spread(r["tasks"].get(t, {}).get("seconds") for r in runs) for t in runs[0]["tasks"]}
            if runs else {},
            "empty_task_seconds": spread(e["task_seconds"] for e in empty),
