@@ -34,6 +34,7 @@ services=(api-server scheduler dag-processor triggerer)
 pids=$AIRFLOW_HOME/pids
 logs=$AIRFLOW_HOME/logs/services
 executor=${EXECUTOR:-local}
+parallelism=4  # [core] parallelism: the tasks that run at once, all DAGs together
 case $executor in
   local|LocalExecutor) executor=LocalExecutor ;;
   celery|CeleryExecutor) executor=CeleryExecutor ;;
@@ -72,7 +73,11 @@ export TIDEMARK_LAKE_ROOT="$TIDEMARK_LAKE_ROOT"
 export TIDEMARK_PIPELINES_DIR="$TIDEMARK_PIPELINES_DIR"
 export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="$(scripts/postgres.sh url)"
 export AIRFLOW__CORE__EXECUTOR=$executor
-export AIRFLOW__CORE__PARALLELISM=4
+export AIRFLOW__CORE__PARALLELISM=$parallelism
+# Airflow's default_pool gets as many slots as the executor has (docs/OPERATIONS.md, "More runs than
+# the executor's parallelism"): Airflow 3.3's LocalExecutor does not hold its parallelism, and the
+# workloads beyond it filled the pipe to its workers and stalled the scheduler loop.
+export AIRFLOW__CORE__DEFAULT_POOL_TASK_SLOT_COUNT=$parallelism
 # A task's calls to the execution API wait up to 30 s (Airflow's default is 5 s): on a small machine the
 # api-server shares its cores with Spark jobs.
 export AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT=30
@@ -174,6 +179,10 @@ cmd_up() {
   source "$AIRFLOW_HOME/env.sh"
   airflow db migrate >"$AIRFLOW_HOME/migrate.log" 2>&1 \
     || { echo "airflow: 'airflow db migrate' failed; see $AIRFLOW_HOME/migrate.log" >&2; exit 1; }
+  # A database made before this setting keeps its pool's old size: set it, while the topics are made.
+  airflow pools set default_pool "$parallelism" "Default pool (as many slots as [core] parallelism)" \
+    >"$AIRFLOW_HOME/pools.log" 2>&1 &
+  local pools=$!
   python - <<'PY'  # the demo pipeline's topic, so its first scheduled run finds it
 import os
 from kafka.admin import KafkaAdminClient, NewTopic
@@ -191,6 +200,7 @@ try:
 finally:
     admin.close()
 PY
+  wait "$pools" || { echo "airflow: 'airflow pools set default_pool' failed; see $AIRFLOW_HOME/pools.log" >&2; exit 1; }
   # The scheduler and the triggerer after the api-server answers: a task queued before the execution API
   # answers fails without running (its supervisor cannot start it), as a first scheduled run did on a
   # loaded 2-core machine. The dag-processor needs only the database.

@@ -155,6 +155,11 @@ def test_make_airflow_runs_scheduled_runs_by_the_scheduler_on_postgres(local_air
     assert stamps.search((airflow.logs / "scheduler.log").read_text()).group(1) > answering
     status = airflow.shell("scripts/airflow.sh status")
     assert all(f"{s}: running" in status for s in ("api-server", "scheduler", "dag-processor", "triggerer"))
+    # Airflow's default pool holds as many tasks as the executor runs: Airflow 3.3's LocalExecutor does not
+    # hold [core] parallelism itself, and the tasks beyond it stalled the scheduler (OPERATIONS.md).
+    parallelism = int(re.search(r"^export AIRFLOW__CORE__PARALLELISM=(\d+)$",
+                                (airflow.home / "env.sh").read_text(), re.M).group(1))
+    assert airflow.api("GET", "/pools/default_pool")["slots"] == parallelism == 4
 
 
 @pytest.fixture(scope="module")
