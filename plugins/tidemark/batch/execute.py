@@ -119,7 +119,8 @@ def execute_batch(spark, plan: BatchPlan, properties: Mapping[str, str], isolati
                 complete_dead_letters(spark, plan, properties, isolation_level, store)
                 finalize_batch(plan, store=store)
             else:
-                finalize_batch(plan, records_read=counted[0], bad_read=counted[1], store=store)
+                finalize_batch(plan, records_read=counted.records_read,
+                               bad_read={tp: t.bad for tp, t in counted.bad.items()}, store=store)
         else:
             finalize_batch(plan, records_read=write_in_one_pass(rows, plan), store=store)
     crash.crash_point(crash.AFTER_LEDGER_COMMIT)
@@ -174,13 +175,12 @@ def _bad_records_error(plan: BatchPlan, rows) -> BadRecordsError:
 
 
 def write_checked_in_one_pass(spark, rows, plan: BatchPlan, properties: Mapping[str, str],
-                              isolation_level: str) -> tuple[int, dict[TopicPartition, int]] | None:
+                              isolation_level: str) -> spark_io.OnePass | None:
     """Values that can be bad: one pass over Kafka writes the good records (the commit point) while
     Spark counts every record and tallies the bad ones per partition; under ``on_bad_record: fail`` a
     bad record fails the job before Delta commits. Then the dead letters: only the span of each
-    partition from its first bad record to its last is read again. Returns the records read and the
-    bad records per partition, for the reconciliation (None when the output already held the batch, so
-    no job ran to count)."""
+    partition from its first bad record to its last is read again. Returns what Spark counted, for the
+    reconciliation (None when the output already held the batch, so no job ran to count)."""
     good = spark_io.fail_on_bad_records(rows) if plan.format.on_bad_record == "fail" else rows
     try:
         with kafka_errors(plan):
@@ -211,7 +211,7 @@ def write_checked_in_one_pass(spark, rows, plan: BatchPlan, properties: Mapping[
                  sum(t.bad for t in bad.values()), plan.dead_letter_uri, describe_ranges(only.ranges),
                  f"the records of {len(buckets)} of {spark_io.BAD_BUCKETS} buckets" if sifted else "every record")
     crash.crash_point(crash.AFTER_DEAD_LETTERS)
-    return records_read, {tp: t.bad for tp, t in bad.items()}
+    return written
 
 
 def bad_spans(plan: BatchPlan, tallies: dict[TopicPartition, Tally]) -> list[OffsetRange]:
