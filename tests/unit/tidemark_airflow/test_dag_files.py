@@ -22,28 +22,39 @@ def folder(tmp_path, monkeypatch):
     return pipelines
 
 
-def parsed_in_task(dag_id: str | None):
-    from airflow.sdk.definitions._internal.dag_parsing_context import _airflow_parsing_context_manager
+def parsed_in_task(monkeypatch, dag_id: str | None):
+    """The DAG file's build under Airflow's parsing context for ``dag_id`` (None: the folder's parse).
+    Set with monkeypatch, not Airflow's context manager, which leaves its variables set for the tests
+    that run after this one in the same process (they would then build a single DAG)."""
+    from airflow.sdk.definitions._internal.dag_parsing_context import (
+        _AIRFLOW_PARSING_CONTEXT_DAG_ID,
+        _AIRFLOW_PARSING_CONTEXT_TASK_ID,
+    )
 
     from tidemark_airflow.dag_files import pipeline_dags
 
-    with _airflow_parsing_context_manager(dag_id=dag_id, task_id="plan" if dag_id else None):
-        return pipeline_dags(Path("unused"))
+    for variable, value in ((_AIRFLOW_PARSING_CONTEXT_DAG_ID, dag_id),
+                            (_AIRFLOW_PARSING_CONTEXT_TASK_ID, "plan" if dag_id else None)):
+        if value is None:
+            monkeypatch.delenv(variable, raising=False)
+        else:
+            monkeypatch.setenv(variable, value)
+    return pipeline_dags(Path("unused"))
 
 
-def test_the_folder_parse_builds_every_pipelines_dags(folder):
-    assert sorted(parsed_in_task(None)) == ["tidemark_ingest__orders", "tidemark_ingest__payments",
+def test_the_folder_parse_builds_every_pipelines_dags(folder, monkeypatch):
+    assert sorted(parsed_in_task(monkeypatch, None)) == ["tidemark_ingest__orders", "tidemark_ingest__payments",
                                             "tidemark_replay__orders", "tidemark_replay__payments"]
 
 
-def test_a_task_builds_only_its_dag_and_reads_only_its_pipelines_file(folder):
+def test_a_task_builds_only_its_dag_and_reads_only_its_pipelines_file(folder, monkeypatch):
     (folder / "payments.yaml").write_text("name: payments\ntopics: [payments\n")  # broken: never read here
-    dags = parsed_in_task("tidemark_ingest__orders")
+    dags = parsed_in_task(monkeypatch, "tidemark_ingest__orders")
     assert list(dags) == ["tidemark_ingest__orders"]
     assert [t.task_id for t in dags["tidemark_ingest__orders"].topological_sort()] == ["plan", "ingest"]
-    assert list(parsed_in_task("tidemark_replay__orders")) == ["tidemark_replay__orders"]
+    assert list(parsed_in_task(monkeypatch, "tidemark_replay__orders")) == ["tidemark_replay__orders"]
 
 
-def test_a_task_of_another_or_a_vanished_dag_builds_nothing(folder):
-    assert parsed_in_task("tidemark_example_downstream__orders") == {}
-    assert parsed_in_task("tidemark_ingest__gone") == {}
+def test_a_task_of_another_or_a_vanished_dag_builds_nothing(folder, monkeypatch):
+    assert parsed_in_task(monkeypatch, "tidemark_example_downstream__orders") == {}
+    assert parsed_in_task(monkeypatch, "tidemark_ingest__gone") == {}
