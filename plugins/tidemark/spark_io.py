@@ -101,17 +101,9 @@ def jvm_failure(exc: BaseException) -> JvmFailure | None:
     return None
 
 
-V1_SOURCES = "spark.sql.sources.useV1SourceList"
-
-
 def read_ranges(spark: SparkSession, options: Mapping[str, str]) -> DataFrame:
     """A bounded batch read of the Kafka source with the given options (``spark_records.to_rows``
-    shapes its rows), through the source's DataSource V2 scan, the reader Structured Streaming uses.
-    Spark's default sends a batch read of Kafka to its V1 relation, which turns every record into a
-    JVM ``Row`` and back: 15 % of a 2M-record read and Delta write in one JVM (docs/BENCHMARKS.md)."""
-    sources = spark.conf.get(V1_SOURCES).split(",")  # no default argument: it would hide Spark's own
-    if "kafka" in (s.strip().lower() for s in sources):
-        spark.conf.set(V1_SOURCES, ",".join(s for s in sources if s.strip().lower() != "kafka"))
+    shapes its rows)."""
     return spark.read.format("kafka").options(**options).load()
 
 
