@@ -13,7 +13,7 @@ import json
 import re
 
 from bench.settings import RESULTS, ROOT, save_result
-from bench.summary import SIDE_PARTS, part, side, summarize
+from bench.summary import part, side_parts, summarize
 
 DOC = ROOT / "docs" / "BENCHMARKS.md"
 CHART = ROOT / "docs" / "benchmarks.png"
@@ -445,7 +445,7 @@ def write(results: dict) -> None:
 
 def main() -> None:
     results = json.loads((RESULTS / "bench.json").read_text())
-    results["parts"] = {name: found for name, file in SIDE_PARTS.items() if (found := side(file)) is not None}
+    results["parts"] = side_parts()
     results["summary"] = summarize(results)
     save_result("bench.json", results)
     write(results)

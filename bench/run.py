@@ -149,8 +149,7 @@ def main() -> None:
         results[name] = part.run(settings)
         save(results)
     # the parts that run as programs of their own, from their result files (as bench.report folds them in)
-    results["parts"] = {name: found for name, file in summary.SIDE_PARTS.items()
-                        if (found := summary.side(file)) is not None}
+    results["parts"] = summary.side_parts()
     results["load_at_end"] = machine.load()
     results["wall_minutes"] = round((time.monotonic() - started) / 60, 1)
     log.info("results: %s", save(results))

@@ -35,6 +35,11 @@ def side(name: str) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def side_parts() -> dict[str, dict]:
+    """The parts that run as programs of their own (SIDE_PARTS), from the result files that exist."""
+    return {name: found for name, file in SIDE_PARTS.items() if (found := side(file)) is not None}
+
+
 def part(results: dict, name: str) -> dict | None:
     """One benchmark's results: bench.json's own (``skew``, ``scale``, ``profile``) or its ``parts`` entry,
     else its result file."""
