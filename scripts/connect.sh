@@ -51,7 +51,7 @@ cmd_up() {
     --conf spark.sql.session.timeZone=UTC --conf spark.databricks.delta.snapshotPartitions=4 \
     --conf spark.ui.showConsoleProgress=false \
     --conf "spark.redaction.regex=(?i)secret|password|token|access[.]?key|jaas" \
-    --conf "spark.sql.redaction.options.regex=(?i)url|jaas|password|secret|token" \
+    --conf "spark.sql.redaction.options.regex=(?i)url|jaas|password|secret|token|keystore|truststore|ssl[.]key" \
     "${extra[@]}" spark-internal
   service_await_start
   echo "connect: Spark Connect server ready at $url in $((SECONDS - started)) s (pid $(service_pid), master $master, log $logfile)"

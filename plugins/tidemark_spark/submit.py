@@ -15,14 +15,16 @@ from pathlib import Path
 from tidemark.batch.plan import BatchPlan
 from tidemark.run import PipelineRun
 from tidemark.settings import spark_jars
+from tidemark.spark_io import SECRET_OPTIONS
 
 INGEST_SCRIPT = str(Path(__file__).resolve().parent / "ingest.py")
 """The job script spark-submit runs: installed with the package, found beside this module."""
 DEFAULT_CONF = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false",
                 # Kafka credentials travel as reader options only (kafka.sasl.jaas.config): should a
-                # configuration or a plan description ever show one, Spark redacts it.
+                # configuration or a plan description ever show one, Spark redacts it. (The job sets
+                # the options' pattern in its session too: spark_io.redact_reader_options.)
                 "spark.redaction.regex": "(?i)secret|password|token|access[.]?key|jaas",
-                "spark.sql.redaction.options.regex": "(?i)url|jaas|password|secret|token"}
+                "spark.sql.redaction.options.regex": SECRET_OPTIONS}
 
 
 SPARK_CONF_DIR = str(Path(__file__).resolve().parent / "conf")

@@ -94,7 +94,9 @@ def test_dag_runs_over_ssl_mtls_and_sasl_ssl_are_exactly_once_and_leak_no_key_or
     assert any("tidemark_spark/ingest.py" in line and mtls_topic in line for line in lines), \
         f"the ps sampler ({sampler.samples} samples) never saw the mutual-TLS run's spark-submit"
     logged = event_logs(events)
-    assert any("KafkaRelation" in text and mtls_topic in text for text in logged.values()), "no Kafka read logged"
+    # the read, through the Kafka source's DataSource V2 scan (spark_io.read_ranges)
+    assert any("BatchScan KafkaTable" in text and mtls_topic in text for text in logged.values()), \
+        "no Kafka read logged"
     xcoms = {f"{kind}: {name}": value for kind, (_, dag_id, _) in added.items()
              for name, value in xcom_values(airflow_home, dag_id).items()}
     plans = [name for name in xcoms if name.endswith("plan/return_value")]

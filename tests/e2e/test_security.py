@@ -296,7 +296,9 @@ def test_sasl_scram_end_to_end_and_the_password_appears_nowhere(sasl_stack, airf
     plan = json.loads(plan) if isinstance(plan, str) else plan
     assert plan["pipeline"] == topic and {r["topic"] for r in plan["ranges"]} == {topic}
     events_text = event_logs(events)
-    assert any("KafkaRelation" in text and topic in text for text in events_text.values()), "no Kafka read logged"
+    # the read, through the Kafka source's DataSource V2 scan (spark_io.read_ranges)
+    assert any("BatchScan KafkaTable" in text and topic in text for text in events_text.values()), \
+        "no Kafka read logged"
     # dag.test() writes no task log files: run.log holds every task's lines as Airflow printed them
     for task_line in ("batch 1 frozen", "Spark-Submit cmd", f"batch 1 committed to {stack.lake / topic}",
                       "total lag: 0"):

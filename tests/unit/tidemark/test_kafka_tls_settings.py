@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import ssl
+from pathlib import Path
 
 import pytest
 from cryptography import x509
@@ -15,9 +17,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from tidemark.batch.plan import BatchPlan
 from tidemark.errors import ConfigError
 from tidemark.kafka_client import client_kwargs, java_client_properties, secret_values
 from tidemark.kafka_tls import handshake_failure, java_tls_properties, ssl_context
+from tidemark.offsets import OffsetRange
+from tidemark.spark_io import SECRET_OPTIONS, kafka_source_options
 
 
 def _certificate(name: str, key, issuer_key, issuer: str, days: tuple[int, int] = (-1, 30), ca: bool = False) -> str:
@@ -80,6 +85,23 @@ def test_a_pem_keystore_file_holds_key_and_chain_and_an_encrypted_keys_password_
     assert (props["ssl.keystore.key"], props["ssl.keystore.certificate.chain"]) == (pem["key"], pem["cert"])
     assert "ssl.keystore.location" not in props and props["ssl.key.password"] == "key-pass-123"
     assert "ssl.password" not in props
+
+
+def test_spark_redacts_the_key_and_credentials_in_plan_descriptions_and_shows_what_the_read_needs(pem):
+    # Spark redacts a reader option whose name or value matches spark.sql.redaction.options.regex, and its
+    # DataSource V2 scan prints every option in the plan (these patterns read the same in Java and Python)
+    plan = BatchPlan("p", 1, "/t", "/l", [OffsetRange("orders", 0, 0, 5)])
+    options = kafka_source_options(plan, _ssl(**{
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice",
+        "sasl.password": "s3cret", "ssl.truststore.type": "PEM", "ssl.truststore.certificates": pem["ca"],
+        "ssl.keystore.type": "PEM", "ssl.keystore.certificate.chain": pem["cert"], "ssl.keystore.key": pem["key"],
+        "ssl.key.password": "k3y-pass"}))
+    redacted = {k for k, v in options.items() if re.search(SECRET_OPTIONS, k) or re.search(SECRET_OPTIONS, v)}
+    assert redacted == {"kafka.sasl.jaas.config", "kafka.ssl.truststore.type", "kafka.ssl.truststore.certificates",
+                        "kafka.ssl.keystore.type", "kafka.ssl.keystore.certificate.chain", "kafka.ssl.keystore.key",
+                        "kafka.ssl.key.password"}
+    connect = (Path(__file__).resolve().parents[3] / "scripts" / "connect.sh").read_text()
+    assert f'"spark.sql.redaction.options.regex={SECRET_OPTIONS}"' in connect  # the warm server's own setting
 
 
 def test_hostname_verification_is_on_unless_switched_off_with_kafkas_empty_algorithm(files):
