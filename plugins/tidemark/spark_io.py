@@ -207,41 +207,45 @@ def bad_bucket() -> Column:
     return F.pmod(F.xxhash64("kafka_topic", "kafka_partition", "kafka_offset"), F.lit(BAD_BUCKETS))
 
 
+BAD_PAGE_BITS = 16
+"""The one pass notes in which pages of 2**BAD_PAGE_BITS offsets of each partition bad records lie,
+not where each one is (``write_output_tallying``): a bounded set, and a burst of bad records is read
+again as the few pages it spans."""
+
+
 class OnePass(NamedTuple):
     """What Spark counted while it wrote a batch's good records (``write_output_tallying``)."""
 
     records_read: int
-    bad: dict[TopicPartition, Tally]
-    """Per partition with bad records: how many, and the span from the first to the last."""
+    bad_records: int
+    bad_spans: dict[TopicPartition, tuple[int, int]]
+    """Per partition with bad records: offsets [from, to) that hold every one of them (whole pages of
+    ``BAD_PAGE_BITS``, not yet clipped to the batch's range)."""
     bad_buckets: list[int]
     """The ``bad_bucket`` of every bad record."""
 
 
 def write_output_tallying(rows: DataFrame, plan: BatchPlan) -> OnePass | None:
     """Write the batch's good rows in one pass over Kafka while Spark counts every row it read and
-    tallies the bad ones per partition of the plan (how many, and the span from the first to the last),
-    and collects their buckets: one aggregate per partition and measure, so nothing is grouped or
-    shuffled. Each aggregate over bad records tests ``error`` first, so a good row costs one null test
-    per aggregate (the records per partition come from the tables afterwards, ``finalize_batch``).
-    None when Delta skipped the write (the output already holds the batch)."""
+    the bad ones, and collects the pages (``BAD_PAGE_BITS``) and the buckets of the bad ones.
+    Four aggregates whatever the number of partitions, nothing grouped or shuffled: Spark updates
+    them for every row outside its generated code, so a row costs four updates (a good row: a count
+    and three null tests). The records per partition come from the tables afterwards
+    (``finalize_batch``). None when Delta skipped the write (the output already holds the batch)."""
     from pyspark.sql import functions as F
 
-    aggregates = [F.count(F.lit(1)).alias("total"),
-                  F.collect_set(F.when(F.col("error").isNotNull(), bad_bucket())).alias("buckets")]
-    one_topic = len({r.topic for r in plan.ranges}) == 1  # then the partition number alone tells them apart
-    for i, r in enumerate(plan.ranges):
-        bad = F.col("error").isNotNull() & (F.col("kafka_partition") == r.partition)
-        if not one_topic:
-            bad = bad & (F.col("kafka_topic") == r.topic)
-        offset = F.when(bad, F.col("kafka_offset"))
-        aggregates += [F.count_if(bad).alias(f"b{i}"), F.min(offset).alias(f"lo{i}"), F.max(offset).alias(f"hi{i}")]
-    observed = _write_observed(rows, plan, *aggregates)
+    bad = F.col("error").isNotNull()
+    page = F.struct("kafka_topic", "kafka_partition", F.shiftright("kafka_offset", BAD_PAGE_BITS).alias("page"))
+    observed = _write_observed(rows, plan, F.count(F.lit(1)).alias("total"), F.count_if(bad).alias("bad"),
+                               F.collect_set(F.when(bad, page)).alias("pages"),
+                               F.collect_set(F.when(bad, bad_bucket())).alias("buckets"))
     if observed is None:
         return None
-    bad = {r.tp: Tally(int(observed[f"b{i}"]), int(observed[f"b{i}"]), observed[f"lo{i}"], observed[f"hi{i}"],
-                       observed[f"lo{i}"], observed[f"hi{i}"])
-           for i, r in enumerate(plan.ranges) if observed[f"b{i}"]}
-    return OnePass(int(observed["total"]), bad, sorted(int(b) for b in observed["buckets"]))
+    spans: dict[TopicPartition, tuple[int, int]] = {}
+    for topic, partition, number in observed["pages"]:
+        tp, first, last = TopicPartition(topic, partition), number << BAD_PAGE_BITS, (number + 1) << BAD_PAGE_BITS
+        spans[tp] = (min(first, spans[tp][0]), max(last, spans[tp][1])) if tp in spans else (first, last)
+    return OnePass(int(observed["total"]), int(observed["bad"]), spans, sorted(int(b) for b in observed["buckets"]))
 
 
 def tally(rows: DataFrame) -> dict[TopicPartition, Tally]:

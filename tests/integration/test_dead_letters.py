@@ -115,7 +115,11 @@ def test_the_one_parse_flags_exactly_the_values_the_full_checks_reject(spark):
     assert sum(e is not None for e in got.values()) == 24  # the table above: 10 good values, 24 bad
 
 
-def test_a_burst_of_bad_records_is_read_again_alone_for_the_dead_letters(kafka_bootstrap, spark, lake, caplog):
+def test_a_burst_of_bad_records_is_read_again_alone_for_the_dead_letters(kafka_bootstrap, spark, lake, caplog,
+                                                                         monkeypatch):
+    from tidemark import spark_io
+
+    monkeypatch.setattr(spark_io, "BAD_PAGE_BITS", 2)  # pages of 4 offsets: [20, 24) holds the burst
     topic = helpers.create_topic(helpers.unique("burst"), partitions=2)
     good = [json.dumps({"order_id": i, "amount": 1.0}).encode() for i in range(40)]
     helpers.produce_values(topic, good[:20] + [v for v, _ in POISON[:3]] + good[20:], partition=0)
@@ -125,7 +129,7 @@ def test_a_burst_of_bad_records_is_read_again_alone_for_the_dead_letters(kafka_b
     with caplog.at_level("INFO", logger="tidemark"):
         execute_batch(spark, plan, props(), "read_committed")
 
-    assert f"read again: {topic}:0 [20, 23);" in caplog.text  # the burst, not the partition or the batch
+    assert f"read again: {topic}:0 [20, 24);" in caplog.text  # the burst's page, not the partition or the batch
     dead = spark.read.format("delta").load(config.dead_letter_uri).orderBy("kafka_offset").collect()
     assert [(r.kafka_partition, r.kafka_offset, r.value) for r in dead] == [
         (0, 20 + i, v) for i, (v, _) in enumerate(POISON[:3])]
@@ -138,7 +142,7 @@ def test_a_burst_of_bad_records_is_read_again_alone_for_the_dead_letters(kafka_b
 @pytest.mark.parametrize("buckets", [65536, 4])
 def test_the_read_for_the_dead_letters_decodes_only_the_records_that_share_a_bad_records_bucket(
         kafka_bootstrap, spark, lake, caplog, monkeypatch, buckets):
-    """Bad records spread over the batch: the span is the whole partition, but only the records whose
+    """Bad records spread over the batch: the span is the whole partition (its one page), but only the records whose
     coordinates hash into a bad record's bucket are decoded again. With few buckets (more bad buckets
     than a quarter of them) every record is decoded. Either way the dead letters are exactly the bad ones."""
     from tidemark import spark_io
@@ -155,7 +159,7 @@ def test_the_read_for_the_dead_letters_decodes_only_the_records_that_share_a_bad
         execute_batch(spark, plan, props(), "read_committed")
 
     bad_offsets = [k * 12 + 1 for k in range(len(POISON))]
-    assert f"read again: {topic}:0 [1, 50);" in caplog.text
+    assert f"read again: {topic}:0 [0, 60);" in caplog.text
     assert (f"decoded again: the records of {len(POISON)} of 65536 buckets" if buckets == 65536
             else "decoded again: every record") in caplog.text
     dead = spark.read.format("delta").load(config.dead_letter_uri).orderBy("kafka_offset").collect()

@@ -119,8 +119,7 @@ def execute_batch(spark, plan: BatchPlan, properties: Mapping[str, str], isolati
                 complete_dead_letters(spark, plan, properties, isolation_level, store)
                 finalize_batch(plan, store=store)
             else:
-                finalize_batch(plan, records_read=counted.records_read,
-                               bad_read={tp: t.bad for tp, t in counted.bad.items()}, store=store)
+                finalize_batch(plan, records_read=counted.records_read, bad_read=counted.bad_records, store=store)
         else:
             finalize_batch(plan, records_read=write_in_one_pass(rows, plan), store=store)
     crash.crash_point(crash.AFTER_LEDGER_COMMIT)
@@ -177,9 +176,9 @@ def _bad_records_error(plan: BatchPlan, rows) -> BadRecordsError:
 def write_checked_in_one_pass(spark, rows, plan: BatchPlan, properties: Mapping[str, str],
                               isolation_level: str) -> spark_io.OnePass | None:
     """Values that can be bad: one pass over Kafka writes the good records (the commit point) while
-    Spark counts every record and tallies the bad ones per partition; under ``on_bad_record: fail`` a
-    bad record fails the job before Delta commits. Then the dead letters: only the span of each
-    partition from its first bad record to its last is read again. Returns what Spark counted, for the
+    Spark counts every record and the bad ones, and notes where they lie; under ``on_bad_record:
+    fail`` a bad record fails the job before Delta commits. Then the dead letters: only the offsets
+    of each partition that hold its bad records are read again. Returns what Spark counted, for the
     reconciliation (None when the output already held the batch, so no job ran to count)."""
     good = spark_io.fail_on_bad_records(rows) if plan.format.on_bad_record == "fail" else rows
     try:
@@ -194,41 +193,37 @@ def write_checked_in_one_pass(spark, rows, plan: BatchPlan, properties: Mapping[
         log.warning("pipeline '%s': batch %d was already in %s (Delta skipped the write by its marker)",
                     plan.pipeline, plan.batch_id, plan.table_uri)
         return None
-    records_read, bad, buckets = written
-    check_read(plan, bad, outcome="the output was committed, the ledger was not: investigate before re-running")
     log.info("pipeline '%s': batch %d committed to %s (%d records read, %d bad, from %d offsets)", plan.pipeline,
-             plan.batch_id, plan.table_uri, records_read, sum(t.bad for t in bad.values()), plan.total_offsets)
+             plan.batch_id, plan.table_uri, written.records_read, written.bad_records, plan.total_offsets)
     crash.crash_point(crash.AFTER_OUTPUT_COMMIT)
-    if bad:
-        only = dataclasses.replace(plan, ranges=bad_spans(plan, bad))
+    spans = bad_spans(plan, written.bad_spans) if written.bad_records else []
+    if spans:  # none although Spark counted bad records: finalize_batch refuses the batch
+        only = dataclasses.replace(plan, ranges=spans)
         again = _read_rows(spark, only, properties, isolation_level)
+        buckets = written.bad_buckets
         sifted = len(buckets) <= spark_io.BAD_BUCKETS // 4  # else most records would pass: decode them all
         if sifted:
             again = again.where(spark_io.bad_bucket().isin(buckets))  # Spark filters before it decodes
         with kafka_errors(plan):
             spark_io.write_dead_letters(again, plan)
         log.info("pipeline '%s': %d dead letters written to %s (read again: %s; decoded again: %s)", plan.pipeline,
-                 sum(t.bad for t in bad.values()), plan.dead_letter_uri, describe_ranges(only.ranges),
+                 written.bad_records, plan.dead_letter_uri, describe_ranges(only.ranges),
                  f"the records of {len(buckets)} of {spark_io.BAD_BUCKETS} buckets" if sifted else "every record")
     crash.crash_point(crash.AFTER_DEAD_LETTERS)
     return written
 
 
-def bad_spans(plan: BatchPlan, tallies: dict[TopicPartition, Tally]) -> list[OffsetRange]:
-    """What to read again for the dead letters: per partition with bad records, from its first bad
-    record to its last (all of its range when the tally has no span). A burst of bad records (a
-    broken deploy of a producer) costs a read of the burst, not of the batch."""
-    spans = []
+def bad_spans(plan: BatchPlan, spans: Mapping[TopicPartition, tuple[int, int]]) -> list[OffsetRange]:
+    """What to read again for the dead letters: per partition with bad records, the offsets that
+    hold them all (``OnePass.bad_spans``), within its range. A burst of bad records (a broken deploy of
+    a producer) costs a read of the pages it spans, not of the batch."""
+    again = []
     for r in plan.ranges:
-        t = tallies.get(r.tp)
-        if t is None or not t.bad:
-            continue
-        if t.bad_min_offset is None or t.bad_max_offset is None:
-            spans.append(r)
-        else:
-            spans.append(OffsetRange(r.topic, r.partition, max(r.start, t.bad_min_offset),
-                                     min(r.end, t.bad_max_offset + 1)))
-    return spans
+        if r.tp in spans:
+            start, end = max(r.start, spans[r.tp][0]), min(r.end, spans[r.tp][1])
+            if start < end:
+                again.append(OffsetRange(r.topic, r.partition, start, end))
+    return again
 
 
 def complete_dead_letters(spark, plan: BatchPlan, properties: Mapping[str, str], isolation_level: str,

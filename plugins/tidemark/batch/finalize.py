@@ -50,12 +50,12 @@ def check_read(plan: BatchPlan, tallies: dict[TopicPartition, Tally], *, source:
 
 
 def finalize_batch(plan: BatchPlan, tallies: dict[TopicPartition, Tally] | None = None,
-                   records_read: int | None = None, *, bad_read: dict[TopicPartition, int] | None = None,
+                   records_read: int | None = None, *, bad_read: int | None = None,
                    store: ObjectStore | None = None) -> bool:
     """Count the batch's records in the output and the dead-letter table, check they lie within
     the frozen ranges, and flip its ledger rows to committed with those counts. With the ``tallies``
-    Spark counted before writing, or the ``records_read`` (and ``bad_read``: the bad records per
-    partition) it counted while writing, a mismatch raises ReconciliationError and leaves the ledger
+    Spark counted before writing, or the ``records_read`` (and ``bad_read``: the bad records among
+    them) it counted while writing, a mismatch raises ReconciliationError and leaves the ledger
     untouched. ``store``: the object store of tables on S3. Idempotent; returns False when the ledger
     already had the batch committed."""
     output = batch_tallies(plan.table_uri, plan.batch_id, store)
@@ -71,12 +71,11 @@ def finalize_batch(plan: BatchPlan, tallies: dict[TopicPartition, Tally] | None 
             f"{describe_ranges(plan.ranges)} but the output and dead-letter "
             f"tables hold {sum(t.records for t in held.values())}; the ledger was not committed. Investigate "
             f"before re-running.", pipeline=plan.pipeline)
-    for r in plan.ranges if bad_read is not None else ():
-        if dead.get(r.tp, 0) != bad_read.get(r.tp, 0):
-            raise ReconciliationError(
-                f"{r.tp}: Spark found {bad_read.get(r.tp, 0)} bad records in [{r.start}, {r.end}) but the dead-letter "
-                f"table holds {dead.get(r.tp, 0)} for batch {plan.batch_id}; the ledger was not committed. "
-                f"Investigate before re-running.", pipeline=plan.pipeline)
+    if bad_read is not None and bad_read != sum(dead.values()):
+        raise ReconciliationError(
+            f"batch {plan.batch_id}: Spark found {bad_read} bad records in {describe_ranges(plan.ranges)} but the "
+            f"dead-letter table holds {sum(dead.values())}; the ledger was not committed. Investigate before "
+            f"re-running.", pipeline=plan.pipeline)
     if tallies is not None:
         for r in plan.ranges:
             t = tallies.get(r.tp, Tally(0, 0, None, None))

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 from tidemark.batch.plan import BatchPlan
-from tidemark.batch.tables import Tally
 from tidemark.offsets import OffsetRange
 from tidemark.offsets import TopicPartition as TP
+from tidemark.spark_io import BAD_PAGE_BITS
+
+PAGE = 1 << BAD_PAGE_BITS
 
 
-def test_dead_letters_are_read_again_only_from_the_first_to_the_last_bad_record_of_each_partition():
+def test_dead_letters_are_read_again_only_from_the_pages_that_hold_the_bad_records_of_each_partition():
     from tidemark.batch.execute import bad_spans
 
-    ranges = [OffsetRange("t", 0, 100, 200), OffsetRange("t", 1, 0, 50), OffsetRange("t", 2, 10, 20)]
+    ranges = [OffsetRange("t", 0, 100, 5 * PAGE), OffsetRange("t", 1, 0, 50), OffsetRange("t", 2, 10, 20),
+              OffsetRange("u", 0, PAGE + 7, 3 * PAGE)]
     plan = BatchPlan("p", 3, "/out", "/ledger", ranges)
-    tallies = {TP("t", 0): Tally(100, 3, 100, 199, 140, 152),  # a burst
-               TP("t", 1): Tally(50, 0, 0, 49),  # no bad record: not read again
-               TP("t", 2): Tally(10, 2, 10, 19)}  # no span known (an older tally): its whole range
-    assert bad_spans(plan, tallies) == [OffsetRange("t", 0, 140, 153), OffsetRange("t", 2, 10, 20)]
+    spans = {TP("t", 0): (2 * PAGE, 4 * PAGE),  # a burst over two pages
+             TP("t", 2): (0, PAGE),  # the page is wider than the range: its range only
+             TP("u", 0): (PAGE, 2 * PAGE),  # the same partition number in another topic
+             TP("v", 0): (0, PAGE)}  # not in the plan: nothing read (finalize_batch refuses the batch)
+    assert bad_spans(plan, spans) == [OffsetRange("t", 0, 2 * PAGE, 4 * PAGE), OffsetRange("t", 2, 10, 20),
+                                      OffsetRange("u", 0, PAGE + 7, 2 * PAGE)]  # t:1 had none: not read
