@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export KAFKA_PORT ?= 9092
 
 .DEFAULT_GOAL := help
-.PHONY: help setup venv jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down storage-up storage-down registry-up registry-down demo test test-unit lint soak chaos bench bench-s3 bench-skew bench-scale bench-profile bench-json bench-avro bench-small bench-tls bench-ledger bench-audit bench-maintenance bench-fleet bench-page connect-up connect-down airflow airflow-down browser redis lock clean
+.PHONY: help setup venv jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down storage-up storage-down registry-up registry-down demo test test-unit lint soak chaos bench bench-s3 bench-skew bench-scale bench-profile bench-read-path bench-json bench-avro bench-small bench-tls bench-ledger bench-audit bench-maintenance bench-fleet bench-page connect-up connect-down airflow airflow-down browser redis lock clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -105,6 +105,9 @@ bench-scale: setup ## one batch of 2M, 6M and 12M records (BENCH_SCALE_SIZES): t
 bench-profile: setup ## the raw-value job next to the plain batch under py-spy and Spark's event log: where the time goes; bench/results/profile.json
 	[ -x .venv/bin/py-spy ] || .venv/bin/python -m pip install -q --disable-pip-version-check "py-spy==0.4.3"
 	scripts/with_broker.sh bench $${BENCH_KAFKA_PORT:-19292} .venv/bin/python -m bench.profile_raw
+
+bench-read-path: setup ## Spark's V1 Kafka relation vs the V2 scan Tidemark reads through, one JVM taking turns (BENCH_RECORDS=2000000); bench/results/read_path.json
+	scripts/with_broker.sh bench $${BENCH_KAFKA_PORT:-19292} .venv/bin/python -m bench.read_path
 
 bench-json: setup ## JSON values with a declared schema (BENCH_JSON_RECORDS=1000000, 0.1% poison): Tidemark vs AvailableNow and a plain batch with from_json; bench/results/typed_json.json
 	scripts/with_broker.sh bench $${BENCH_KAFKA_PORT:-19292} .venv/bin/python -m bench.typed_json

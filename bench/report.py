@@ -42,7 +42,8 @@ HOW = """\
 ```bash
 make bench                                       # everything: 2,000,000 records of 300 bytes, 3 repetitions
 BENCH_RECORDS=50000 BENCH_REPEATS=1 make bench   # a quick look
-make bench-json  # or bench-avro, bench-small, bench-tls, bench-skew, bench-scale, bench-profile, bench-s3, bench-page
+make bench-json  # or bench-avro, bench-small, bench-tls, bench-skew, bench-scale, bench-profile, bench-s3, bench-page,
+                 # bench-read-path
 make bench-fleet                                 # a fleet of 50 pipelines: one scheduler tick vs AvailableNow
 .venv/bin/python -m bench.report                 # this page again from bench/results/
 ```
@@ -380,6 +381,20 @@ def object_storage(part_: dict) -> str:
                                             ["S3 / local", f"x{m['s3_over_local']}"]]))
 
 
+def read_path(part_: dict) -> str:
+    m = part_["medians"]
+    rows = [[label, str(m[f"v1_relation_{sink}"]["median_seconds"]), str(m[f"v2_scan_{sink}"]["median_seconds"]),
+             f"x{part_['v2_over_v1'][sink]}"]
+            for label, sink in (("read alone (noop sink)", "noop"), ("read + Delta append", "delta"))]
+    return _section(
+        "Kafka read: V1 relation or V2 scan", f"{part_['date']}: {part_['records']:,} records of "
+        f"{part_['record_bytes']} bytes on {part_['partitions']} partitions, one JVM taking turns, "
+        f"{part_['rounds']} rounds, medians in seconds (`bench/read_path.py`). Spark sends a batch read of Kafka to "
+        "its V1 relation unless `spark.sql.sources.useV1SourceList` leaves `kafka` out; Tidemark's job reads "
+        "through the V2 scan.",
+        _table(["", "V1 relation", "V2 scan", "V2 / V1"], rows))
+
+
 def console(part_: dict) -> str:
     routes = list(part_["ledgers"][0]["routes"])
     rows = [[ledger["shape"], f"{ledger['batches']:,}", *[f"{t['median_ms']:.0f}" for t in ledger["routes"].values()]]
@@ -423,6 +438,7 @@ def markdown(results: dict) -> str:
     for name, render in (("skew", skew), ("profile", profile), ("scale", scale), ("small_batch", small_batch),
                          ("object_storage", object_storage), ("console", console), ("tls", tls),
                          ("ledger_contention", ledger_contention), ("fleet", fleet), ("audit", audit),
+                         ("read_path", read_path),
                          ("maintenance", maintenance)):
         if found := part(results, name):
             parts.append(render(found))

@@ -207,10 +207,10 @@ def bad_bucket() -> Column:
     return F.pmod(F.xxhash64("kafka_topic", "kafka_partition", "kafka_offset"), F.lit(BAD_BUCKETS))
 
 
-BAD_PAGE_BITS = 16
-"""The one pass notes in which pages of 2**BAD_PAGE_BITS offsets of each partition bad records lie,
-not where each one is (``write_output_tallying``): a bounded set, and a burst of bad records is read
-again as the few pages it spans."""
+BAD_PAGE_BITS = 10
+"""The one pass notes in which pages of 2**BAD_PAGE_BITS (1,024) offsets of each partition bad records
+lie, not where each one is (``write_output_tallying``): a set no larger than the batch's offsets / 1,024
+however many records are bad, and a burst of bad records is read again as the few pages it spans."""
 
 
 class OnePass(NamedTuple):
