@@ -7,8 +7,9 @@ lists ``kafka``), whose scan turns every record into a JVM ``Row`` and back; Str
 and Tidemark since this was measured, read through the V2 scan. The backlog is BENCH_RECORDS (default
 2,000,000) events of BENCH_RECORD_BYTES on BENCH_PARTITIONS partitions; one spark-submit
 (bench/jobs/read_path.py, Tidemark's command up to the script) takes turns, BENCH_REPEATS rounds
-(default 3): each path into a noop sink and into a fresh Delta table. Taking turns in one JVM leaves
-out the JVM start, which is the same for both and the largest source of spread between processes.
+(default 3; after one warm-up round): each path into a noop sink and into a fresh Delta table. Taking
+turns in one JVM leaves out the JVM start, which is the same for both and the largest source of spread
+between processes.
 Results: bench/results/read_path.json (medians per path and sink).
 """
 

@@ -122,7 +122,8 @@ def read_ranges(spark: SparkSession, options: Mapping[str, str]) -> DataFrame:
     """A bounded batch read of the Kafka source with the given options (``spark_records.to_rows``
     shapes its rows), through the source's DataSource V2 scan, the reader Structured Streaming uses.
     Spark's default sends a batch read of Kafka to its V1 relation, which turns every record into a
-    JVM ``Row`` and back: 15 % of a 2M-record read and Delta write in one JVM (docs/BENCHMARKS.md)."""
+    JVM ``Row`` and back: in one JVM a 2M-record read took 0.81x the time through V2, a read and Delta
+    append 0.90x (``make bench-read-path``, docs/BENCHMARKS.md)."""
     redact_reader_options(spark)  # the V2 scan prints its options in the plan
     sources = spark.conf.get(V1_SOURCES).split(",")  # no default argument: it would hide Spark's own
     if "kafka" in (s.strip().lower() for s in sources):
