@@ -388,7 +388,8 @@ def read_path(part_: dict) -> str:
             for label, sink in (("read alone (noop sink)", "noop"), ("read + Delta append", "delta"))]
     return _section(
         "Kafka read: V1 relation or V2 scan", f"{part_['date']}: {part_['records']:,} records of "
-        f"{part_['record_bytes']} bytes on {part_['partitions']} partitions, one JVM taking turns after a warm-up round, "
+        f"{part_['record_bytes']} bytes on {part_['partitions']} partitions, one JVM taking turns after a warm-up "
+        "round, "
         f"{part_['rounds']} rounds, medians in seconds (`bench/read_path.py`). Spark sends a batch read of Kafka to "
         "its V1 relation unless `spark.sql.sources.useV1SourceList` leaves `kafka` out; Tidemark's job reads "
         "through the V2 scan.",
