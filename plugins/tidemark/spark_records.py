@@ -29,10 +29,11 @@ def _json_error(text: Column, parsed: Column, fmt: RecordFormat) -> Column:
         if f.required:
             suspicious = suspicious | parsed[f.name].isNull()
     # The checks sit in the one branch only a suspicious value takes: Spark's subexpression elimination
-    # hoists no expression out of a conditional branch, so a good value costs the cheap test above only;
-    # and the generated code stays small enough for the JIT (one copy of the test, not one per check).
-    why = F.concat_ws("; ", *_json_errors(text, parsed, fmt))
-    return F.when(suspicious, F.nullif(why, F.lit("")))
+    # hoists no expression out of a conditional branch, so a good value costs the cheap test above only.
+    # The generated code must stay small for the JIT to compile the good path well: one copy of the test,
+    # one get_json_object per field, and no null-if-empty here (``nullif`` repeats its argument: every
+    # check twice); a suspicious value whose checks all pass gets "" here, made null by ``to_rows``.
+    return F.when(suspicious, F.concat_ws("; ", *_json_errors(text, parsed, fmt)))
 
 
 def _json_errors(text: Column, parsed: Column, fmt: RecordFormat) -> list[Column]:
@@ -41,10 +42,9 @@ def _json_errors(text: Column, parsed: Column, fmt: RecordFormat) -> list[Column
     errors = [F.when(F.get_json_object(text, "$").isNull() | ~F.ltrim(text).startswith("{"),
                      F.lit("value is not a JSON object"))]
     for f in fmt.fields:
-        present = F.get_json_object(text, f"$.{f.name}").isNotNull()
-        errors.append(F.when(present & parsed[f.name].isNull(), F.lit(f"field '{f.name}': not a valid {f.type}")))
-        if f.required:
-            errors.append(F.when(~present, F.lit(f"missing required field '{f.name}'")))
+        missing = F.lit(f"missing required field '{f.name}'") if f.required else F.lit(None).cast("string")
+        errors.append(F.when(F.get_json_object(text, f"$.{f.name}").isNull(), missing)  # absent, or JSON null
+                      .when(parsed[f.name].isNull(), F.lit(f"field '{f.name}': not a valid {f.type}")))
     return errors
 
 
@@ -164,11 +164,14 @@ def to_rows(raw: DataFrame, fmt: RecordFormat, batch_id: int, ingested_at: dt.da
         errors.append(F.when(fields[name].isNotNull() & cast.isNull(), F.lit(
             f"field '{name}': value does not fit the output column's type {column_type}")))
         fields[name] = cast
-    if len(errors) == 1:  # each check is null for a good record, never empty
-        error = errors[0].cast("string").alias("error")
-    elif errors:
-        error = F.nullif(F.concat_ws("; ", *errors), F.lit("")).alias("error")
-    else:
-        error = F.lit(None).cast("string").alias("error")
     kept = [c for c in rows.columns if c not in ("_parsed", "_key")]
-    return rows.select(*kept, *[c.alias(n) for n, c in fields.items()], error)
+    if len(errors) == 1 and fmt.value_format != "json":  # each check is null for a good record, never empty
+        return rows.select(*kept, *[c.alias(n) for n, c in fields.items()], errors[0].cast("string").alias("error"))
+    if not errors:
+        return rows.select(*kept, *[c.alias(n) for n, c in fields.items()], F.lit(None).cast("string").alias("error"))
+    # The reasons joined ("" when none applies), then "" made null in a projection of its own: Spark keeps
+    # the two apart (it does not inline an expensive expression its consumer reads twice), so the checks
+    # are computed once per record, not once per reference.
+    why = errors[0] if len(errors) == 1 else F.concat_ws("; ", *errors)
+    rows = rows.select(*kept, *[c.alias(n) for n, c in fields.items()], why.alias("_why"))
+    return rows.select(*[c for c in rows.columns if c != "_why"], F.nullif(F.col("_why"), F.lit("")).alias("error"))
