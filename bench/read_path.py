@@ -34,8 +34,7 @@ def main() -> None:
     stack.reset_work(settings)
     stack.configure_environment(settings)
     topic = f"bench_read_path_{uuid.uuid4().hex[:6]}"
-    data.create_topic(settings, topic, settings.partitions)
-    data.produce(settings, topic, settings.records, settings.record_bytes)
+    data.produce_backlog(settings, topic)
     started = dt.datetime.now(dt.UTC)
     command = [*stack.spark_submit_base(settings, "bench-read-path"), str(ROOT / "bench" / "jobs" / "read_path.py"),
                "--topic", topic, "--records", str(settings.records), "--work", str(settings.work / "read_path"),
