@@ -19,6 +19,7 @@ from tidemark.kafka_client import secret_values
 from tidemark.run import PipelineRun
 from tidemark.settings import require_spark_jars
 from tidemark_airflow.resolver import RESOLVER
+from tidemark_spark import class_data
 from tidemark_spark.submit import (
     INGEST_SCRIPT,
     connect_command,
@@ -74,10 +75,16 @@ class TidemarkIngestOperator(SparkSubmitOperator):
         given = dict(self.env_vars or {})
         with run.job_environment() as job_env:  # only the settings file's path: safe on any master's command line
             self.env_vars = {**local_spark_env(), **given, **job_env}
+            submit_env = {**os.environ, **self.env_vars}  # what the hook's spark-submit runs with
+            sharing = (class_data.ClassData() if is_spark_connect(master) else
+                       class_data.prepare(submit_env, master, self.conf or {}, self.jars.split(",")))
+            self.env_vars.update(sharing.added_to(submit_env))
+            code = None
             try:
                 code, result = self._launch(context, plan, master, run.config.isolation_level)
             finally:
                 self.env_vars = given
+                sharing.finish(-1 if code is None else code)  # -1: no exit code (the task was killed)
         if code == JobExit.TERMINAL:
             raise AirflowFailException(
                 f"pipeline '{plan.pipeline}': batch {plan.batch_id} failed on an error that a retry cannot fix "

@@ -158,7 +158,14 @@ def launch(run: PipelineRun, plan: ReprocessPlan) -> int:
     """Run the job on the pipeline's Spark master, as ``tidemark run`` runs the ingest job: spark-submit in
     client mode, or a client of the Spark Connect server. Returns its exit code (``JobExit``)."""
     from tidemark.settings import spark_jars
-    from tidemark_spark.submit import DEFAULT_CONF, core_archive, is_spark_connect, job_environment, local_spark_env
+    from tidemark_spark.submit import (
+        DEFAULT_CONF,
+        call_spark_submit,
+        core_archive,
+        is_spark_connect,
+        job_environment,
+        local_spark_env,
+    )
 
     master = run.spark_master
     with run.job_environment() as extra:
@@ -170,7 +177,7 @@ def launch(run: PipelineRun, plan: ReprocessPlan) -> int:
                    "--py-files", core_archive()]
         for key, value in {**DEFAULT_CONF, **run.config.spark_conf}.items():
             command += ["--conf", f"{key}={value}"]
-        return subprocess.call([*command, SCRIPT, "--plan", plan.to_json()], env=env)
+        return call_spark_submit([*command, SCRIPT, "--plan", plan.to_json()], env, master, run.config.spark_conf)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from tidemark.batch.plan import BatchPlan
 from tidemark.run import PipelineRun
 from tidemark.settings import spark_jars
 from tidemark.spark_io import SECRET_OPTIONS
+from tidemark_spark import class_data
 
 INGEST_SCRIPT = str(Path(__file__).resolve().parent / "ingest.py")
 """The job script spark-submit runs: installed with the package, found beside this module."""
@@ -28,21 +29,36 @@ DEFAULT_CONF = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgre
 
 
 SPARK_CONF_DIR = str(Path(__file__).resolve().parent / "conf")
-"""Tidemark's Spark configuration folder: its log4j2.properties keeps the Kafka client's per-seek INFO
-lines out of the job's output (and so out of the Airflow task log)."""
+"""Tidemark's Spark configuration: its log4j2.properties keeps the Kafka client's per-seek INFO lines out
+of the job's output (and so out of the Airflow task log). The job gets it as a system property; the
+job's own SPARK_CONF_DIR is an empty folder (``empty_conf_dir``), which lets its JVM share class data
+(``tidemark_spark.class_data``): the JDK cannot archive a class path that holds a non-empty folder."""
+LOG4J_CONFIG = str(Path(SPARK_CONF_DIR) / "log4j2.properties")
+
+
+def empty_conf_dir() -> str:
+    """The job's SPARK_CONF_DIR when the caller sets none: an empty folder (Spark's defaults)."""
+    path = Path(tempfile.gettempdir()) / "tidemark-spark-conf"
+    path.mkdir(parents=True, exist_ok=True)
+    return str(path)
 
 
 def local_spark_env() -> dict[str, str]:
     """Environment for spark-submit from this virtualenv: the pip-installed Spark as SPARK_HOME,
-    this interpreter for the driver and Python workers, and Tidemark's configuration folder unless
-    SPARK_CONF_DIR is already set (then the caller's logging and spark-defaults apply)."""
+    this interpreter for the driver and Python workers, and, unless SPARK_CONF_DIR is already set
+    (then the caller's logging and spark-defaults apply), an empty configuration folder with
+    Tidemark's logging configuration added to spark-submit's JVM options."""
     import importlib.util
 
     spec = importlib.util.find_spec("pyspark")
     spark_home = os.path.dirname(spec.origin) if spec and spec.origin else ""
-    return {"SPARK_HOME": os.environ.get("SPARK_HOME", spark_home), "PYSPARK_PYTHON": sys.executable,
-            "PYSPARK_DRIVER_PYTHON": sys.executable,
-            "SPARK_CONF_DIR": os.environ.get("SPARK_CONF_DIR", SPARK_CONF_DIR)}
+    env = {"SPARK_HOME": os.environ.get("SPARK_HOME", spark_home), "PYSPARK_PYTHON": sys.executable,
+           "PYSPARK_DRIVER_PYTHON": sys.executable}
+    if os.environ.get("SPARK_CONF_DIR"):
+        return {**env, "SPARK_CONF_DIR": os.environ["SPARK_CONF_DIR"]}
+    given = os.environ.get("SPARK_SUBMIT_OPTS", "").strip()
+    return {**env, "SPARK_CONF_DIR": empty_conf_dir(),
+            "SPARK_SUBMIT_OPTS": f"{given} -Dlog4j2.configurationFile={LOG4J_CONFIG}".strip()}
 
 
 def core_archive() -> str:
@@ -113,7 +129,17 @@ def run_ingest_job(plan: BatchPlan, master: str, isolation_level: str, conf: Map
     env = job_environment(master, extra_env)
     if is_spark_connect(master):
         return subprocess.call(connect_command(plan, isolation_level), env=env)
-    return subprocess.call(spark_submit_command(plan, master, isolation_level, conf), env=env)
+    return call_spark_submit(spark_submit_command(plan, master, isolation_level, conf), env, master, conf)
+
+
+def call_spark_submit(command: list[str], env: Mapping[str, str], master: str,
+                      conf: Mapping[str, str] | None = None) -> int:
+    """Run a spark-submit command to completion with the class-data sharing of its driver JVM
+    (``class_data``: map the host's archive, or write it if this is the first job). Returns its exit code."""
+    sharing = class_data.prepare(env, master, conf or {}, spark_jars())
+    code = subprocess.call(command, env=sharing.environment(env))
+    sharing.finish(code)
+    return code
 
 
 def launch(run: PipelineRun, plan: BatchPlan) -> int:

@@ -25,7 +25,7 @@ def _run(properties, store=None, master="local[1]"):
                            batch_summary=lambda plan: {})
 
 
-def test_the_ingest_operator_fails_fast_on_the_jobs_terminal_exit_code(monkeypatch):
+def test_the_ingest_operator_fails_fast_on_the_jobs_terminal_exit_code(monkeypatch, tmp_path):
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
     from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
@@ -41,9 +41,14 @@ def test_the_ingest_operator_fails_fast_on_the_jobs_terminal_exit_code(monkeypat
 
     monkeypatch.setattr(operators.PipelineRun, "for_plan", lambda plan, resolver: _run({"bootstrap.servers": "h:1"}))
     monkeypatch.setattr(operators, "require_spark_jars", lambda: ["/j.jar"])
+    for own in ("SPARK_SUBMIT_OPTS", "SPARK_CONF_DIR"):  # make test's class-data archive and folder
+        monkeypatch.delenv(own, raising=False)
+    monkeypatch.setenv("TIDEMARK_CDS_DIR", str(tmp_path / "cds"))
     operator = operators.TidemarkIngestOperator(task_id="ingest")
+    jvm_options = []
     for code, expected in ((JobExit.TERMINAL, AirflowFailException), (JobExit.RETRYABLE, AirflowException)):
         def submit(self, context, code=code):  # as the provider's hook: the process, then an error without a type
+            jvm_options.append(self.env_vars["SPARK_SUBMIT_OPTS"])
             self._hook = SimpleNamespace(_submit_sp=SimpleNamespace(returncode=int(code)))
             raise AirflowException("Cannot execute: spark-submit ...")
         monkeypatch.setattr(SparkSubmitOperator, "execute", submit)
@@ -51,6 +56,10 @@ def test_the_ingest_operator_fails_fast_on_the_jobs_terminal_exit_code(monkeypat
             operator.execute({"ti": TI()})
         assert (type(raised.value) is AirflowFailException) == (expected is AirflowFailException)
         assert "TIDEMARK_JOB_SETTINGS" not in operator.env_vars  # the settings file left with the job
+    # each launch was to write the host's class-data archive (tidemark_spark.class_data): a terminal failure
+    # left the next launch to try again; a retryable one with no archive stops trying for a day
+    assert all("-Dlog4j2.configurationFile=" in o and "-XX:ArchiveClassesAtExit=" in o for o in jvm_options)
+    assert [p.suffix for p in (tmp_path / "cds").iterdir()] == [".failed"]
 
 
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"

@@ -6,12 +6,18 @@ from pathlib import Path
 
 
 def test_spark_jobs_log_the_kafka_client_at_warn_unless_the_caller_has_a_spark_conf_dir(monkeypatch, tmp_path):
-    from tidemark_spark.submit import SPARK_CONF_DIR, local_spark_env
+    from tidemark_spark.submit import LOG4J_CONFIG, local_spark_env
 
     monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
-    assert local_spark_env()["SPARK_CONF_DIR"] == SPARK_CONF_DIR
-    lines = (Path(SPARK_CONF_DIR) / "log4j2.properties").read_text().splitlines()
+    monkeypatch.setenv("SPARK_SUBMIT_OPTS", "-Dcaller=1")
+    env = local_spark_env()
+    # Tidemark's logging comes as a system property, after the caller's JVM options; its configuration
+    # folder is empty (so that the JVM may share class data: tidemark_spark.class_data)
+    assert env["SPARK_SUBMIT_OPTS"] == f"-Dcaller=1 -Dlog4j2.configurationFile={LOG4J_CONFIG}"
+    assert Path(env["SPARK_CONF_DIR"]).is_dir() and not any(Path(env["SPARK_CONF_DIR"]).iterdir())
+    lines = Path(LOG4J_CONFIG).read_text().splitlines()
     assert "logger.kafka.name = org.apache.kafka" in lines and "logger.kafka.level = warn" in lines
     assert "rootLogger.level = info" in lines  # Spark's own progress stays
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
     assert local_spark_env()["SPARK_CONF_DIR"] == str(tmp_path)
+    assert "SPARK_SUBMIT_OPTS" not in local_spark_env()  # the caller's folder decides the logging

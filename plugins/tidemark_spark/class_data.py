@@ -1,0 +1,187 @@
+"""Class-data sharing (AppCDS) for the ingest job's driver JVM.
+
+A spark-submit JVM spends seconds of every job loading, parsing and verifying the same tens of
+thousands of Spark, Scala, Delta and Kafka classes. The first ingest job launched on a host (for a
+given JDK, Spark, jars and configuration folder) has its JVM dump the classes it loaded into an
+archive as it exits (``-XX:ArchiveClassesAtExit``); every later job maps that archive
+(``-XX:SharedArchiveFile``) instead. Measured on 2 cores (docs/BENCHMARKS.md): a 10,000-record batch
+16.7 s -> 10.8 s, a 2M-record one 24.3 s -> 20.0 s. The JVM checks an archive against its own class
+path and JDK and ignores one that does not match, so a stale archive costs the gain, never the job.
+
+The JDK makes a JVM that dumps an archive *fail at exit* when a non-empty folder is on its class
+path, so a job trains an archive only where Tidemark knows the whole class path: a ``local`` or
+standalone (``spark://``) master, an empty ``SPARK_CONF_DIR`` (Tidemark's own default; its logging
+configuration is passed as a system property instead), no Hadoop or YARN configuration folder, no
+extra class path; and the caller has not chosen its own CDS options. Elsewhere the job runs as
+before. One job at a time trains (a lock file); a training run that exits with 1 (a failed dump, or a
+retryable failure of the job) and leaves no archive stops training for a day (``.failed``), so a JVM
+that cannot dump costs at most one retry.
+
+``TIDEMARK_CDS_DIR`` is where the archives are kept (default: ``<temp dir>/tidemark-cds``; an
+archive is about 200 MB, one per class path); ``TIDEMARK_CDS_DIR=off`` turns this off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+DIR_ENV_VAR = "TIDEMARK_CDS_DIR"
+QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+"""A JVM that cannot map the archive (another class path, another JDK) runs without it, silently."""
+CALLERS_OWN = ("-Xshare", "SharedArchiveFile", "ArchiveClassesAtExit", "AutoCreateSharedArchive")
+"""JVM options that mean the caller manages class-data sharing itself (e.g. `make test`'s archive)."""
+FOREIGN_CLASS_PATH = ("HADOOP_CONF_DIR", "YARN_CONF_DIR", "SPARK_DIST_CLASSPATH", "SPARK_CLASSPATH")
+"""Variables that put folders Tidemark cannot vouch for on the driver's class path."""
+DUMP_FAILED = 1
+"""The exit code of a JVM whose dump failed (also the job's own for a retryable failure). A job killed, or
+ended on a terminal error, leaves the next job to train."""
+STALE_LOCK_SECONDS = 3600
+FAILED_SECONDS = 24 * 3600
+
+
+def archive_dir(env: Mapping[str, str]) -> Path | None:
+    given = env.get(DIR_ENV_VAR, "")
+    if given.strip().lower() == "off":
+        return None
+    return Path(given) if given.strip() else Path(tempfile.gettempdir()) / "tidemark-cds"
+
+
+def why_not(env: Mapping[str, str], master: str, conf: Mapping[str, str]) -> str | None:
+    """Why the driver JVM of a job with this environment, master and Spark configuration cannot train or
+    use an archive (None: it can)."""
+    if archive_dir(env) is None:
+        return f"{DIR_ENV_VAR}=off"
+    options = f"{env.get('SPARK_SUBMIT_OPTS', '')} {conf.get('spark.driver.extraJavaOptions', '')}"
+    if any(flag in options for flag in CALLERS_OWN):
+        return "the caller's JVM options manage class-data sharing"
+    if not (master.startswith("local") or master.startswith("spark://")):
+        return f"master '{master}' (only local and standalone masters)"
+    foreign = [name for name in FOREIGN_CLASS_PATH if env.get(name)]
+    if foreign or conf.get("spark.driver.extraClassPath"):
+        return f"the driver's class path has folders of {', '.join(foreign) or 'spark.driver.extraClassPath'}"
+    conf_dir = env.get("SPARK_CONF_DIR", "")
+    if not conf_dir or not Path(conf_dir).is_dir() or any(Path(conf_dir).iterdir()):
+        return f"SPARK_CONF_DIR ({conf_dir or 'unset'}) is not an empty folder"
+    if not _java(env):
+        return "no java found"
+    return None
+
+
+def _java(env: Mapping[str, str]) -> str | None:
+    home = env.get("JAVA_HOME")
+    found = str(Path(home) / "bin" / "java") if home else shutil.which("java", path=env.get("PATH"))
+    return os.path.realpath(found) if found and os.path.isfile(found) else None
+
+
+def archive_key(env: Mapping[str, str], jars: Sequence[str]) -> str:
+    """What the archive depends on: the JDK (its binary), Spark, the jars, the configuration folder."""
+    java = _java(env) or ""
+    parts = [java, str(os.stat(java).st_mtime_ns) if java else "", os.path.realpath(env.get("SPARK_HOME", "")),
+             env.get("SPARK_CONF_DIR", "")]
+    for jar in jars:
+        with contextlib.suppress(OSError):
+            stat = os.stat(jar)
+            parts.append(f"{os.path.realpath(jar)}:{stat.st_size}:{stat.st_mtime_ns}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class ClassData:
+    """What one launch does: its JVM options, and (when it trains) where its archive goes."""
+
+    java_options: str = ""
+    archive: Path | None = None
+    partial: Path | None = None
+    """Set when this launch trains: its JVM dumps here; ``finish`` moves it to ``archive``."""
+
+    @property
+    def training(self) -> bool:
+        return self.partial is not None
+
+    def environment(self, env: Mapping[str, str]) -> dict[str, str]:
+        """``env`` (spark-submit's whole environment) with this launch's options added to spark-submit's
+        JVM options (the driver's, in client mode), after the caller's own."""
+        return {**env, **self.added_to(env)}
+
+    def added_to(self, env: Mapping[str, str]) -> dict[str, str]:
+        """The variables this launch changes in ``env``: SPARK_SUBMIT_OPTS, or nothing."""
+        if not self.java_options:
+            return {}
+        given = env.get("SPARK_SUBMIT_OPTS", "").strip()
+        return {"SPARK_SUBMIT_OPTS": f"{given} {self.java_options}".strip()}
+
+    def finish(self, returncode: int) -> None:
+        """After the job: keep a trained archive, or note a training run that left none."""
+        if self.partial is None or self.archive is None:
+            return
+        lock = _lock(self.archive)
+        try:
+            if self.partial.is_file() and self.partial.stat().st_size > 0:
+                os.replace(self.partial, self.archive)  # atomic: a job starting now maps the whole archive
+                for old in self.archive.parent.glob("spark-*.jsa"):
+                    if old != self.archive:
+                        old.unlink(missing_ok=True)  # another class path's; a JVM mapping it keeps its pages
+                log.info("class-data archive written: %s (later jobs on this host map it)", self.archive)
+            elif returncode == DUMP_FAILED:
+                _failed(self.archive).write_text(f"exit {returncode}, no archive\n")
+                log.info("the job that was to write the class-data archive %s left none (exit %d); jobs run "
+                         "without one for a day", self.archive, returncode)
+        finally:
+            self.partial.unlink(missing_ok=True)
+            lock.unlink(missing_ok=True)
+
+
+def _lock(archive: Path) -> Path:
+    return archive.with_suffix(".training")
+
+
+def _failed(archive: Path) -> Path:
+    return archive.with_suffix(".failed")
+
+
+def _recent(path: Path, seconds: float) -> bool:
+    try:
+        return time.time() - path.stat().st_mtime < seconds
+    except FileNotFoundError:
+        return False
+
+
+def prepare(env: Mapping[str, str], master: str, conf: Mapping[str, str], jars: Sequence[str], *,
+            train: bool = True) -> ClassData:
+    """The class-data sharing of one spark-submit launch with this environment: map the archive when
+    there is one; else, with ``train``, dump one at exit unless another job is doing so."""
+    reason = why_not(env, master, conf)
+    if reason is not None:
+        log.debug("no class-data sharing for the job: %s", reason)
+        return ClassData()
+    folder = archive_dir(env)
+    assert folder is not None
+    archive = folder / f"spark-{archive_key(env, jars)}.jsa"
+    if archive.is_file():
+        return ClassData(f"-XX:SharedArchiveFile={archive} {QUIET}", archive)
+    if not train or _recent(_failed(archive), FAILED_SECONDS):
+        return ClassData()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        lock = _lock(archive)
+        if lock.exists() and not _recent(lock, STALE_LOCK_SECONDS):
+            lock.unlink(missing_ok=True)  # its job died without finishing
+        descriptor = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except OSError:  # another job is training (or the folder is not writable): run without
+        return ClassData()
+    os.write(descriptor, str(os.getpid()).encode())
+    os.close(descriptor)
+    partial = archive.with_suffix(f".{os.getpid()}.partial")
+    log.info("this job's JVM writes the class-data archive %s as it exits (once per host and class path)", archive)
+    return ClassData(f"-XX:ArchiveClassesAtExit={partial} {QUIET}", archive, partial)

@@ -1,0 +1,104 @@
+"""Class-data sharing for the ingest job's JVM (tidemark_spark.class_data): when a launch may train or map
+an archive, one trainer at a time, and what a training run leaves behind."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from tidemark_spark import class_data
+
+
+@pytest.fixture
+def env(tmp_path) -> dict[str, str]:
+    """A launch that may share class data: an empty SPARK_CONF_DIR, archives in a private folder."""
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    return {"PATH": os.environ["PATH"], "SPARK_HOME": "/opt/spark", "SPARK_CONF_DIR": str(conf),
+            class_data.DIR_ENV_VAR: str(tmp_path / "cds")}
+
+
+JARS = ["/jars/kafka.jar", "/jars/delta.jar"]
+
+
+def test_a_local_or_standalone_driver_with_an_empty_conf_folder_may_share_class_data(env):
+    assert class_data.why_not(env, "local[2]", {}) is None
+    assert class_data.why_not(env, "spark://10.0.0.5:7077", {}) is None
+
+
+@pytest.mark.parametrize(("change", "master", "conf", "reason"), [
+    ({class_data.DIR_ENV_VAR: "off"}, "local[2]", {}, "TIDEMARK_CDS_DIR=off"),
+    ({"SPARK_SUBMIT_OPTS": "-XX:SharedArchiveFile=/x.jsa"}, "local[2]", {}, "caller's JVM options"),
+    ({}, "local[2]", {"spark.driver.extraJavaOptions": "-Xshare:off"}, "caller's JVM options"),
+    ({}, "yarn", {}, "master 'yarn'"),
+    ({}, "k8s://https://api:6443", {}, "only local and standalone"),
+    ({"HADOOP_CONF_DIR": "/etc/hadoop"}, "local[2]", {}, "HADOOP_CONF_DIR"),
+    ({}, "local[2]", {"spark.driver.extraClassPath": "/opt/extra"}, "spark.driver.extraClassPath"),
+    ({"SPARK_CONF_DIR": ""}, "local[2]", {}, "SPARK_CONF_DIR (unset)"),
+])
+def test_a_driver_whose_class_path_or_options_tidemark_does_not_own_runs_without(env, change, master, conf, reason):
+    assert reason in (class_data.why_not({**env, **change}, master, conf) or "")
+    assert class_data.prepare({**env, **change}, master, conf, JARS) == class_data.ClassData()
+
+
+def test_a_conf_folder_with_a_file_would_fail_the_dump_so_it_runs_without(env):
+    (Path(env["SPARK_CONF_DIR"]) / "spark-defaults.conf").write_text("spark.ui.enabled false\n")
+    assert "not an empty folder" in class_data.why_not(env, "local[2]", {})
+
+
+def test_the_first_launch_trains_one_at_a_time_and_the_next_maps_the_archive(env):
+    trainer = class_data.prepare(env, "local[2]", {}, JARS)
+    assert trainer.training and f"-XX:ArchiveClassesAtExit={trainer.partial}" in trainer.java_options
+    assert class_data.prepare(env, "local[2]", {}, JARS) == class_data.ClassData()  # the lock: one trainer
+    assert class_data.prepare(env, "local[2]", {}, JARS, train=False) == class_data.ClassData()
+
+    trainer.partial.write_bytes(b"archive")  # what the JVM dumps as it exits
+    trainer.finish(0)
+    assert sorted(p.name for p in trainer.archive.parent.iterdir()) == [trainer.archive.name]
+    user = class_data.prepare(env, "local[2]", {}, JARS)
+    assert not user.training and user.java_options == f"-XX:SharedArchiveFile={trainer.archive} {class_data.QUIET}"
+    assert user.environment({**env, "SPARK_SUBMIT_OPTS": "-Dx=1"})["SPARK_SUBMIT_OPTS"] == f"-Dx=1 {user.java_options}"
+
+
+def test_a_new_class_path_trains_a_new_archive_that_replaces_the_old(env, tmp_path):
+    jar = tmp_path / "delta.jar"
+    jar.write_bytes(b"v1")
+    first = class_data.prepare(env, "local[2]", {}, [str(jar)])
+    first.partial.write_bytes(b"archive")
+    first.finish(0)
+    jar.write_bytes(b"version 2")
+    second = class_data.prepare(env, "local[2]", {}, [str(jar)])
+    assert second.training and second.archive != first.archive
+    second.partial.write_bytes(b"archive")
+    second.finish(0)
+    assert [p.name for p in second.archive.parent.iterdir()] == [second.archive.name]
+
+
+def test_a_training_run_that_exits_with_1_and_no_archive_stops_training_for_a_day(env):
+    trainer = class_data.prepare(env, "local[2]", {}, JARS)
+    trainer.finish(class_data.DUMP_FAILED)  # the JDK refused to dump: the job's exit code is 1
+    assert class_data.prepare(env, "local[2]", {}, JARS) == class_data.ClassData()
+    failed = trainer.archive.with_suffix(".failed")
+    day_ago = time.time() - class_data.FAILED_SECONDS - 1
+    os.utime(failed, (day_ago, day_ago))
+    assert class_data.prepare(env, "local[2]", {}, JARS).training
+
+
+@pytest.mark.parametrize("returncode", [-9, 137, 3])
+def test_a_killed_or_terminally_failed_training_run_leaves_the_next_launch_to_train(env, returncode):
+    trainer = class_data.prepare(env, "local[2]", {}, JARS)
+    trainer.finish(returncode)
+    again = class_data.prepare(env, "local[2]", {}, JARS)
+    assert again.training and again.archive == trainer.archive
+
+
+def test_the_lock_of_a_trainer_that_died_without_finishing_is_taken_over_after_an_hour(env):
+    dead = class_data.prepare(env, "local[2]", {}, JARS)
+    assert class_data.prepare(env, "local[2]", {}, JARS) == class_data.ClassData()
+    lock = dead.archive.with_suffix(".training")
+    hour_ago = time.time() - class_data.STALE_LOCK_SECONDS - 1
+    os.utime(lock, (hour_ago, hour_ago))
+    assert class_data.prepare(env, "local[2]", {}, JARS).training
