@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export KAFKA_PORT ?= 9092
 
 .DEFAULT_GOAL := help
-.PHONY: help setup venv jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down storage-up storage-down registry-up registry-down demo test test-unit lint soak chaos bench bench-s3 bench-skew bench-scale bench-profile bench-read-path bench-json bench-avro bench-small bench-tls bench-ledger bench-audit bench-maintenance bench-fleet bench-page connect-up connect-down airflow airflow-down browser redis lock clean
+.PHONY: help setup venv jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down storage-up storage-down registry-up registry-down demo test test-unit lint soak chaos bench bench-s3 bench-skew bench-scale bench-profile bench-read-path bench-cds bench-json bench-avro bench-small bench-tls bench-ledger bench-audit bench-maintenance bench-fleet bench-page connect-up connect-down airflow airflow-down browser redis lock clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -108,6 +108,9 @@ bench-profile: setup ## the raw-value job next to the plain batch under py-spy a
 
 bench-read-path: setup ## Spark's V1 Kafka relation vs the V2 scan Tidemark reads through, one JVM taking turns (BENCH_RECORDS=2000000); bench/results/read_path.json
 	scripts/with_broker.sh bench $${BENCH_KAFKA_PORT:-19292} .venv/bin/python -m bench.read_path
+
+bench-cds: setup ## the ingest job with and without class-data sharing, batches of 10,000 and 2M records (BENCH_CDS_SIZES), taking turns; bench/results/class_data.json
+	scripts/with_broker.sh bench $${BENCH_KAFKA_PORT:-19292} .venv/bin/python -m bench.class_data
 
 bench-json: setup ## JSON values with a declared schema (BENCH_JSON_RECORDS=1000000, 0.1% poison): Tidemark vs AvailableNow and a plain batch with from_json; bench/results/typed_json.json
 	scripts/with_broker.sh bench $${BENCH_KAFKA_PORT:-19292} .venv/bin/python -m bench.typed_json

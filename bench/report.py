@@ -43,13 +43,13 @@ HOW = """\
 make bench                                       # everything: 2,000,000 records of 300 bytes, 3 repetitions
 BENCH_RECORDS=50000 BENCH_REPEATS=1 make bench   # a quick look
 make bench-json  # or bench-avro, bench-small, bench-tls, bench-skew, bench-scale, bench-profile, bench-s3, bench-page,
-                 # bench-read-path
+                 # bench-read-path, bench-cds
 make bench-fleet                                 # a fleet of 50 pipelines: one scheduler tick vs AvailableNow
 .venv/bin/python -m bench.report                 # this page again from bench/results/
 ```
 Knobs: `BENCH_RECORDS`, `BENCH_RECORD_BYTES` (300), `BENCH_PARTITIONS` (8), `BENCH_REPEATS` (3),
 `BENCH_JSON_RECORDS` / `BENCH_AVRO_RECORDS` / `BENCH_TLS_RECORDS` (1,000,000), `BENCH_LEDGER_SIZES`,
-`BENCH_SCALE_SIZES`, `BENCH_FLEET_PIPELINES` (50) / `BENCH_FLEET_RECORDS` (10,000),
+`BENCH_SCALE_SIZES`, `BENCH_CDS_SIZES`, `BENCH_FLEET_PIPELINES` (50) / `BENCH_FLEET_RECORDS` (10,000),
 `BENCH_POISON_EVERY` (typed values: one poison record in N, 1,000; 0 for none), `BENCH_SKIP` (parts of
 `make bench` not to run; they keep their last results),
 `BENCH_RESULTS` (a folder for a trial run's results instead of bench/results); the docstrings of bench/*.py
@@ -396,6 +396,20 @@ def read_path(part_: dict) -> str:
         _table(["", "V1 relation", "V2 scan", "V2 / V1"], rows))
 
 
+def class_data(part_: dict) -> str:
+    rows = [[f"{int(size):,}", str(m["off_seconds"]), str(m["on_seconds"]), f"x{m['on_over_off']}",
+             f"{m['off_cpu_seconds']} / {m['on_cpu_seconds']}", str(m["first_seconds"])]
+            for size, m in part_["summary"]["sizes"].items()]
+    return _section(
+        "The JVM's start: class-data sharing", f"{part_['date']}: the Tidemark job (plan call + spark-submit, "
+        f"`{part_['master']}`) on batches of each size, {part_['rounds']} rounds taking turns between sharing off "
+        "(`TIDEMARK_CDS_DIR=off`) and on, medians (`bench/class_data.py`). The first job on a fresh host writes the "
+        f"archive ({part_['archive_mb']} MB) as its JVM exits; later jobs map it (docs/OPERATIONS.md, *The job's "
+        "JVM start*).",
+        _table(["records per batch", "seconds, off", "seconds, on", "on / off", "CPU seconds, off / on",
+                "the first job (writes the archive), s"], rows))
+
+
 def console(part_: dict) -> str:
     routes = list(part_["ledgers"][0]["routes"])
     rows = [[ledger["shape"], f"{ledger['batches']:,}", *[f"{t['median_ms']:.0f}" for t in ledger["routes"].values()]]
@@ -439,7 +453,7 @@ def markdown(results: dict) -> str:
     for name, render in (("skew", skew), ("profile", profile), ("scale", scale), ("small_batch", small_batch),
                          ("object_storage", object_storage), ("console", console), ("tls", tls),
                          ("ledger_contention", ledger_contention), ("fleet", fleet), ("audit", audit),
-                         ("read_path", read_path),
+                         ("read_path", read_path), ("class_data", class_data),
                          ("maintenance", maintenance)):
         if found := part(results, name):
             parts.append(render(found))

@@ -121,6 +121,8 @@ def main() -> None:
                  settings.record_bytes, topic, settings.partitions)
         results["backlog"] = data.produce_backlog(settings, topic)
         log.info("backlog ready: %s", results["backlog"])
+        stack.train_class_data(settings)
+        results["class_data_archive"] = str(stack.class_data_archive(settings))
         results["runs"], results["empty_runs"] = run_contenders(settings, topic)
         save(results)
     else:

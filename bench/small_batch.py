@@ -47,6 +47,7 @@ def main() -> None:
     url = os.environ["SPARK_CONNECT_URL"]
     stack.reset_work(settings)
     stack.configure_environment(settings)
+    stack.train_class_data(settings)  # as a host's earlier jobs leave it: every spark-submit batch maps it
     topic = f"bench_small_{uuid.uuid4().hex[:6]}"
     data.create_topic(settings, topic, settings.partitions)
     configs = {launcher: stack.add_pipeline(settings, f"bench_small_{launcher.replace('-', '_')}", topic)

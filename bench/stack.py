@@ -24,10 +24,18 @@ from tidemark.config import PipelineConfig, find_pipeline
 from tidemark.connections import EnvironmentResolver
 from tidemark.offsets import OffsetRange
 from tidemark.run import KAFKA_ENV_VAR, PipelineRun
+from tidemark.settings import spark_jars
 from tidemark.spark_io import kafka_source_options
 from tidemark_airflow.naming import ingest_dag_id
+from tidemark_spark import class_data
 from tidemark_spark.ingest import REMOTE_ENV_VAR
-from tidemark_spark.submit import INGEST_SCRIPT, connect_command, local_spark_env, spark_submit_command
+from tidemark_spark.submit import (
+    INGEST_SCRIPT,
+    appends_to_a_table,
+    connect_command,
+    local_spark_env,
+    spark_submit_command,
+)
 
 SUBMIT, WARM = "spark-submit", "spark-connect"
 """The ingest job's launchers: a spark-submit per batch (the default), or a Spark Connect server."""
@@ -90,8 +98,39 @@ def spark_env(settings: BenchSettings) -> dict[str, str]:
     import tidemark
 
     core = str(Path(tidemark.__file__).resolve().parents[1])
-    return {**os.environ, **local_spark_env(), "PYTHONPATH": os.pathsep.join([str(ROOT), core]),
-            KAFKA_ENV_VAR: json.dumps(kafka_properties(settings))}
+    env = {**os.environ, **local_spark_env(), "PYTHONPATH": os.pathsep.join([str(ROOT), core]),
+           KAFKA_ENV_VAR: json.dumps(kafka_properties(settings))}
+    return _class_data(settings, env).environment(env)
+
+
+def _class_data(settings: BenchSettings, env: dict[str, str]) -> class_data.ClassData:
+    """The class-data archive every Spark contender's JVM maps, as `tidemark run` maps it (none yet: none)."""
+    return class_data.prepare(env, settings.master, {}, spark_jars(), train=False)
+
+
+def class_data_archive(settings: BenchSettings) -> Path | None:
+    """The class-data archive the benchmark's spark-submit JVMs map (``tidemark_spark.class_data``), if any."""
+    return _class_data(settings, {**os.environ, **local_spark_env()}).archive
+
+
+def train_class_data(settings: BenchSettings) -> None:
+    """Before anything is measured: unless it is there already, the class-data archive, written as `tidemark
+    run` writes it (by the first job that appends to an existing table: here the second of two batches
+    of 10,000 records on a topic of its own), so that no measured run pays for the dump or runs without
+    the archive."""
+    from bench import data
+
+    if class_data_archive(settings) is not None:
+        return
+    if class_data.why_not({**os.environ, **local_spark_env()}, settings.master, {}) is not None:
+        return
+    topic = f"bench_class_data_{int(time.time())}"
+    data.create_topic(settings, topic, settings.partitions)
+    data.produce(settings, topic, 20_000, settings.record_bytes)
+    config = add_pipeline(settings, "bench_class_data", topic, max_offsets_per_run=10_000)
+    for what in ("the first batch (it creates the table)", "the job that writes the class-data archive"):
+        run_ingest(settings, plan_batch(settings, config, expect=10_000)[0], what)
+    remove_pipeline(settings, config)
 
 
 def plan_batch(settings: BenchSettings, config: PipelineConfig, *, expect: int | None = None,
@@ -124,7 +163,27 @@ def ingest_command(settings: BenchSettings, plan: BatchPlan, launcher: str = SUB
 def run_ingest(settings: BenchSettings, plan: BatchPlan, what: str, **launch) -> Measurement:
     """Run the ingest job of ``plan`` (``launch``: ``ingest_command``'s options), measured; fails loudly."""
     command, env = ingest_command(settings, plan, **launch)
-    return check(run_measured(command, env), what)
+    if launch.get("launcher", SUBMIT) == WARM:
+        return check(run_measured(command, env), what)
+    sharing = class_data.prepare(env, settings.master, {}, spark_jars(),  # as run_ingest_job does
+                                 train=lambda: appends_to_a_table(plan, launch.get("store")))
+    measured = run_measured(command, sharing.environment(env))
+    sharing.finish(measured.returncode)
+    return check(measured, what)
+
+
+def capped_batch(settings: BenchSettings, name: str, topic: str, size: int, what: str) -> tuple[Measurement, float]:
+    """One batch of exactly ``size`` records from the start of ``topic`` (a fresh pipeline NAME capped with
+    `max_offsets_per_run`), run as `tidemark run` runs it and counted back; the pipeline is removed
+    afterwards. Returns the job's measurement and the plan call's seconds."""
+    config = add_pipeline(settings, name, topic, max_offsets_per_run=size)
+    plan, plan_seconds = plan_batch(settings, config, expect=size)
+    measured = run_ingest(settings, plan, what)
+    found = table_count(config.table_uri)
+    if found != size:
+        raise RuntimeError(f"{config.name}: the output holds {found} rows, expected {size}")
+    remove_pipeline(settings, config)
+    return measured, plan_seconds
 
 
 def s3_store(endpoint: str, access_key: str, secret_key: str) -> storage.ObjectStore:

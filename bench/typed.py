@@ -249,6 +249,7 @@ def main(fmt: ValueFormat, default_records: int = 1_000_000) -> None:
     names = chosen(f"{knob}_CONTENDERS", tuple(fmt.labels))
     stack.reset_work(settings)
     stack.configure_environment(settings)
+    stack.train_class_data(settings)  # every Spark contender maps the archive, as `tidemark run` would
     backlog = fmt.produce(settings, f"bench_{fmt.key}_{uuid.uuid4().hex[:6]}")
     log.info("backlog ready in %.1f s: %d records, %d of them poison %s", backlog.facts["produce_seconds"],
              backlog.records, backlog.poison, backlog.facts["poison_kinds"])

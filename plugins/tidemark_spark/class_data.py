@@ -1,11 +1,13 @@
 """Class-data sharing (AppCDS) for the ingest job's driver JVM.
 
 A spark-submit JVM spends seconds of every job loading, parsing and verifying the same tens of
-thousands of Spark, Scala, Delta and Kafka classes. The first ingest job launched on a host (for a
-given JDK, Spark, jars and configuration folder) has its JVM dump the classes it loaded into an
-archive as it exits (``-XX:ArchiveClassesAtExit``); every later job maps that archive
-(``-XX:SharedArchiveFile``) instead. Measured on 2 cores (docs/BENCHMARKS.md): a 10,000-record batch
-16.7 s -> 10.8 s, a 2M-record one 24.3 s -> 20.0 s. The JVM checks an archive against its own class
+thousands of Spark, Scala, Delta and Kafka classes. The first ingest job on a host (for a given JDK,
+Spark, jars and configuration folder) that appends to an existing table has its JVM dump the classes it
+loaded into an archive as it exits (``-XX:ArchiveClassesAtExit``); every later job maps that archive
+(``-XX:SharedArchiveFile``) instead. (A pipeline's first batch, which creates its table, does not load
+the classes that read a Delta log, so it does not write the archive.) Measured on 2 cores
+(docs/BENCHMARKS.md): a 10,000-record batch 15.2 s -> 11.2 s, a 2M-record one 24.5 s -> 18.8 s; the job
+that writes the archive takes about 25 s longer, once. The JVM checks an archive against its own class
 path and JDK and ignores one that does not match, so a stale archive costs the gain, never the job.
 
 The JDK makes a JVM that dumps an archive *fail at exit* when a non-empty folder is on its class
@@ -18,7 +20,8 @@ retryable failure of the job) and leaves no archive stops training for a day (``
 that cannot dump costs at most one retry.
 
 ``TIDEMARK_CDS_DIR`` is where the archives are kept (default: ``<temp dir>/tidemark-cds``; an
-archive is about 200 MB, one per class path); ``TIDEMARK_CDS_DIR=off`` turns this off.
+archive is about 200 MB, one per class path, the newest ``KEPT_ARCHIVES`` kept);
+``TIDEMARK_CDS_DIR=off`` turns this off.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +49,10 @@ FOREIGN_CLASS_PATH = ("HADOOP_CONF_DIR", "YARN_CONF_DIR", "SPARK_DIST_CLASSPATH"
 DUMP_FAILED = 1
 """The exit code of a JVM whose dump failed (also the job's own for a retryable failure). A job killed, or
 ended on a terminal error, leaves the next job to train."""
+KEPT_ARCHIVES = 3
+"""The newest archives kept in the folder: the current class path's, and two others (an installation beside
+this one, or the version before an upgrade) so that two installations on one host do not take turns
+deleting each other's."""
 STALE_LOCK_SECONDS = 3600
 FAILED_SECONDS = 24 * 3600
 
@@ -129,9 +136,8 @@ class ClassData:
         try:
             if self.partial.is_file() and self.partial.stat().st_size > 0:
                 os.replace(self.partial, self.archive)  # atomic: a job starting now maps the whole archive
-                for old in self.archive.parent.glob("spark-*.jsa"):
-                    if old != self.archive:
-                        old.unlink(missing_ok=True)  # another class path's; a JVM mapping it keeps its pages
+                for old in sorted(self.archive.parent.glob("spark-*.jsa"), key=_age)[KEPT_ARCHIVES:]:
+                    old.unlink(missing_ok=True)  # a JVM mapping it keeps its pages
                 log.info("class-data archive written: %s (later jobs on this host map it)", self.archive)
             elif returncode == DUMP_FAILED:
                 _failed(self.archive).write_text(f"exit {returncode}, no archive\n")
@@ -140,6 +146,13 @@ class ClassData:
         finally:
             self.partial.unlink(missing_ok=True)
             lock.unlink(missing_ok=True)
+
+
+def _age(path: Path) -> float:
+    try:
+        return time.time() - path.stat().st_mtime
+    except FileNotFoundError:
+        return float("inf")
 
 
 def _lock(archive: Path) -> Path:
@@ -158,9 +171,10 @@ def _recent(path: Path, seconds: float) -> bool:
 
 
 def prepare(env: Mapping[str, str], master: str, conf: Mapping[str, str], jars: Sequence[str], *,
-            train: bool = True) -> ClassData:
+            train: bool | Callable[[], bool] = True) -> ClassData:
     """The class-data sharing of one spark-submit launch with this environment: map the archive when
-    there is one; else, with ``train``, dump one at exit unless another job is doing so."""
+    there is one; else, if ``train`` (asked only then, when it is a function), dump one at exit unless
+    another job is doing so."""
     reason = why_not(env, master, conf)
     if reason is not None:
         log.debug("no class-data sharing for the job: %s", reason)
@@ -170,7 +184,7 @@ def prepare(env: Mapping[str, str], master: str, conf: Mapping[str, str], jars: 
     archive = folder / f"spark-{archive_key(env, jars)}.jsa"
     if archive.is_file():
         return ClassData(f"-XX:SharedArchiveFile={archive} {QUIET}", archive)
-    if not train or _recent(_failed(archive), FAILED_SECONDS):
+    if _recent(_failed(archive), FAILED_SECONDS) or not (train() if callable(train) else train):
         return ClassData()
     try:
         folder.mkdir(parents=True, exist_ok=True)

@@ -9,13 +9,15 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from tidemark import storage
 from tidemark.batch.plan import BatchPlan
 from tidemark.run import PipelineRun
 from tidemark.settings import spark_jars
 from tidemark.spark_io import SECRET_OPTIONS
+from tidemark.storage import ObjectStore
 from tidemark_spark import class_data
 
 INGEST_SCRIPT = str(Path(__file__).resolve().parent / "ingest.py")
@@ -121,22 +123,34 @@ def job_environment(master: str, extra_env: Mapping[str, str] | None = None) -> 
     return env
 
 
+def appends_to_a_table(plan: BatchPlan, store: ObjectStore | None = None) -> bool:
+    """Whether the batch's output table exists already. Only such a job writes the host's class-data
+    archive (``class_data``): a steady-state batch loads the classes that read a table's Delta log,
+    which a pipeline's first batch, creating its table, does not."""
+    try:
+        return storage.open_table(plan.table_uri, store) is not None
+    except Exception:  # unreachable storage: the job itself will say so
+        return False
+
+
 def run_ingest_job(plan: BatchPlan, master: str, isolation_level: str, conf: Mapping[str, str] | None = None,
-                   extra_env: Mapping[str, str] | None = None) -> int:
+                   extra_env: Mapping[str, str] | None = None, store: ObjectStore | None = None) -> int:
     """Run the ingest job to completion; its output streams to this process's stdout/stderr. A Spark
     Connect master (``sc://...``) runs the job as a client of that server (``conf`` is the server's
-    then). Returns its exit code (``JobExit``)."""
+    then). ``store``: the object store of a lake on S3. Returns its exit code (``JobExit``)."""
     env = job_environment(master, extra_env)
     if is_spark_connect(master):
         return subprocess.call(connect_command(plan, isolation_level), env=env)
-    return call_spark_submit(spark_submit_command(plan, master, isolation_level, conf), env, master, conf)
+    return call_spark_submit(spark_submit_command(plan, master, isolation_level, conf), env, master, conf,
+                             train=lambda: appends_to_a_table(plan, store))
 
 
 def call_spark_submit(command: list[str], env: Mapping[str, str], master: str,
-                      conf: Mapping[str, str] | None = None) -> int:
+                      conf: Mapping[str, str] | None = None, train: bool | Callable[[], bool] = True) -> int:
     """Run a spark-submit command to completion with the class-data sharing of its driver JVM
-    (``class_data``: map the host's archive, or write it if this is the first job). Returns its exit code."""
-    sharing = class_data.prepare(env, master, conf or {}, spark_jars())
+    (``class_data``: map the host's archive, or, if there is none and ``train``, write it). Returns its
+    exit code."""
+    sharing = class_data.prepare(env, master, conf or {}, spark_jars(), train=train)
     code = subprocess.call(command, env=sharing.environment(env))
     sharing.finish(code)
     return code
@@ -147,4 +161,5 @@ def launch(run: PipelineRun, plan: BatchPlan) -> int:
     benchmark): spark-submit, or the warm path, in client deploy mode (the driver on this host reads the
     run's settings file). Returns the job's exit code (``JobExit``)."""
     with run.job_environment() as env:
-        return run_ingest_job(plan, run.spark_master, run.config.isolation_level, run.config.spark_conf, env)
+        return run_ingest_job(plan, run.spark_master, run.config.isolation_level, run.config.spark_conf, env,
+                              run.store)

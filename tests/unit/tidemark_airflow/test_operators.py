@@ -44,6 +44,7 @@ def test_the_ingest_operator_fails_fast_on_the_jobs_terminal_exit_code(monkeypat
     for own in ("SPARK_SUBMIT_OPTS", "SPARK_CONF_DIR"):  # make test's class-data archive and folder
         monkeypatch.delenv(own, raising=False)
     monkeypatch.setenv("TIDEMARK_CDS_DIR", str(tmp_path / "cds"))
+    monkeypatch.setattr(operators, "appends_to_a_table", lambda plan, store: plan.table_uri == "/t")
     operator = operators.TidemarkIngestOperator(task_id="ingest")
     jvm_options = []
     for code, expected in ((JobExit.TERMINAL, AirflowFailException), (JobExit.RETRYABLE, AirflowException)):

@@ -63,18 +63,23 @@ def test_the_first_launch_trains_one_at_a_time_and_the_next_maps_the_archive(env
     assert user.environment({**env, "SPARK_SUBMIT_OPTS": "-Dx=1"})["SPARK_SUBMIT_OPTS"] == f"-Dx=1 {user.java_options}"
 
 
-def test_a_new_class_path_trains_a_new_archive_that_replaces_the_old(env, tmp_path):
+def test_a_new_class_path_trains_a_new_archive_and_only_the_newest_three_are_kept(env, tmp_path):
     jar = tmp_path / "delta.jar"
-    jar.write_bytes(b"v1")
-    first = class_data.prepare(env, "local[2]", {}, [str(jar)])
-    first.partial.write_bytes(b"archive")
-    first.finish(0)
-    jar.write_bytes(b"version 2")
-    second = class_data.prepare(env, "local[2]", {}, [str(jar)])
-    assert second.training and second.archive != first.archive
-    second.partial.write_bytes(b"archive")
-    second.finish(0)
-    assert [p.name for p in second.archive.parent.iterdir()] == [second.archive.name]
+    archives = []
+    for version in range(1, 5):  # an upgrade after another (a new jar: a new class path)
+        jar.write_bytes(b"v" * version)
+        os.utime(jar, (version, version))
+        trainer = class_data.prepare(env, "local[2]", {}, [str(jar)])
+        assert trainer.training and trainer.archive not in archives
+        trainer.partial.write_bytes(b"archive")
+        trainer.finish(0)
+        made = time.time() - 100 + version
+        os.utime(trainer.archive, (made, made))
+        archives.append(trainer.archive)
+    assert sorted(Path(env[class_data.DIR_ENV_VAR]).iterdir()) == sorted(archives[-3:])
+    jar.write_bytes(b"vv")  # back to the second: its archive is still there
+    os.utime(jar, (2, 2))
+    assert class_data.prepare(env, "local[2]", {}, [str(jar)]).archive == archives[1]
 
 
 def test_a_training_run_that_exits_with_1_and_no_archive_stops_training_for_a_day(env):
@@ -102,3 +107,18 @@ def test_the_lock_of_a_trainer_that_died_without_finishing_is_taken_over_after_a
     hour_ago = time.time() - class_data.STALE_LOCK_SECONDS - 1
     os.utime(lock, (hour_ago, hour_ago))
     assert class_data.prepare(env, "local[2]", {}, JARS).training
+
+
+def test_a_job_that_creates_its_table_does_not_train_and_the_question_is_asked_only_without_an_archive(env):
+    asked = []
+
+    def creates_its_table():
+        asked.append(1)
+        return False
+
+    assert class_data.prepare(env, "local[2]", {}, JARS, train=creates_its_table) == class_data.ClassData()
+    trainer = class_data.prepare(env, "local[2]", {}, JARS, train=lambda: True)
+    trainer.partial.write_bytes(b"archive")
+    trainer.finish(0)
+    assert class_data.prepare(env, "local[2]", {}, JARS, train=creates_its_table).archive == trainer.archive
+    assert len(asked) == 1
