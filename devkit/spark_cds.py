@@ -16,6 +16,10 @@ without the archive: the JVM options below keep its CDS warnings quiet.
 
     python -m devkit.spark_cds   # against the broker on $KAFKA_PORT; prints the test run's variables
 
+Tidemark's launchers share class data for a user's jobs the same way (``tidemark_spark.class_data``);
+the test run keeps an archive of its own, trained up front while the services start and used by every
+Spark JVM of the run (the launchers then leave class-data sharing to these options).
+
 The archive is kept in ``.cache/jvm`` under a key of the Java version, Spark, the jars and this file,
 so a warm `make test` reuses it and anything that changes the class path builds a new one.
 """
@@ -30,9 +34,9 @@ import tempfile
 from pathlib import Path
 
 from tidemark.settings import spark_jars
+from tidemark_spark.class_data import QUIET
 from tidemark_spark.submit import local_spark_env
 
-QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 SHORT_LIVED = "-XX:TieredStopAtLevel=1"
 
 
