@@ -199,13 +199,28 @@ BAD_BUCKETS = 65536
 """The buckets a bad record's Kafka coordinates are hashed into (``bad_bucket``)."""
 
 
+def _bad_bucket_sql() -> str:
+    return f"pmod(xxhash64(kafka_topic, kafka_partition, kafka_offset), {BAD_BUCKETS})"
+
+
 def bad_bucket() -> Column:
     """A record's bucket: its Kafka coordinates hashed into one of ``BAD_BUCKETS``. The one pass
     collects the buckets of the bad records (a bounded set, however many records are bad); the read
     for the dead letters then decodes only the records of those buckets, since no other can be bad."""
     from pyspark.sql import functions as F
 
-    return F.pmod(F.xxhash64("kafka_topic", "kafka_partition", "kafka_offset"), F.lit(BAD_BUCKETS))
+    return F.expr(_bad_bucket_sql())
+
+
+def in_buckets(buckets: list[int]) -> Column:
+    """True for a record whose ``bad_bucket`` is one of ``buckets``. One SQL expression, which Spark
+    turns into a hash set: ``Column.isin`` would make a py4j call per bucket (0.35-0.57 s in the
+    driver for the 991 buckets of 1,000 bad records, before the read even starts)."""
+    from pyspark.sql import functions as F
+
+    if not buckets:
+        return F.lit(False)
+    return F.expr(f"{_bad_bucket_sql()} IN ({', '.join(str(int(b)) for b in buckets)})")
 
 
 BAD_PAGE_BITS = 10

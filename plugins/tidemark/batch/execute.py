@@ -203,7 +203,7 @@ def write_checked_in_one_pass(spark, rows, plan: BatchPlan, properties: Mapping[
         buckets = written.bad_buckets
         sifted = len(buckets) <= spark_io.BAD_BUCKETS // 4  # else most records would pass: decode them all
         if sifted:
-            again = again.where(spark_io.bad_bucket().isin(buckets))  # Spark filters before it decodes
+            again = again.where(spark_io.in_buckets(buckets))  # Spark filters before it decodes
         with kafka_errors(plan):
             spark_io.write_dead_letters(again, plan)
         log.info("pipeline '%s': %d dead letters written to %s (read again: %s; decoded again: %s)", plan.pipeline,
