@@ -77,3 +77,18 @@ def test_the_lake_is_on_minio_through_the_aws_default_connection():
         assert SERVICES[name]["depends_on"]["minio-init"]["condition"] == "service_completed_successfully"
     assert "mb --ignore-existing local/lake" in SERVICES["minio-init"]["command"][0]
     assert not [m for m in SERVICES["spark-worker"]["volumes"] if "lake" in m], "workers share no lake folder"
+
+
+def test_the_documented_login_is_the_one_airflow_reads():
+    """Without a passwords file, Airflow's simple auth manager generates a password inside the
+    container and the README's admin/admin fails. The file is mounted into every Airflow service
+    and holds the password of each configured login."""
+    env = SERVICES["airflow-apiserver"]["environment"]
+    target = env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"]
+    for name in AIRFLOW:
+        sources = {v.split(":")[1]: v.split(":")[0] for v in SERVICES[name]["volumes"]}
+        assert target in sources, f"{name} does not mount the passwords file at {target}"
+    passwords = json.loads((ROOT / sources[target]).read_text())
+    logins = [u.split(":")[0] for u in env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"].split(",")]
+    assert logins == ["admin"] and passwords == {"admin": "admin"}
+    assert "http://localhost:8080 (admin/admin" in (ROOT / "README.md").read_text()
