@@ -130,7 +130,9 @@ def optimize(uri: str, store: ObjectStore | None, pipeline: str, zorder_by: list
 
 def vacuum(uri: str, store: ObjectStore | None, pipeline: str, retain: dt.timedelta,
            floor: dt.timedelta = VACUUM_FLOOR) -> list[str]:
-    """VACUUM one table: delete the files no version of the last ``retain`` references. Refuses a retention
+    """VACUUM one table: delete the files no version of the last ``retain`` references, and the part files
+    older than ``retain`` that no commit ever referenced (a full VACUUM: what a writer killed before its
+    commit left; a running writer's files are younger than any allowed retention). Refuses a retention
     under ``floor`` or under the table's ``delta.deletedFileRetentionDuration`` (ConfigError, before anything
     is deleted). Returns the deleted files. ``floor`` is lowered only by tests, to see files deleted."""
     table = storage.open_table(uri, store)
@@ -145,7 +147,7 @@ def vacuum(uri: str, store: ObjectStore | None, pipeline: str, retain: dt.timede
                           pipeline=pipeline, location=uri, step="maintenance")
     try:
         return table.vacuum(retention_hours=int(retain.total_seconds() // 3600), dry_run=False,
-                            enforce_retention_duration=floor >= VACUUM_FLOOR)
+                            enforce_retention_duration=floor >= VACUUM_FLOOR, full=True)
     except OSError as exc:
         raise storage.storage_failure(exc, uri, store, pipeline) from None
 
