@@ -1,6 +1,7 @@
 """Airflow's side of the connection lookup: a ``ConnectionResolver`` on ``BaseHook.get_connection``
-(secrets backends, the metadata DB, ``AIRFLOW_CONN_*``) that registers credentials with Airflow's
-secrets masker, and ``open_run``, the Airflow adapters' one way to a ``tidemark.run.PipelineRun``."""
+(``AIRFLOW_CONN_*``, secrets backends, and in a task the metadata DB through the execution API) that
+registers credentials with Airflow's secrets masker, and ``open_run``, the Airflow adapters' one way to a
+``tidemark.run.PipelineRun``."""
 
 from __future__ import annotations
 

@@ -25,7 +25,8 @@ Exit codes, the same for every command:
        every committed range, or offsets both in the output and the dead letters (listed in its output)
 
 Connections come from ``AIRFLOW_CONN_<ID>`` variables when set (no Airflow needed), else from
-Airflow itself (its secrets backends and metadata DB) when it is installed.
+Airflow's secrets backends when it is installed (outside Airflow's own services its lookup does not
+reach connections stored only in the metadata database: docs/OPERATIONS.md).
 """
 
 from __future__ import annotations

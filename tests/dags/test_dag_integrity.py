@@ -50,6 +50,8 @@ def test_one_dag_per_pipeline_and_no_import_errors(dagbag):
     assert "tidemark" in dag.tags
     assert [t.task_id for t in dag.topological_sort()] == ["plan", "ingest"]  # each launch costs a process start
     assert dag.get_task("plan").retries == 2
+    plan = dag.get_task("plan")  # each retry waits twice as long as the last, at most 10 minutes
+    assert plan.retry_exponential_backoff and plan.max_retry_delay == dt.timedelta(minutes=10)
     assert "orders" in dag.doc_md
 
 

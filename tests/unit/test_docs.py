@@ -71,6 +71,19 @@ def test_every_command_in_the_readme_parses_and_the_readme_lists_them_all():
     assert commands <= shown, f"the README's command list misses {sorted(commands - shown)}"
 
 
+ANY_COMMAND = re.compile(r"(?:^|\s|/)tidemark\s+([a-z][\w-]*)")
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_every_word_the_docs_give_the_cli_as_a_command_is_one(doc):
+    """`tidemark status` is not a command: a span of code that starts like a command must name one."""
+    top = {path[0] for path in subcommands() if path}
+    top.add("batch")  # not a command: `tidemark batch N`, the offset metadata of a mirrored consumer group
+    for span in fenced_lines(doc) + inline_spans(doc):
+        for word in ANY_COMMAND.findall(span):
+            assert word in top, f"{doc}: `tidemark {word}` is not a command (the CLI has {sorted(top)})"
+
+
 @pytest.mark.parametrize("doc", DOCS)
 def test_every_tidemark_command_and_flag_the_docs_name_exists(doc):
     known = subcommands()

@@ -105,3 +105,32 @@ def test_the_success_callbacks_report_the_run_their_task_ended_with_one_read_of_
     assert empty.calls == ["report"]
     after_ingest({"task": SimpleNamespace(tidemark_run=committed, tidemark_batch_id=3), "ti": None})
     assert committed.calls == ["report", "recent_entries"]
+
+
+def test_the_replay_task_refuses_while_a_run_of_the_ingest_dag_is_active_and_changes_nothing(monkeypatch):
+    """The reset reads Airflow's own count of the ingest DAG's queued and running runs before anything
+    else: with one active, the task fails at once (no retry) and the pipeline's reset is never called."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from tidemark_airflow import tasks
+
+    class Run:
+        name = "orders"
+
+        def reset(self, request):
+            raise AssertionError("the reset ran although an ingest run was active")
+
+    class TaskInstance:
+        def __init__(self, active):
+            self.active, self.asked = active, []
+
+        def get_dr_count(self, dag_id, states):
+            self.asked.append((dag_id, states))
+            return self.active
+
+    monkeypatch.setattr(tasks, "open_run", lambda pipeline: Run())
+    ti = TaskInstance(1)
+    with pytest.raises(AirflowFailException, match="PipelineBusyError.*1 run\\(s\\) of tidemark_ingest__orders are "
+                                                   "active.*nothing was changed"):
+        tasks.reset("orders", ti=ti, params={"scenario": "to-earliest"})
+    assert ti.asked == [("tidemark_ingest__orders", ["queued", "running"])]

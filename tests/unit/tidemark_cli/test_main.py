@@ -46,3 +46,33 @@ def test_reset_needs_exactly_one_scenario(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["offsets", "reset", "o"])
     assert "one of the arguments" in capsys.readouterr().err
+
+
+def test_pipelines_list_lists_the_valid_files_and_exits_3_naming_a_broken_one(tmp_path, monkeypatch, capsys):
+    import shutil
+    from pathlib import Path
+
+    from tidemark_cli.main import main
+
+    fixtures = Path(__file__).resolve().parents[2] / "fixtures" / "pipelines"
+    shutil.copy(fixtures / "good" / "orders.yaml", tmp_path / "orders.yaml")
+    shutil.copy(fixtures / "broken" / "bad_isolation.yaml", tmp_path / "bad_isolation.yaml")
+    monkeypatch.setenv("TIDEMARK_PIPELINES_DIR", str(tmp_path))
+    assert main(["pipelines", "list"]) == 3
+    out, err = capsys.readouterr()
+    assert "orders" in out and "broken:" in err and "bad_isolation.yaml" in err
+    (tmp_path / "bad_isolation.yaml").unlink()
+    assert main(["pipelines", "list"]) == 0
+
+
+@pytest.mark.parametrize("debug", ["", "1"])
+def test_kafka_pythons_own_log_lines_reach_the_cli_only_with_tidemark_kafka_debug(monkeypatch, debug):
+    import logging
+
+    from tidemark_cli.main import _logs_to_stderr
+
+    kafka = logging.getLogger("kafka")
+    monkeypatch.setattr(kafka, "propagate", True)
+    monkeypatch.setenv("TIDEMARK_KAFKA_DEBUG", debug)
+    _logs_to_stderr()
+    assert kafka.propagate is bool(debug)
