@@ -137,10 +137,11 @@ class PipelineRun:
         return cls(config, resolver, uri, store)
 
     @classmethod
-    def for_plan(cls, plan: BatchPlan, resolver: ConnectionResolver) -> PipelineRun:
-        """The run that executes a frozen batch: the pipeline as configured now, with the store of the
-        locations the batch was frozen for (its tables and ledger), which the job writes."""
-        config = find_pipeline(plan.pipeline)
+    def for_plan(cls, plan: BatchPlan, resolver: ConnectionResolver, folder: Path | None = None) -> PipelineRun:
+        """The run that executes a frozen batch: the pipeline as configured now (from ``folder``, default
+        the pipelines folder), with the store of the locations the batch was frozen for (its tables and
+        ledger), which the job writes."""
+        config = find_pipeline(plan.pipeline, folder)
         store = storage.store_for([plan.table_uri, plan.dead_letter_uri, plan.ledger_uri], resolver,
                                   config.storage_conn_id, config.name)
         return cls(config, resolver, plan.ledger_uri, store)

@@ -60,12 +60,12 @@ def _open(name: str):
     """The pipeline's run (404 for an unknown pipeline, 503 when its storage connection cannot be read).
     Each request opens its own: nothing is shared between requests, so they are served concurrently."""
     from tidemark.errors import ConfigError
-    from tidemark_airflow.resolver import open_run
+    from tidemark_airflow.resolver import open_run, pipelines_folder
 
     try:
         from tidemark.config import find_pipeline
 
-        config = find_pipeline(name)
+        config = find_pipeline(name, pipelines_folder())
     except ConfigError as exc:
         raise HTTPException(status_code=404, detail=str(exc)) from None
     try:
@@ -99,9 +99,9 @@ def all_pipelines(failed: LastRunFailed) -> dict:
     """Every pipeline's overview, and the errors of those that cannot be shown (broken files, say)."""
     from tidemark.config import load_all
     from tidemark.errors import TidemarkError
-    from tidemark_airflow.resolver import open_run
+    from tidemark_airflow.resolver import open_run, pipelines_folder
 
-    good, bad = load_all()
+    good, bad = load_all(pipelines_folder())
     errors = {path: str(e) for path, e in bad.items()}
     views = []
     for name in sorted(good):

@@ -18,7 +18,7 @@ from tidemark.errors import ConfigError, JobExit
 from tidemark.kafka_client import secret_values
 from tidemark.run import PipelineRun
 from tidemark.settings import require_spark_jars
-from tidemark_airflow.resolver import RESOLVER
+from tidemark_airflow.resolver import run_for_plan
 from tidemark_spark import class_data
 from tidemark_spark.submit import (
     INGEST_SCRIPT,
@@ -65,7 +65,7 @@ class TidemarkIngestOperator(SparkSubmitOperator):
         self.log.info("ingesting batch %d of pipeline '%s': %d offsets over %d partitions%s",
                       plan.batch_id, plan.pipeline, plan.total_offsets, len(plan.ranges),
                       " (recovered batch, same frozen ranges)" if plan.recovered else "")
-        run = PipelineRun.for_plan(plan, RESOLVER)
+        run = run_for_plan(plan)
         master = self._master(run)
         refuse_cluster_deploy_mode(self._deploy_mode or run.spark_deploy_mode, run)
         os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")

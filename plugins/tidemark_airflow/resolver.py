@@ -6,11 +6,14 @@ registers credentials with Airflow's secrets masker, and ``open_run``, the Airfl
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 
-from tidemark.config import PipelineConfig
+from tidemark.batch.plan import BatchPlan
+from tidemark.config import PipelineConfig, find_pipeline
 from tidemark.connections import Connection
 from tidemark.errors import ConfigError
 from tidemark.run import PipelineRun
+from tidemark.settings import pipelines_dir
 
 
 class AirflowConnectionResolver:
@@ -40,6 +43,21 @@ class AirflowConnectionResolver:
 RESOLVER = AirflowConnectionResolver()
 
 
+def pipelines_folder() -> Path:
+    """The pipelines folder of Airflow's processes: ``TIDEMARK_PIPELINES_DIR``, else ``pipelines`` in
+    Airflow's DAGs folder (``[core] dags_folder``), where the DAG file finds them; never the process's
+    working directory, which differs between the DAG processor, a task's process and the api-server."""
+    from airflow.configuration import conf
+
+    return pipelines_dir(default=Path(conf.get("core", "dags_folder")) / "pipelines")
+
+
 def open_run(pipeline: str | PipelineConfig) -> PipelineRun:
-    """The pipeline's run, its connections read through Airflow."""
-    return PipelineRun.open(pipeline, RESOLVER)
+    """The pipeline's run (by name, from ``pipelines_folder``), its connections read through Airflow."""
+    config = find_pipeline(pipeline, pipelines_folder()) if isinstance(pipeline, str) else pipeline
+    return PipelineRun.open(config, RESOLVER)
+
+
+def run_for_plan(plan: BatchPlan) -> PipelineRun:
+    """The run that executes (or reports) a frozen batch, its pipeline read from ``pipelines_folder``."""
+    return PipelineRun.for_plan(plan, RESOLVER, pipelines_folder())

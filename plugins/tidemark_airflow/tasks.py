@@ -12,7 +12,7 @@ from tidemark.errors import PipelineBusyError, TidemarkError
 from tidemark.run import PipelineRun
 from tidemark_airflow.metrics import observe_run
 from tidemark_airflow.naming import ingest_dag_id
-from tidemark_airflow.resolver import RESOLVER, open_run
+from tidemark_airflow.resolver import open_run, run_for_plan
 from tidemark_airflow.run_modes import decide_run
 
 log = logging.getLogger("tidemark")
@@ -50,19 +50,37 @@ def plan(pipeline: str, **context) -> str | None:
     request = decide_run(run.name, dict(context.get("params") or {}), run_type,
                          (start, end) if start is not None and end is not None else None)
 
-    def run_state(run_id: str) -> str:
-        state = ti.get_dagrun_state(dag_id=dag_id, run_id=run_id)
-        return str(getattr(state, "value", state))
-
     log.info("pipeline '%s': %s run (%s)", pipeline, request.mode, run_type)
     if request.max_records is not None:
         run = run.with_config(max_offsets_per_run=request.max_records)
-    batch = run.prepare(owner=context["run_id"], run_state=run_state, backfill=request.backfill)
+    batch = run.prepare(owner=context["run_id"], run_state=dag_run_state_lookup(ti, dag_id),
+                        backfill=request.backfill)
     if batch.is_empty:
         log.info("pipeline '%s': nothing to read; the ingest task will be skipped (no Spark launch)", pipeline)
         context["task"].tidemark_run = run  # the run this task ended: its success callback reports it
         return None
     return batch.to_json()
+
+
+def dag_run_state_lookup(ti, dag_id: str):
+    """The owner lookup of ``tidemark.batch.ownership`` on the Task SDK: a run's state from the execution
+    API. Only a 404 (no such run in this Airflow) raises, which says the owner is gone; any other failure
+    (the API server down or slow, a network error) is ``unknown``, which counts as alive: a transient
+    error must never let this run take a live run's batch."""
+    def run_state(run_id: str) -> str:
+        from airflow.sdk.exceptions import AirflowRuntimeError
+
+        try:
+            state = ti.get_dagrun_state(dag_id=dag_id, run_id=run_id)
+        except AirflowRuntimeError as exc:
+            detail = getattr(exc.error, "detail", None) or {}
+            if detail.get("status_code") == 404:
+                raise LookupError(f"Airflow has no run '{run_id}' of {dag_id}") from None
+            log.warning("cannot look up the state of run '%s' of %s (%s); it counts as running, so its batch "
+                        "stays with it", run_id, dag_id, exc)
+            return "unknown"
+        return str(getattr(state, "value", state))
+    return run_state
 
 
 def report_run(run: PipelineRun, batch_id: int | None = None) -> None:
@@ -89,7 +107,7 @@ def after_ingest(context) -> None:
         run, batch_id = getattr(task, "tidemark_run", None), getattr(task, "tidemark_batch_id", None)
         if run is None or batch_id is None:  # not set by this process's execute: the plan task's XCom says
             plan = BatchPlan.from_json(context["ti"].xcom_pull(task_ids="plan"))
-            run, batch_id = PipelineRun.for_plan(plan, RESOLVER), plan.batch_id
+            run, batch_id = run_for_plan(plan), plan.batch_id
         report_run(run, batch_id=batch_id)
     except Exception as exc:
         log.warning("could not report the ingest task's run or send its metrics (%s: %s)", type(exc).__name__, exc)

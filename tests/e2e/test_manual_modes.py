@@ -69,3 +69,31 @@ def test_a_bad_form_value_fails_the_plan_and_writes_nothing(stack):
     assert "form field 'window_end' must be after 'window_start'" in run.log
     assert helpers.query_or_none(str(stack.lake / topic)) is None
     assert Ledger(str(stack.lake / "_tidemark" / "offsets")).rows(topic) == []
+
+
+def test_a_batch_frozen_by_a_run_this_airflow_does_not_know_is_taken_over_and_committed_once(stack, spark_connect):
+    """A pending batch whose owner is a run Airflow has no record of (its metadata DB was reset, or the
+    batch was frozen from another Airflow): the execution API answers 404 for it, the one answer that
+    says the owner is gone (any other failure of the lookup counts as a live owner). The next DAG run
+    takes the batch over and commits it, exactly once."""
+    from tests.e2e.conftest import environment
+    from tidemark.batch.prepare import prepare_batch
+    from tidemark.config import load_pipeline
+
+    stack.use_spark_connect(spark_connect)
+    topic = helpers.create_topic(helpers.unique("orphan"), partitions=1)
+    dag_id = stack.add_pipeline(topic, [topic])
+    helpers.produce(topic, 5)
+    with environment(stack.env):
+        config = load_pipeline(stack.pipelines / f"{topic}.yaml")
+        frozen = prepare_batch(config, {"bootstrap.servers": helpers.bootstrap()}, owner="manual__gone_with_its_db")
+    ledger = Ledger(str(stack.lake / "_tidemark" / "offsets"))
+    assert ledger.state(topic).pending_owner == "manual__gone_with_its_db"
+
+    run = stack.run_dag(dag_id)
+    assert run.task_states["ingest"] == "success", run.log[-4000:]
+    assert "does not exist" in run.log and "manual__gone_with_its_db" in run.log
+    assert helpers.query(str(stack.lake / topic), "SELECT COUNT(*) AS n, COUNT(DISTINCT kafka_offset) AS u FROM t") \
+        == [{"n": 5, "u": 5}]
+    rows = [r for r in ledger.rows(topic) if r.batch_id == frozen.batch_id]
+    assert [(r.status, r.dag_run_id) for r in rows] == [("committed", run.run_id)]

@@ -62,6 +62,6 @@ def is_owner_alive(owner: str, run_state: RunStateLookup | None = None) -> bool:
         return True
     try:
         return run_state(owner) not in FINISHED
-    except Exception as exc:  # the run is unknown to this Airflow: it cannot be running
-        log.warning("cannot look up the state of run '%s' (%s); treating it as finished", owner, exc)
+    except Exception as exc:  # the lookup's way to say the run does not exist (RunStateLookup)
+        log.warning("run '%s' does not exist (%s); treating it as finished", owner, exc)
         return False

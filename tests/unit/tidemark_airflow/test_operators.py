@@ -39,7 +39,7 @@ def test_the_ingest_operator_fails_fast_on_the_jobs_terminal_exit_code(monkeypat
         def xcom_pull(self, task_ids):
             return plan.to_json()
 
-    monkeypatch.setattr(operators.PipelineRun, "for_plan", lambda plan, resolver: _run({"bootstrap.servers": "h:1"}))
+    monkeypatch.setattr(operators, "run_for_plan", lambda plan: _run({"bootstrap.servers": "h:1"}))
     monkeypatch.setattr(operators, "require_spark_jars", lambda: ["/j.jar"])
     for own in ("SPARK_SUBMIT_OPTS", "SPARK_CONF_DIR"):  # make test's class-data archive and folder
         monkeypatch.delenv(own, raising=False)

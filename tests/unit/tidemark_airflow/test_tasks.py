@@ -134,3 +134,25 @@ def test_the_replay_task_refuses_while_a_run_of_the_ingest_dag_is_active_and_cha
                                                    "active.*nothing was changed"):
         tasks.reset("orders", ti=ti, params={"scenario": "to-earliest"})
     assert ti.asked == [("tidemark_ingest__orders", ["queued", "running"])]
+
+
+@pytest.mark.parametrize(("failure", "alive"), [
+    ({"status_code": 404, "message": "Dag run not found"}, False),  # no such run in this Airflow: it is over
+    ({"status_code": 503, "message": "Service Unavailable"}, True),  # the API did not answer: it may run
+    (None, True),                                                    # a network error (GENERIC_ERROR)
+])
+def test_the_plan_tasks_owner_lookup_counts_only_a_run_airflow_does_not_know_as_finished(failure, alive):
+    """A transient failure of the execution API must never let a run take a live run's batch: only a
+    404 for the owner's run says it does not exist; any other failure counts as alive."""
+    from airflow.sdk.exceptions import AirflowRuntimeError, ErrorType
+    from airflow.sdk.execution_time.comms import ErrorResponse
+
+    from tidemark.batch.ownership import is_owner_alive
+    from tidemark_airflow.tasks import dag_run_state_lookup
+
+    class TaskInstance:
+        def get_dagrun_state(self, dag_id, run_id):
+            kind = ErrorType.API_SERVER_ERROR if failure else ErrorType.GENERIC_ERROR
+            raise AirflowRuntimeError(ErrorResponse(error=kind, detail=failure))
+
+    assert is_owner_alive("manual__owner", dag_run_state_lookup(TaskInstance(), "tidemark_ingest__orders")) is alive
