@@ -89,6 +89,23 @@ def check_invariants(lake: Path, pipeline: str, topic: str, poison: dict[int, in
         assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False)), f"gap or overlap: {ranges}"
         assert sum(r.record_count for r in rows if r.partition == partition) == ends[partition]
         assert sum(r.dead_letter_count for r in rows if r.partition == partition) == bad.get(partition, 0)
+    check_no_half_batch(table, rows)
+
+
+def check_no_half_batch(table: str, rows: list) -> None:
+    """Invariant 6, readers never see half a batch: in every version of the output a reader could
+    have read, each batch has either none of its good records or all of them (the ledger's counts)."""
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    whole: dict[int, int] = {}
+    for r in rows:
+        whole[r.batch_id] = whole.get(r.batch_id, 0) + r.record_count - r.dead_letter_count
+    for version in range(DeltaTable(table).version() + 1):
+        batches = DeltaTable(table, version=version).to_pyarrow_table(columns=["ingest_batch_id"])["ingest_batch_id"]
+        seen = {c["values"].as_py(): c["counts"].as_py() for c in pc.value_counts(batches)}
+        assert all(seen[b] == whole[b] for b in seen), f"version {version} of {table} holds part of a batch: " \
+                                                        f"{seen}, whole batches: {whole}"
 
 
 def check_recovery(point: str, value_format: str, killed, marker: int | None, recovery, pid: int) -> None:
