@@ -165,3 +165,33 @@ def test_the_read_for_the_dead_letters_decodes_only_the_records_that_share_a_bad
     dead = spark.read.format("delta").load(config.dead_letter_uri).orderBy("kafka_offset").collect()
     assert [(r.kafka_offset, r.value) for r in dead] == [(o, v) for o, (v, _) in zip(bad_offsets, POISON, strict=True)]
     assert spark.read.format("delta").load(config.table_uri).count() == 60 - len(POISON)
+
+
+@pytest.mark.parametrize("who", ["the planner's recovery", "the job"])
+def test_a_batch_in_the_output_with_a_record_for_every_offset_is_finalized_without_reading_kafka_again(
+        kafka_bootstrap, spark, lake, who):
+    """A run killed after the output commit of a batch that can have bad records: the next attempt must
+    make sure its dead letters were written, which means reading the batch again, unless the output
+    already holds a good record for every offset of its ranges (then none can be bad). The planner's
+    recovery then rolls the batch forward without a Spark job, and a job handed the batch finalizes it
+    without reading Kafka: shown with a Kafka that does not answer. No dead-letter table appears."""
+    from tidemark import spark_io
+    from tidemark.batch.execute import _read_rows
+    from tidemark.batch.recovery import recover
+
+    topic = helpers.create_topic(helpers.unique("nobad"), partitions=2)
+    helpers.produce(topic, 12)
+    config = json_pipeline(topic)
+    plan = prepare_batch(config, props())
+    assert spark_io.write_output_tallying(_read_rows(spark, plan, props(), "read_committed"), plan).bad_records == 0
+    # the kill: the output holds the batch, its dead letters (none) were never confirmed, the ledger still says planned
+    ledger = Ledger(settings.ledger_uri())
+    assert ledger.state(topic).pending_batch_id == plan.batch_id
+
+    if who == "the job":
+        execute_batch(spark, plan, {"bootstrap.servers": "127.0.0.1:1"}, "read_committed")
+    else:
+        assert recover(config, ledger, ledger.state(topic), plan.owner) is None  # rolled forward: nothing to execute
+    assert ledger.state(topic).pending_batch_id is None
+    assert {(r.status, r.record_count, r.dead_letter_count) for r in ledger.rows(topic)} == {("committed", 6, 0)}
+    assert helpers.query_or_none(config.dead_letter_uri) is None

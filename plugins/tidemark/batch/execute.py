@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from tidemark import crash, spark_io, spark_records
 from tidemark.batch.finalize import check_read, finalize_batch
 from tidemark.batch.plan import BatchPlan
-from tidemark.batch.tables import Tally, output_txn_version
+from tidemark.batch.tables import Tally, dead_letters_settled, output_txn_version
 from tidemark.errors import (
     BadRecordsError,
     KafkaAuthenticationError,
@@ -229,9 +229,11 @@ def bad_spans(plan: BatchPlan, spans: Mapping[TopicPartition, tuple[int, int]]) 
 def complete_dead_letters(spark, plan: BatchPlan, properties: Mapping[str, str], isolation_level: str,
                           store: ObjectStore | None = None) -> None:
     """The output holds the batch; its dead letters may not (an attempt died between the two commits).
-    Unless the dead-letter table's marker shows them written, read the batch again (only this batch's
+    Unless the dead-letter table's marker shows them written, or the output holds a good record for
+    every offset of the batch's ranges (so none can be bad), read the batch again (only this batch's
     owner may) and write its bad records, if any. Idempotent: Delta skips a second write by the marker."""
-    if (output_txn_version(plan.dead_letter_uri, plan.pipeline, store) or 0) >= plan.batch_id:
+    if dead_letters_settled(plan.table_uri, plan.dead_letter_uri, plan.pipeline, plan.batch_id, plan.total_offsets,
+                            store):
         return
     check_plan_is_frozen(plan, store)
     rows = _read_rows(spark, plan, properties, isolation_level)

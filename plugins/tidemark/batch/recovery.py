@@ -15,7 +15,7 @@ from typing import Literal
 from tidemark.batch.finalize import finalize_batch
 from tidemark.batch.ownership import RunStateLookup, is_owner_alive
 from tidemark.batch.plan import BatchPlan, build_plan
-from tidemark.batch.tables import output_txn_version
+from tidemark.batch.tables import dead_letters_settled, output_txn_version
 from tidemark.config import PipelineConfig
 from tidemark.errors import PipelineBusyError
 from tidemark.ledger import Ledger, LedgerState
@@ -60,8 +60,9 @@ def recover(config: PipelineConfig, ledger: Ledger, state: LedgerState, owner: s
     store = ledger.store
     plan = pending_plan(config, ledger, state)
     marker = output_txn_version(config.table_uri, config.name, store)
-    dead_letters_done = not plan.format.can_reject or (
-        (output_txn_version(config.dead_letter_uri, config.name, store) or 0) >= state.pending_batch_id)
+    in_output = marker is not None and marker >= state.pending_batch_id
+    dead_letters_done = not plan.format.can_reject or (in_output and dead_letters_settled(
+        config.table_uri, config.dead_letter_uri, config.name, plan.batch_id, plan.total_offsets, store))
     if decide_recovery(state.pending_batch_id, marker, dead_letters_done) == "roll_forward":
         log.warning("pipeline '%s': batch %d is in the output table but not yet committed in the ledger; "
                     "rolling it forward", config.name, plan.batch_id)

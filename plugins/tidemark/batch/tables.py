@@ -60,6 +60,17 @@ def count_batch_records(table_uri: str | None, batch_id: int, store: ObjectStore
     return {tp: t.records for tp, t in batch_tallies(table_uri, batch_id, store).items()}
 
 
+def dead_letters_settled(table_uri: str, dead_letter_uri: str | None, pipeline: str, batch_id: int,
+                         total_offsets: int, store: ObjectStore | None = None) -> bool:
+    """Whether a batch the output holds needs no more dead letters: the dead-letter table's marker is at
+    it, or the output holds a good record for every offset of its ranges (``total_offsets``), so none of
+    them can be bad. A batch killed between its output commit and its dead letters (values that can be
+    bad are written output first) is then finalized without reading Kafka again."""
+    if (output_txn_version(dead_letter_uri, pipeline, store) or 0) >= batch_id:
+        return True
+    return total_offsets > 0 and sum(count_batch_records(table_uri, batch_id, store).values()) == total_offsets
+
+
 def output_version(table_uri: str, pipeline: str, batch_id: int, store: ObjectStore | None = None,
                    depth: int = 100) -> int | None:
     """The output table's Delta version whose commit holds the batch (its ``userMetadata`` names the
