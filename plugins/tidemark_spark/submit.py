@@ -20,8 +20,11 @@ from tidemark.spark_io import SECRET_OPTIONS
 from tidemark.storage import ObjectStore
 from tidemark_spark import class_data
 
-INGEST_SCRIPT = str(Path(__file__).resolve().parent / "ingest.py")
-"""The job script spark-submit runs: installed with the package, found beside this module."""
+_CHECKOUT_SCRIPT = Path(__file__).resolve().parents[2] / "spark_jobs" / "ingest.py"
+INGEST_SCRIPT = str(_CHECKOUT_SCRIPT if _CHECKOUT_SCRIPT.is_file() else Path(__file__).resolve().parent / "ingest.py")
+"""The job script spark-submit runs: the repository's ``spark_jobs/ingest.py`` in a checkout (and in the
+Docker image), else, in a wheel install that has no ``spark_jobs/``, the installed module beside this one.
+Either runs ``tidemark_spark.ingest.main``."""
 DEFAULT_CONF = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false",
                 # Kafka credentials travel as reader options only (kafka.sasl.jaas.config): should a
                 # configuration or a plan description ever show one, Spark redacts it. (The job sets

@@ -30,6 +30,7 @@ from tests import helpers
 from tests.e2e.conftest import ROOT
 from tests.e2e.test_security import CommandLines, airflow_files, event_logs, files_with, texts_with, xcom_values
 from tidemark import crash, storage
+from tidemark_spark.submit import INGEST_SCRIPT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -82,7 +83,7 @@ def test_the_ingest_dag_on_a_two_worker_cluster_with_the_lake_on_s3(cluster, sta
     for i in range(2):
         executor_dirs = [d for app in apps for d in (cluster.worker_dir(i) / app["id"]).glob("*")]
         assert executor_dirs, f"no executor of this pipeline ran on worker {i}"
-    submits = [line for line in lines if "tidemark_spark/ingest.py" in line and topic in line]
+    submits = [line for line in lines if INGEST_SCRIPT in line and topic in line]
     assert any("--py-files" in line and "tidemark-py-files/tidemark-" in line for line in submits), submits
 
     # The secret key went nowhere it could be read.

@@ -26,6 +26,7 @@ from tests.e2e.test_security import (
     texts_with,
     xcom_values,
 )
+from tidemark_spark.submit import INGEST_SCRIPT
 
 pytestmark = pytest.mark.e2e
 
@@ -91,7 +92,7 @@ def test_dag_runs_over_ssl_mtls_and_sasl_ssl_are_exactly_once_and_leak_no_key_or
             {"records": 60, "duplicates": 0, "missing": 0, "foreign": 0}, kind
 
     mtls_topic = added["mtls"][0]
-    assert any("tidemark_spark/ingest.py" in line and mtls_topic in line for line in lines), \
+    assert any(INGEST_SCRIPT in line and mtls_topic in line for line in lines), \
         f"the ps sampler ({sampler.samples} samples) never saw the mutual-TLS run's spark-submit"
     logged = event_logs(events)
     # the read, through the Kafka source's DataSource V2 scan (spark_io.read_ranges)

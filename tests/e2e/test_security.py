@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from tests import helpers
+from tidemark_spark.submit import INGEST_SCRIPT
 
 pytestmark = pytest.mark.e2e
 
@@ -289,7 +290,7 @@ def test_sasl_scram_end_to_end_and_the_password_appears_nowhere(sasl_stack, airf
 
     # 3. search everything for the canary
     lines = sampler.stop()
-    submits = [line for line in lines if "tidemark_spark/ingest.py" in line and "--plan" in line and topic in line]
+    submits = [line for line in lines if INGEST_SCRIPT in line and "--plan" in line and topic in line]
     assert submits, f"the ps sampler ({sampler.samples} samples) never saw this pipeline's spark-submit"
     xcoms = xcom_values(airflow_home, dag_id)
     plan = json.loads(xcoms["plan/return_value"])
@@ -379,7 +380,7 @@ def test_a_wrong_password_fails_clearly_without_echoing_it_and_loses_nothing(sas
 
     # 5. neither password, nor the JAAS config that holds them, in anything these runs left
     lines = sampler.stop()
-    assert any("tidemark_spark/ingest.py" in line for line in lines), "the ps sampler never saw spark-submit"
+    assert any(INGEST_SCRIPT in line for line in lines), "the ps sampler never saw spark-submit"
     searched = {**outputs, "ps": "\n".join(lines), **event_logs(events), **xcom_values(airflow_home, bad_dag)}
     for secret in (canary, wrong, "ScramLoginModule required"):
         assert texts_with(secret, searched) == {}, secret

@@ -35,3 +35,15 @@ def test_only_a_job_appending_to_an_existing_output_table_may_write_the_class_da
     assert not appends_to_a_table(plan)
     write_deltalake(plan.table_uri, pa.table({"kafka_offset": [0]}))
     assert appends_to_a_table(plan)
+
+
+def test_in_a_checkout_spark_submit_runs_the_job_script_in_spark_jobs():
+    """The guide's layout: the operator and `tidemark run` submit spark_jobs/ingest.py (a wheel install,
+    which has no spark_jobs/, submits the installed module: tests/integration/test_install.py)."""
+    from pathlib import Path
+
+    from tidemark_spark.submit import INGEST_SCRIPT
+
+    root = Path(__file__).resolve().parents[3]
+    assert INGEST_SCRIPT == str(root / "spark_jobs" / "ingest.py")
+    assert "from tidemark_spark.ingest import main" in Path(INGEST_SCRIPT).read_text()
