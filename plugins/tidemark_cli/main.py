@@ -25,8 +25,8 @@ Exit codes, the same for every command:
        every committed range, or offsets both in the output and the dead letters (listed in its output)
 
 Connections come from ``AIRFLOW_CONN_<ID>`` variables when set (no Airflow needed), else from
-Airflow's secrets backends when it is installed (outside Airflow's own services its lookup does not
-reach connections stored only in the metadata database: docs/OPERATIONS.md).
+Airflow's secrets backends when it is installed, else from Airflow's metadata database (a connection
+made in the UI), which outside Airflow's services its lookup does not read (``CliConnectionResolver``).
 """
 
 from __future__ import annotations
@@ -129,7 +129,8 @@ EXIT_OK, EXIT_JOB_FAILED, EXIT_REFUSED, EXIT_PARTIAL, EXIT_DAMAGE = 0, 1, 2, 3, 
 
 class CliConnectionResolver:
     """``AIRFLOW_CONN_<ID>`` from the environment first (fast, no Airflow import); otherwise
-    Airflow's own lookup, when Airflow is installed."""
+    Airflow's own lookup, when Airflow is installed, then Airflow's metadata database (a connection
+    made in the UI lives only there, and outside Airflow's services its lookup does not read it)."""
 
     def __init__(self) -> None:
         self.environment = EnvironmentResolver()
@@ -141,12 +142,37 @@ class CliConnectionResolver:
             from tidemark_airflow.resolver import AirflowConnectionResolver
         except ImportError:
             return self.environment.get(conn_id, pipeline)  # no Airflow here: says how to define it
-        connection = AirflowConnectionResolver().get(conn_id, pipeline)
-        _logs_to_stderr()  # reading the connection set up Airflow's logging
+        try:
+            connection = AirflowConnectionResolver().get(conn_id, pipeline)
+        except ConfigError:
+            connection = _stored_connection(conn_id)
+            if connection is None:
+                raise
+        finally:
+            _logs_to_stderr()  # reading the connection set up Airflow's logging
         return connection
 
     def mask(self, secrets) -> None:
         """The CLI prints no connection values."""
+
+
+def _stored_connection(conn_id: str) -> Connection | None:
+    """The connection as Airflow's metadata database holds it (its password and extra decrypted with
+    Airflow's Fernet key), or None: no such row, or no database this process can open."""
+    try:
+        from airflow.models.connection import Connection as StoredConnection
+        from airflow.utils.session import create_session
+        from sqlalchemy import select
+
+        with create_session() as session:
+            stored = session.scalar(select(StoredConnection).where(StoredConnection.conn_id == conn_id))
+            if stored is None:
+                return None
+            return Connection(conn_id, stored.conn_type, stored.host, stored.port, stored.login, stored.password,
+                              stored.extra_dejson or {})
+    except Exception as exc:  # no Airflow, no metadata DB configured or reachable: the lookup's own error stands
+        logging.getLogger("tidemark").debug("no connection '%s' in Airflow's metadata DB: %s", conn_id, exc)
+        return None
 
 
 RESOLVER = CliConnectionResolver()

@@ -157,3 +157,23 @@ def test_the_warm_path_runs_the_ingest_task_on_a_spark_connect_server_exactly_on
     assert stack.run_dag(dag_id).state == "success"
     assert output_stats(str(stack.lake / topic)) == {"n": 120, "uniq": 120}
     assert helpers.query(str(stack.lake / f"{topic}_dead_letters"), "SELECT COUNT(*) AS n FROM t") == [{"n": 1}]
+
+
+def test_the_cli_reads_a_connection_stored_only_in_airflows_metadata_db(stack):
+    """A connection created in the UI (here `airflow connections add`) lives only in the metadata DB:
+    the DAGs see it, and so must the CLI, which reads the same Airflow Connections (the guide's
+    contract). Without it defined anywhere, the CLI's error says where to define it."""
+    topic = helpers.create_topic(helpers.unique("uiconn"), partitions=2)
+    helpers.produce(topic, 4)
+    stack.add_pipeline(topic, [topic], kafka_conn_id="kafka_from_the_ui")
+    missing = stack.tidemark("offsets", "show", topic, "--json")
+    assert missing.returncode == 2 and "connection 'kafka_from_the_ui' is not defined" in missing.stderr
+
+    added = stack.airflow("connections", "add", "kafka_from_the_ui", "--conn-type", "kafka",
+                          "--conn-extra", json.dumps({"bootstrap.servers": helpers.bootstrap()}))
+    assert added.returncode == 0, added.stderr[-2000:]
+    assert "AIRFLOW_CONN_KAFKA_FROM_THE_UI" not in stack.env
+    shown = stack.tidemark("offsets", "show", topic, "--json")
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert sorted((o["partition"], o["latest_offset"], o["lag"]) for o in json.loads(shown.stdout)) == [
+        (0, 2, 2), (1, 2, 2)]
