@@ -230,6 +230,22 @@ class PipelineConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _tables_are_distinct(self) -> PipelineConfig:
+        """The output, the dead letters and the ledger are three tables: one written as another would break
+        the batch's markers (both commits carry the same one) after the output commit."""
+        locations = (self.table_uri, self.dead_letter_uri, settings.ledger_uri())
+        output, dead, ledger = (same_location(u) for u in locations)
+        if dead == output:
+            raise ValueError(f"dead_letter_table resolves to the output table ({self.table_uri}); give the dead "
+                             f"letters a location of their own, or leave dead_letter_table out (default: "
+                             f"{self.table.rstrip('/')}_dead_letters)")
+        if ledger in (output, dead):
+            field = "table" if ledger == output else "dead_letter_table"
+            raise ValueError(f"{field} resolves to the offset ledger ({settings.ledger_uri()}); choose another "
+                             f"location")
+        return self
+
+    @model_validator(mode="after")
     def _maintenance_fits(self) -> PipelineConfig:
         if self.maintenance is not None:
             self.maintenance.check(self)
@@ -347,17 +363,34 @@ def pipeline_files(folder: Path | None = None) -> list[Path]:
     return sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")])
 
 
+def same_location(uri: str) -> str:
+    """A table location in one spelling, to compare two: ``s3a://`` as ``s3://``, no ``file://``, no trailing slash."""
+    uri = uri.rstrip("/")
+    if uri.startswith("s3a://"):
+        return "s3://" + uri.removeprefix("s3a://")
+    return uri.removeprefix("file://")
+
+
 def load_all(folder: Path | None = None) -> tuple[dict[str, PipelineConfig], dict[str, ConfigError]]:
-    """Every pipeline in the folder: the valid ones by name, and the errors by file."""
+    """Every pipeline in the folder: the valid ones by name, and the errors by file. A pipeline whose
+    output or dead-letter table another file's pipeline already writes is an error of its own file."""
     good: dict[str, PipelineConfig] = {}
     bad: dict[str, ConfigError] = {}
+    written: dict[str, str] = {}
     for path in pipeline_files(folder):
         try:
             config = load_pipeline(path)
+            for uri in (config.table_uri, config.dead_letter_uri):
+                other = written.get(same_location(uri))
+                if other is not None:
+                    raise ConfigError(f"{path}: writes the table {uri}, which pipeline '{other}' writes too; give each "
+                                      f"pipeline tables of its own (two pipelines' batches would share one table's "
+                                      f"markers and counts)", pipeline=config.name)
         except ConfigError as exc:
             bad[str(path)] = exc
             continue
         good[config.name] = config
+        written.update({same_location(u): config.name for u in (config.table_uri, config.dead_letter_uri)})
     return good, bad
 
 

@@ -159,3 +159,24 @@ def test_schema_changes_is_additive_or_lenient():
 
 def test_avro_partition_columns_are_checked_at_plan_time_not_in_the_file():
     assert pipeline(topics=["a"], value_format="avro", partition_by=["region"]).partition_by == ["region"]
+
+
+@pytest.mark.parametrize("dead", ["orders", "orders/", "s3a://lake/t/orders"])
+def test_a_dead_letter_table_that_is_the_output_table_is_refused(dead, monkeypatch):
+    """Both commits of a batch carry the same marker: dead letters written into the output would break the
+    pipeline after its output commit. Refused when the file is read, naming the field and the default."""
+    monkeypatch.setenv("TIDEMARK_LAKE_ROOT", "s3a://lake/t")
+    with pytest.raises(ConfigError, match="orders.yaml: dead_letter_table resolves to the output table "
+                                          r"\(s3a?://lake/t/orders\).*default: (s3://lake/t/)?orders_dead_letters"):
+        parse_pipeline({"name": "orders", "topics": ["orders"], "table": "s3://lake/t/orders" if "s3a" in dead
+                        else "orders", "dead_letter_table": dead}, "orders.yaml")
+
+
+def test_two_pipeline_files_writing_one_table_leave_the_second_broken(tmp_path, monkeypatch):
+    monkeypatch.setenv("TIDEMARK_LAKE_ROOT", str(tmp_path / "lake"))
+    (tmp_path / "a.yaml").write_text("name: a\ntopics: [a]\ntable: shared\n")
+    (tmp_path / "b.yaml").write_text("name: b\ntopics: [b]\ntable: other\ndead_letter_table: shared\n")
+    good, bad = load_all(tmp_path)
+    assert list(good) == ["a"]
+    assert "writes the table" in str(bad[str(tmp_path / "b.yaml")]) and "pipeline 'a' writes too" in \
+        str(bad[str(tmp_path / "b.yaml")])
