@@ -51,6 +51,7 @@ from tidemark.batch.ownership import RunStateLookup
 from tidemark.config import PipelineConfig, find_pipeline
 from tidemark.connections import ConnectionResolver
 from tidemark.errors import ConfigError, TidemarkError
+from tidemark.kafka_client import secret_values
 from tidemark.ledger import Ledger
 from tidemark.storage import ObjectStore
 
@@ -197,6 +198,12 @@ class PipelineRun:
         """The Spark connection's ``deploy-mode`` (``client`` unless it says ``cluster``)."""
         return connections.spark_deploy_mode(self.resolver, self.config.spark_conn_id, self.name)
 
+    def check_spark_connection(self) -> None:
+        """What the ingest task will need of the Spark connection, checked before a batch is frozen for it:
+        that it is defined, and not a cluster deploy mode with credentials to pass (ConfigError)."""
+        self.spark_master  # noqa: B018  (reading it raises when the connection is not defined)
+        refuse_cluster_deploy_mode(self.spark_deploy_mode, self)
+
     @contextlib.contextmanager
     def job_environment(self) -> Iterator[dict[str, str]]:
         """The ingest job's environment while the block runs: the path of its settings file (Kafka
@@ -276,3 +283,17 @@ class PipelineRun:
                      row["committed_offset"], row["latest_offset"], row["lag"], row["last_batch_id"])
         log.info("  total lag: %d", sum(r["lag"] or 0 for r in rows))
         return rows
+
+
+def refuse_cluster_deploy_mode(deploy_mode: str | None, run: PipelineRun) -> None:
+    """The job reads its credentials from a settings file (mode 0600) on the launching host: in cluster
+    deploy mode its driver runs on another host and could not read it, and the Spark provider would put any
+    other way in (``env_vars``) on the spark-submit command line. Refuse rather than expose them."""
+    if deploy_mode != "cluster":
+        return
+    if secret_values(run.kafka_properties) or (run.store is not None and run.store.secrets()):
+        raise ConfigError("the Spark connection's deploy-mode is 'cluster': the driver would run on another host, "
+                          "which cannot read the job's settings file, and the credentials of the Kafka or storage "
+                          "connection must not go on the spark-submit command line. Use client deploy mode (the "
+                          "default; the executors still run on the cluster), or leave the connections' secrets "
+                          "empty (an instance role or IRSA)", pipeline=run.name, step="ingest")

@@ -15,10 +15,10 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from tidemark.batch import BatchPlan
 from tidemark.connections import spark_connect_address
 from tidemark.errors import ConfigError, JobExit
-from tidemark.kafka_client import secret_values
-from tidemark.run import PipelineRun
+from tidemark.run import PipelineRun, refuse_cluster_deploy_mode
 from tidemark.settings import require_spark_jars
 from tidemark_airflow.resolver import run_for_plan
+from tidemark_airflow.tasks import fail_fast_on_terminal_errors
 from tidemark_spark import class_data
 from tidemark_spark.submit import (
     INGEST_SCRIPT,
@@ -30,20 +30,6 @@ from tidemark_spark.submit import (
     job_environment,
     local_spark_env,
 )
-
-
-def refuse_cluster_deploy_mode(deploy_mode: str | None, run: PipelineRun) -> None:
-    """The job reads its credentials from a settings file (mode 0600) on this host: in cluster deploy mode
-    its driver runs on another host and could not read it, and the Spark provider would put any other
-    way in (``env_vars``) on the spark-submit command line. Refuse rather than expose them."""
-    if deploy_mode != "cluster":
-        return
-    if secret_values(run.kafka_properties) or (run.store is not None and run.store.secrets()):
-        raise ConfigError("the Spark connection's deploy-mode is 'cluster': the driver would run on another host, "
-                          "which cannot read the job's settings file, and the credentials of the Kafka or storage "
-                          "connection must not go on the spark-submit command line. Use client deploy mode (the "
-                          "default; the executors still run on the cluster), or leave the connections' secrets "
-                          "empty (an instance role or IRSA)", pipeline=run.name, step="ingest")
 
 
 class TidemarkIngestOperator(SparkSubmitOperator):
@@ -60,6 +46,7 @@ class TidemarkIngestOperator(SparkSubmitOperator):
         super().__init__(application=INGEST_SCRIPT, **kwargs)
         self.plan_task_id = plan_task_id
 
+    @fail_fast_on_terminal_errors
     def execute(self, context):
         plan = BatchPlan.from_json(context["ti"].xcom_pull(task_ids=self.plan_task_id))
         self.log.info("ingesting batch %d of pipeline '%s': %d offsets over %d partitions%s",

@@ -53,6 +53,7 @@ def plan(pipeline: str, **context) -> str | None:
     log.info("pipeline '%s': %s run (%s)", pipeline, request.mode, run_type)
     if request.max_records is not None:
         run = run.with_config(max_offsets_per_run=request.max_records)
+    run.check_spark_connection()  # what the ingest task needs, before a batch is frozen for it
     batch = run.prepare(owner=context["run_id"], run_state=dag_run_state_lookup(ti, dag_id),
                         backfill=request.backfill)
     if batch.is_empty:

@@ -156,3 +156,27 @@ def test_the_plan_tasks_owner_lookup_counts_only_a_run_airflow_does_not_know_as_
             raise AirflowRuntimeError(ErrorResponse(error=kind, detail=failure))
 
     assert is_owner_alive("manual__owner", dag_run_state_lookup(TaskInstance(), "tidemark_ingest__orders")) is alive
+
+
+def test_the_plan_task_checks_the_spark_connection_before_it_freezes_a_batch(tmp_path, monkeypatch):
+    """A typo in spark_conn_id used to pass the plan task, freeze a batch, and fail the ingest task with
+    retries. Now the plan task fails at once, with no batch frozen."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from tidemark.config import parse_pipeline
+    from tidemark.connections import EnvironmentResolver
+    from tidemark.run import PipelineRun
+    from tidemark_airflow import tasks
+
+    monkeypatch.setenv("TIDEMARK_LAKE_ROOT", str(tmp_path))
+    monkeypatch.delenv("AIRFLOW_CONN_SPARK_DEFUALT", raising=False)
+    config = parse_pipeline({"name": "orders", "topics": ["orders"], "table": "orders",
+                             "spark_conn_id": "spark_defualt"}, "orders.yaml")
+    run = PipelineRun(config, EnvironmentResolver(), str(tmp_path / "_tidemark" / "offsets"), None)
+    monkeypatch.setattr(PipelineRun, "prepare", lambda *a, **k: pytest.fail("a batch was frozen"))
+    monkeypatch.setattr(tasks, "open_run", lambda pipeline: run)
+    dag_run = type("DagRun", (), {"run_type": "manual"})()
+    context = {"ti": object(), "dag": type("Dag", (), {"dag_id": "tidemark_ingest__orders"})(), "dag_run": dag_run,
+               "run_id": "manual__1", "params": {}}
+    with pytest.raises(AirflowFailException, match="ConfigError.*spark_defualt"):
+        tasks.plan("orders", **context)
