@@ -234,7 +234,7 @@ class PipelineConfig(BaseModel):
         """The output, the dead letters and the ledger are three tables: one written as another would break
         the batch's markers (both commits carry the same one) after the output commit."""
         locations = (self.table_uri, self.dead_letter_uri, settings.ledger_uri())
-        output, dead, ledger = (same_location(u) for u in locations)
+        output, dead, ledger = (settings.same_location(u) for u in locations)
         if dead == output:
             raise ValueError(f"dead_letter_table resolves to the output table ({self.table_uri}); give the dead "
                              f"letters a location of their own, or leave dead_letter_table out (default: "
@@ -363,14 +363,6 @@ def pipeline_files(folder: Path | None = None) -> list[Path]:
     return sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")])
 
 
-def same_location(uri: str) -> str:
-    """A table location in one spelling, to compare two: ``s3a://`` as ``s3://``, no ``file://``, no trailing slash."""
-    uri = uri.rstrip("/")
-    if uri.startswith("s3a://"):
-        return "s3://" + uri.removeprefix("s3a://")
-    return uri.removeprefix("file://")
-
-
 def load_all(folder: Path | None = None) -> tuple[dict[str, PipelineConfig], dict[str, ConfigError]]:
     """Every pipeline in the folder: the valid ones by name, and the errors by file. A pipeline whose
     output or dead-letter table another file's pipeline already writes is an error of its own file."""
@@ -381,7 +373,7 @@ def load_all(folder: Path | None = None) -> tuple[dict[str, PipelineConfig], dic
         try:
             config = load_pipeline(path)
             for uri in (config.table_uri, config.dead_letter_uri):
-                other = written.get(same_location(uri))
+                other = written.get(settings.same_location(uri))
                 if other is not None:
                     raise ConfigError(f"{path}: writes the table {uri}, which pipeline '{other}' writes too; give each "
                                       f"pipeline tables of its own (two pipelines' batches would share one table's "
@@ -390,7 +382,7 @@ def load_all(folder: Path | None = None) -> tuple[dict[str, PipelineConfig], dic
             bad[str(path)] = exc
             continue
         good[config.name] = config
-        written.update({same_location(u): config.name for u in (config.table_uri, config.dead_letter_uri)})
+        written.update({settings.same_location(u): config.name for u in (config.table_uri, config.dead_letter_uri)})
     return good, bad
 
 

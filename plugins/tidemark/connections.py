@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -98,7 +99,18 @@ def kafka_properties(resolver: ConnectionResolver, conn_id: str, pipeline: str |
     if "bootstrap.servers" not in props:
         raise ConfigError(f"connection '{conn_id}' has no 'bootstrap.servers' in its extra (and no host)",
                           pipeline=pipeline)
+    for server in (s.strip() for s in props["bootstrap.servers"].split(",")):
+        if not re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[^\s:\[\]]+):\d+", server):
+            raise ConfigError(f"connection '{conn_id}': bootstrap.servers entry '{server}' has no port; write "
+                              f"host:port, e.g. {server.split(':')[0] or 'kafka'}:9092", pipeline=pipeline)
+    protocol = props.get("security.protocol")
+    if protocol is not None and protocol.upper() not in KAFKA_PROTOCOLS:
+        raise ConfigError(f"connection '{conn_id}': security.protocol '{protocol}' is not one of "
+                          f"{', '.join(KAFKA_PROTOCOLS)}", pipeline=pipeline)
     return props
+
+
+KAFKA_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
 SPARK_CONNECT_PORT = 15002

@@ -23,6 +23,14 @@ def pipelines_dir(default: Path | None = None) -> Path:
     return default if default is not None else Path("dags") / "pipelines"
 
 
+def same_location(uri: str) -> str:
+    """A table location in one spelling, to compare two: ``s3a://`` as ``s3://``, no ``file://``, no trailing slash."""
+    uri = uri.rstrip("/")
+    if uri.startswith("s3a://"):
+        return "s3://" + uri.removeprefix("s3a://")
+    return uri.removeprefix("file://")
+
+
 def resolve_table_uri(location: str, root: str | None = None) -> str:
     """Resolve a table location: URIs (``s3a://``, ``file:///``) and absolute paths pass through;
     relative paths resolve under the lake root and are made absolute."""

@@ -82,3 +82,24 @@ def test_a_spark_connect_connection_is_the_servers_url_as_the_spark_provider_bui
 def test_a_spark_connect_connection_without_a_host_is_refused():
     with pytest.raises(ConfigError, match="no host"):
         connections.spark_master(resolver(spark=json.dumps({"conn_type": "spark_connect"})), "spark")
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"bootstrap.servers": "kafka"}, "bootstrap.servers entry 'kafka' has no port; write host:port, e.g. kafka:9092"),
+    ({"bootstrap.servers": "a:9092, b"}, "bootstrap.servers entry 'b' has no port"),
+    ({"bootstrap.servers": "a:90x2"}, "bootstrap.servers entry 'a:90x2' has no port"),
+    ({"bootstrap.servers": "a:9092", "security.protocol": "SASL_TLS"},
+     "security.protocol 'SASL_TLS' is not one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL"),
+])
+def test_kafka_settings_kafkas_java_client_would_refuse_inside_spark_are_refused_when_read(extra, message):
+    """kafka-python fills in a missing port (so planning worked and froze a batch) where Kafka's Java client
+    in the Spark job refuses it: the connection is checked when it is read, before anything is planned."""
+    conns = resolver(kafka_default=json.dumps({"conn_type": "kafka", "extra": extra}))
+    with pytest.raises(ConfigError, match=f"pipeline 'orders': connection 'kafka_default': {message}"):
+        connections.kafka_properties(conns, "kafka_default", "orders")
+
+
+def test_kafka_servers_with_ports_pass_ipv6_included():
+    conns = resolver(kafka_default=json.dumps({"conn_type": "kafka", "extra": {
+        "bootstrap.servers": "a.example:9092,[::1]:9093 , 10.0.0.1:9094", "security.protocol": "sasl_ssl"}}))
+    assert connections.kafka_properties(conns, "kafka_default")["bootstrap.servers"].startswith("a.example:9092")
