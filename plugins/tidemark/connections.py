@@ -50,24 +50,40 @@ def _not_defined(conn_id: str, pipeline: str | None) -> ConfigError:
 def parse_connection(conn_id: str, value: str, pipeline: str | None = None) -> Connection:
     """An ``AIRFLOW_CONN_*`` value in Airflow's JSON form (``{"conn_type": ..., "extra": {...}}``)
     or URI form (``kafka://user:pass@host:9092?bootstrap.servers=...``)."""
+    variable = f"AIRFLOW_CONN_{conn_id.upper()}"
+
+    def loaded(text: str, what: str):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{variable}{what} is not valid JSON ({exc.msg} at character {exc.pos})",
+                              pipeline=pipeline) from None
+
+    def mapping(extra: object) -> dict:
+        if not isinstance(extra, dict):
+            raise ConfigError(f"{variable}: its extra must be an object of settings ({{\"bootstrap.servers\": ...}}), "
+                              f"not a {type(extra).__name__}", pipeline=pipeline)
+        return extra
+
     text = value.strip()
     if text.startswith("{"):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"AIRFLOW_CONN_{conn_id.upper()} is not valid JSON ({exc.msg} at character "
-                              f"{exc.pos})", pipeline=pipeline) from None
+        data = loaded(text, "")
         extra = data.get("extra") or {}
         if isinstance(extra, str):
-            extra = json.loads(extra) if extra.strip() else {}
+            extra = loaded(extra, ": its extra") if extra.strip() else {}
         return Connection(conn_id, data.get("conn_type"), data.get("host"), data.get("port"), data.get("login"),
-                          data.get("password"), extra)
+                          data.get("password"), mapping(extra))
     parts = urlsplit(text)
     query = dict(parse_qsl(parts.query, keep_blank_values=True))
-    extra = json.loads(query.pop("__extra__")) if "__extra__" in query else query
+    extra = loaded(query.pop("__extra__"), ": its __extra__") if "__extra__" in query else query
+    try:
+        port = parts.port
+    except ValueError:
+        raise ConfigError(f"{variable}: the port in '{parts.netloc.rsplit('@', 1)[-1]}' is not a number",
+                          pipeline=pipeline) from None
     return Connection(conn_id, parts.scheme.replace("-", "_") or None, unquote(parts.hostname or "") or None,
-                      parts.port, unquote(parts.username) if parts.username else None,
-                      unquote(parts.password) if parts.password else None, extra)
+                      port, unquote(parts.username) if parts.username else None,
+                      unquote(parts.password) if parts.password else None, mapping(extra))
 
 
 class EnvironmentResolver:

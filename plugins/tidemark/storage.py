@@ -91,8 +91,12 @@ class ObjectStore:
         if unknown:
             raise ConfigError(f"connection '{conn.conn_id}': unknown extra field(s) {', '.join(unknown)} "
                               f"(accepted: {', '.join(sorted(known))})")
+        endpoint = extra.get("endpoint_url") or None
+        if endpoint is not None and not str(endpoint).startswith(("http://", "https://")):
+            raise ConfigError(f"connection '{conn.conn_id}': endpoint_url '{endpoint}' needs a scheme: "
+                              f"http://{endpoint} (or https://)")
         return cls(conn.login or None, conn.password or None, extra.get("aws_session_token") or None,
-                   str(extra.get("region_name") or "us-east-1"), extra.get("endpoint_url") or None)
+                   str(extra.get("region_name") or "us-east-1"), endpoint)
 
     def delta_rs_options(self) -> dict[str, str]:
         """Storage options for delta-rs (``DeltaTable(..., storage_options=...)``)."""

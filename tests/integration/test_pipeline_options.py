@@ -41,6 +41,18 @@ def test_a_topic_pattern_reads_every_matching_topic_and_picks_up_new_ones(kafka_
     assert rows == [{"kafka_topic": first, "n": 8, "d": 4}, {"kafka_topic": second, "n": 4, "d": 4}]
 
 
+def test_a_topic_pattern_that_matches_nothing_says_so_and_plans_nothing(kafka_bootstrap, lake, caplog):
+    """A glob where a regular expression is meant ('orders-*' matches 'orders' and 'orders--' only) used to
+    look like a quiet topic every run: the warning names the pattern and says it is a regular expression."""
+    prefix = helpers.unique("glob")
+    helpers.create_topic(f"{prefix}-eu", partitions=1)
+    config = parse_pipeline({"name": prefix, "topic_pattern": f"{prefix}-*", "table": prefix}, "test")
+    with caplog.at_level("WARNING", logger="tidemark"):
+        assert prepare_batch(config, props()).is_empty
+    assert f"topic_pattern /{prefix}-*/ matches none of the cluster's" in caplog.text
+    assert "'orders-.*', not 'orders-*'" in caplog.text
+
+
 def test_a_date_time_start_skips_older_records_of_new_partitions(kafka_bootstrap, spark, lake):
     topic = helpers.create_topic(helpers.unique("since"), partitions=2)
     before = helpers.past_ms(60)

@@ -143,7 +143,12 @@ def prepare_batch(config: PipelineConfig, kafka_properties: Mapping[str, str], *
         state = ledger.state(config.name)
     first_id = next_batch_id(config, ledger, state)
     with kafka_offsets(config, kafka_properties) as kafka:
-        tps = kafka.partitions(config.select_topics(kafka.topic_names()))
+        names = kafka.topic_names()
+        tps = kafka.partitions(config.select_topics(names))
+        if config.topic_pattern and not tps:
+            log.warning("pipeline '%s': topic_pattern /%s/ matches none of the cluster's %d topics (a regular "
+                        "expression on whole names: 'orders-.*', not 'orders-*'); nothing to read until one does",
+                        config.name, config.topic_pattern, len([n for n in names if not n.startswith("__")]))
         earliest, latest = kafka.earliest(tps), kafka.latest(tps)
         starting = _starting_offsets(config, kafka, [tp for tp in tps if tp not in state.positions])
         topic_ids = kafka.topic_ids({tp.topic for tp in tps})

@@ -103,3 +103,14 @@ def test_kafka_servers_with_ports_pass_ipv6_included():
     conns = resolver(kafka_default=json.dumps({"conn_type": "kafka", "extra": {
         "bootstrap.servers": "a.example:9092,[::1]:9093 , 10.0.0.1:9094", "security.protocol": "sasl_ssl"}}))
     assert connections.kafka_properties(conns, "kafka_default")["bootstrap.servers"].startswith("a.example:9092")
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ('{"conn_type": "kafka", "extra": "{bootstrap"}', "AIRFLOW_CONN_K: its extra is not valid JSON"),
+    ('{"conn_type": "kafka", "extra": [1]}', "AIRFLOW_CONN_K: its extra must be an object of settings.*not a list"),
+    ("kafka://h:9092?__extra__=%7Bnope", "AIRFLOW_CONN_K: its __extra__ is not valid JSON"),
+    ("kafka://user@h:abc", "AIRFLOW_CONN_K: the port in 'h:abc' is not a number"),
+])
+def test_a_malformed_connection_variable_names_the_variable_and_the_part(value, message):
+    with pytest.raises(ConfigError, match=f"pipeline 'orders': {message}"):
+        parse_connection("k", value, "orders")

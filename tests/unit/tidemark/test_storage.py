@@ -31,6 +31,8 @@ def test_no_keys_means_the_default_credential_chain_and_aws_itself():
     (Connection("c", "aws", password="x"), "a secret but no access key"),
     (Connection("c", "kafka"), "needs a connection of type 'aws'"),
     (Connection("c", "aws", extra={"endpoint": "http://x"}), r"unknown extra field\(s\) endpoint"),
+    (Connection("c", "aws", extra={"endpoint_url": "minio:9000"}),
+     r"connection 'c': endpoint_url 'minio:9000' needs a scheme: http://minio:9000 \(or https://\)"),
 ])
 def test_broken_connections_say_what_to_fix(conn, message):
     with pytest.raises(ConfigError, match=message):
