@@ -51,6 +51,26 @@ def _offsets(params: dict, pipeline: str) -> dict[TopicPartition, tuple[int, int
     return offsets
 
 
+MODE_FIELDS = {"capped": ("max_records",), "backfill_window": ("window_start", "window_end", "on_empty_window"),
+               "backfill_offsets": ("offsets",)}
+"""The trigger form's fields that each mode reads (``incremental`` reads none)."""
+FORM_DEFAULTS = {"on_empty_window": "skip", "dry_run": True, "reason": ""}
+"""Fields whose form default is a value, not empty: left at it, they count as not filled in."""
+
+
+def refuse_unused_fields(params: dict, chooser: str, chosen: str, fields: dict[str, tuple[str, ...]],
+                         pipeline: str) -> None:
+    """A form field filled in for another choice than the one made (a window with mode 'incremental', an
+    offset with scenario 'to-earliest') is refused, not ignored: the run would not do what the form says."""
+    for owner, names in fields.items():
+        for name in names:
+            value = params.get(name)
+            if owner != chosen and value not in (None, "", [], {}) and value != FORM_DEFAULTS.get(name):
+                raise ConfigError(f"form field '{name}' is only used with {chooser} '{owner}', not '{chosen}'; choose "
+                                  f"{chooser} '{owner}' or clear the field. Nothing was read or changed",
+                                  pipeline=pipeline)
+
+
 def decide_run(pipeline: str, params: dict, run_type: str, interval: tuple[dt.datetime, dt.datetime] | None
                ) -> RunRequest:
     """Native backfill runs map their data interval to a time window; manual runs follow the form."""
@@ -62,6 +82,7 @@ def decide_run(pipeline: str, params: dict, run_type: str, interval: tuple[dt.da
     mode = params.get("mode") or "incremental"
     if mode not in MODES:
         raise ConfigError(f"form field 'mode': '{mode}' is not one of {', '.join(MODES)}", pipeline=pipeline)
+    refuse_unused_fields(params, "mode", mode, MODE_FIELDS, pipeline)
     if mode == "incremental":
         return RunRequest(mode)
     if mode == "capped":

@@ -13,7 +13,7 @@ from tidemark.run import PipelineRun
 from tidemark_airflow.metrics import observe_run
 from tidemark_airflow.naming import ingest_dag_id
 from tidemark_airflow.resolver import open_run, run_for_plan
-from tidemark_airflow.run_modes import decide_run
+from tidemark_airflow.run_modes import decide_run, refuse_unused_fields
 
 log = logging.getLogger("tidemark")
 
@@ -114,12 +114,18 @@ def after_ingest(context) -> None:
         log.warning("could not report the ingest task's run or send its metrics (%s: %s)", type(exc).__name__, exc)
 
 
+SCENARIO_FIELDS = {"to-offset": ("offset",), "shift-by": ("shift",), "to-datetime": ("datetime",),
+                   "by-duration": ("duration",), "from-file": ("offsets_file",)}
+"""The replay form's fields that each scenario reads (``to-earliest`` and ``to-latest`` read none)."""
+
+
 @fail_fast_on_terminal_errors
 def reset(pipeline: str, **context) -> dict:
     """The replay DAG's task: plan (dry run) or apply an offset reset from the form. Refused while
     a run of the pipeline's ingest DAG is active."""
-    run = open_run(pipeline)
     params = dict(context.get("params") or {})
+    refuse_unused_fields(params, "scenario", params.get("scenario") or "", SCENARIO_FIELDS, pipeline)
+    run = open_run(pipeline)
     ingest = ingest_dag_id(run.name)
     active = context["ti"].get_dr_count(dag_id=ingest, states=["queued", "running"])
     if active:

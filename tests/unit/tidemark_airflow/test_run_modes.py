@@ -58,3 +58,33 @@ def test_unknown_mode_and_empty_native_interval_are_errors():
         decide_run("p", {"mode": "turbo"}, "manual", None)
     with pytest.raises(ConfigError, match="empty data interval"):
         decide_run("p", {}, "backfill", (T0, T0))
+
+
+@pytest.mark.parametrize(("params", "message"), [
+    ({"mode": "incremental", "window_start": "2026-11-01T00:00:00Z"},
+     "form field 'window_start' is only used with mode 'backfill_window', not 'incremental'"),
+    ({"max_records": 100}, "form field 'max_records' is only used with mode 'capped', not 'incremental'"),
+    ({"mode": "capped", "max_records": 5, "offsets": [{"topic": "t", "partition": 0, "start": 0, "end": 1}]},
+     "form field 'offsets' is only used with mode 'backfill_offsets', not 'capped'"),
+    ({"mode": "backfill_offsets", "on_empty_window": "fail", "offsets": [{"topic": "t", "partition": 0, "start": 0,
+                                                                         "end": 1}]},
+     "form field 'on_empty_window' is only used with mode 'backfill_window'"),
+])
+def test_a_form_field_of_another_mode_is_refused_not_ignored(params, message):
+    """A window filled in under the default mode 'incremental' used to run an ordinary incremental batch."""
+    with pytest.raises(ConfigError, match=f"pipeline 'p': {message}.*choose .* or clear the field"):
+        decide_run("p", params, "manual", None)
+    defaults = {"mode": "backfill_offsets", "on_empty_window": "skip", "max_records": None, "window_start": None,
+                "offsets": [{"topic": "t", "partition": 0, "start": 0, "end": 1}]}
+    assert decide_run("p", defaults, "manual", None).mode == "backfill_offsets"  # defaults left alone are fine
+
+
+def test_a_replay_form_field_of_another_scenario_is_refused_before_anything_is_read(monkeypatch):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from tidemark_airflow import tasks
+
+    monkeypatch.setattr(tasks, "open_run", lambda pipeline: pytest.fail("the pipeline was opened"))
+    with pytest.raises(AirflowFailException, match="form field 'offset' is only used with scenario 'to-offset', not "
+                                                   "'to-earliest'"):
+        tasks.reset("orders", params={"scenario": "to-earliest", "offset": 500, "dry_run": False, "reason": "x"})
