@@ -100,6 +100,12 @@ def client_kwargs(properties: Mapping[str, str]) -> dict:
             kwargs[_DIRECT[key]] = value
         elif key == "sasl.jaas.config":
             options = _jaas_options(value)
+            mechanism = str(properties.get("sasl.mechanism") or properties.get("sasl.mechanisms") or "").upper()
+            if mechanism in _JAAS_MODULES and not {"username", "password"} <= set(options):
+                raise ConfigError(f"the Kafka connection's sasl.jaas.config has no username=\"...\" and "
+                                  f"password=\"...\" for {mechanism} (each value in double quotes, the whole ending "
+                                  f"with ';', e.g. {_JAAS_MODULES[mechanism]} required username=\"u\" "
+                                  f"password=\"p\";)")
             if "username" in options:
                 kwargs["sasl_plain_username"] = options["username"]
             if "password" in options:
@@ -109,7 +115,11 @@ def client_kwargs(properties: Mapping[str, str]) -> dict:
     kwargs["bootstrap_servers"] = [s.strip() for s in str(kwargs["bootstrap_servers"]).split(",")]
     for key in _INTEGER_KWARGS:
         if key in kwargs:
-            kwargs[key] = int(kwargs[key])
+            try:
+                kwargs[key] = int(kwargs[key])
+            except ValueError:
+                raise ConfigError(f"the Kafka connection's {key.replace('_', '.')} is '{kwargs[key]}', not a whole "
+                                  f"number (milliseconds or bytes, as Kafka's own setting)") from None
     if kafka_tls.uses_tls(properties):
         for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password", "ssl_check_hostname"):
             kwargs.pop(key, None)

@@ -99,3 +99,23 @@ def test_a_metadata_request_to_a_broker_that_died_is_tried_again_then_named_unav
     offsets._timeout_ms, offsets._consumer = 0, Consumer(failures=1)
     with pytest.raises(KafkaUnavailableError, match="pipeline 'p': Kafka did not return the cluster's metadata"):
         offsets.topic_names()
+
+
+@pytest.mark.parametrize("jaas", [
+    "org.apache.kafka.common.security.scram.ScramLoginModule required username=etl password=s3cret;",
+    "org.apache.kafka.common.security.scram.ScramLoginModule required username='etl' password='s3cret';",
+])
+def test_a_jaas_config_whose_credentials_kafka_python_cannot_read_is_refused_without_showing_them(jaas):
+    """Unquoted or single-quoted values used to give kafka-python no username or password at all: the broker
+    then refused the login with nothing in the message to say why."""
+    properties = {"bootstrap.servers": "h:9094", "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+                  "sasl.jaas.config": jaas}
+    with pytest.raises(ConfigError, match=r'sasl.jaas.config has no username="..." and password="..." for '
+                                          r"SCRAM-SHA-512 \(each value in double quotes") as refused:
+        client_kwargs(properties)
+    assert "s3cret" not in str(refused.value)
+
+
+def test_a_timeout_that_is_not_a_number_names_the_setting():
+    with pytest.raises(ConfigError, match="request.timeout.ms is '30s', not a whole number"):
+        client_kwargs({"bootstrap.servers": "h:9092", "request.timeout.ms": "30s"})
