@@ -22,6 +22,7 @@ from pydantic import (
 
 from tidemark import settings
 from tidemark.audit_schedule import AuditSchedule
+from tidemark.config_errors import describe_error
 from tidemark.errors import ConfigError
 from tidemark.maintenance import MaintenanceConfig
 from tidemark.observability import Duration, FreshnessAlert, LagSettings
@@ -320,17 +321,6 @@ class PipelineConfig(BaseModel):
         return settings.resolve_table_uri(self.table)
 
 
-def _describe(error: dict) -> str:
-    field = ".".join(str(p) for p in error["loc"]) or "(top level)"
-    if error["type"] == "extra_forbidden":
-        accepted = ", ".join(PipelineConfig.model_fields)
-        return f"unknown key '{field}' (accepted keys: {accepted})"
-    if error["type"] == "missing":
-        return f"'{field}' is required"
-    message = str(error["msg"]).removeprefix("Value error, ")
-    return message if not error["loc"] else f"'{field}': {message}"
-
-
 def parse_pipeline(data: object, source: str) -> PipelineConfig:
     """Validate already-parsed YAML; ``source`` names the file in error messages."""
     if not isinstance(data, dict):
@@ -338,7 +328,7 @@ def parse_pipeline(data: object, source: str) -> PipelineConfig:
     try:
         return PipelineConfig.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(_describe(e) for e in exc.errors())
+        problems = "; ".join(describe_error(e, PipelineConfig) for e in exc.errors())
         raise ConfigError(f"{source}: {problems}") from None
 
 

@@ -180,3 +180,15 @@ def test_two_pipeline_files_writing_one_table_leave_the_second_broken(tmp_path, 
     assert list(good) == ["a"]
     assert "writes the table" in str(bad[str(tmp_path / "b.yaml")]) and "pipeline 'a' writes too" in \
         str(bad[str(tmp_path / "b.yaml")])
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    ({"retires": 3}, "unknown key 'retires' (did you mean 'retries'?"),
+    ({"lag": {"hold_warning": "1h"}}, "unknown key 'lag.hold_warning' (did you mean 'hold_warning_after'? accepted "
+                                      "keys: hold_warning_after)"),
+    ({"topics": "orders"}, "'topics': Input should be a valid list; write it as a list: topics: [orders]"),
+])
+def test_a_misspelt_key_or_a_wrongly_shaped_value_gets_the_fix_in_the_message(data, message):
+    with pytest.raises(ConfigError) as refused:
+        parse_pipeline({"name": "orders", "topics": ["orders"], "table": "orders", **data}, "orders.yaml")
+    assert message in str(refused.value)

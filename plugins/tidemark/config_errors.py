@@ -1,0 +1,38 @@
+"""What a pipeline file's validation errors (pydantic's) say to the user: the key's path, the keys accepted
+where it sits (with the closest one when a key is misspelt), and how to write a value of the wrong shape."""
+
+from __future__ import annotations
+
+import difflib
+import typing
+
+from pydantic import BaseModel
+
+
+def accepted_keys(loc: tuple, root: type[BaseModel]) -> list[str]:
+    """The keys accepted where ``loc`` points: the root model's, or those of the block it is in (``lag``...)."""
+    model = root
+    for part in loc[:-1]:
+        annotation = model.model_fields[str(part)].annotation if str(part) in model.model_fields else None
+        nested = [a for a in (*typing.get_args(annotation), annotation)
+                  if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not nested:
+            return []
+        model = nested[0]
+    return list(model.model_fields)
+
+
+def describe_error(error: dict, root: type[BaseModel]) -> str:
+    """One validation error of ``root`` in the user's words."""
+    field = ".".join(str(p) for p in error["loc"]) or "(top level)"
+    if error["type"] == "extra_forbidden":
+        accepted = accepted_keys(tuple(error["loc"]), root)
+        close = difflib.get_close_matches(str(error["loc"][-1]), accepted, n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        return f"unknown key '{field}' ({hint}accepted keys: {', '.join(accepted)})"
+    if error["type"] == "missing":
+        return f"'{field}' is required"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if error["type"] == "list_type" and isinstance(error.get("input"), str):
+        message += f"; write it as a list: {field}: [{error['input']}]"
+    return message if not error["loc"] else f"'{field}': {message}"
