@@ -45,6 +45,13 @@ def check_locations(config: PipelineConfig, store: ObjectStore | None) -> None:
                                 f"pipeline '{config.name}'")
     for uri in dict.fromkeys(tables):
         storage.check_location(uri, store, config.name)
+    output = storage.open_table(config.table_uri, store)
+    existing = [] if output is None else list(output.metadata().partition_columns)
+    if output is not None and existing != list(config.partition_by):
+        raise ConfigError(f"partition_by is [{', '.join(config.partition_by)}] but the output table "
+                          f"{config.table_uri} is partitioned by [{', '.join(existing)}]: Delta cannot change a "
+                          f"table's partitioning on append. Set partition_by back to [{', '.join(existing)}], or "
+                          f"write to a new table. Nothing was planned", pipeline=config.name)
 
 
 def recover_checked(config: PipelineConfig, kafka_properties: Mapping[str, str], ledger: Ledger,
