@@ -66,6 +66,17 @@ class RegistryClient:
         try:
             response = requests.get(f"{self.url}{path}", auth=self._auth, timeout=self.timeout_s,
                                     headers={"Accept": "application/vnd.schemaregistry.v1+json, application/json"})
+        except (requests.exceptions.InvalidURL, requests.exceptions.MissingSchema,
+                requests.exceptions.InvalidSchema) as exc:
+            raise SchemaRegistryError(
+                f"the Schema Registry connection's URL '{self.url}' is not a valid http(s) URL ({type(exc).__name__}). "
+                f"Nothing was frozen: fix the registry connection's host (e.g. http://registry:8081).",
+                pipeline=self.pipeline) from None
+        except requests.exceptions.SSLError as exc:
+            raise SchemaRegistryError(
+                f"the Schema Registry at {self.url} failed the TLS handshake while reading {what} "
+                f"({str(exc)[:200]}). Nothing was frozen: fix the registry's certificate or the URL's scheme.",
+                pipeline=self.pipeline) from None
         except requests.RequestException as exc:
             raise SchemaRegistryUnavailableError(
                 f"the Schema Registry at {self.url} did not answer within {self.timeout_s:g} s while reading {what} "
@@ -76,11 +87,16 @@ class RegistryClient:
                 f"the Schema Registry at {self.url} refused the connection's credentials (HTTP "
                 f"{response.status_code}) while reading {what}. Nothing was frozen: fix the login and password of "
                 f"the registry connection.", pipeline=self.pipeline)
-        if response.status_code == 404:
+        if response.status_code == 404 and _error_code(response) in (40401, 40402, 40403):
             raise SchemaRegistryError(
                 f"the Schema Registry at {self.url} does not have {what} (HTTP 404: {_message(response)}). Nothing was "
-                f"frozen: register the schema, or set value_subject / value_schema_version in the pipeline file.",
-                pipeline=self.pipeline)
+                f"frozen: register the schema, or name the subject and version in the pipeline file (value_subject, "
+                f"key_subject, value_schema_version).", pipeline=self.pipeline)
+        if response.status_code == 404:
+            raise SchemaRegistryError(
+                f"the Schema Registry at {self.url} answered HTTP 404 without a registry error code while reading "
+                f"{what}: the URL may not be the Confluent-compatible API (for Apicurio, <host>/apis/ccompat/v7). "
+                f"Nothing was frozen: fix the registry connection's host.", pipeline=self.pipeline)
         if response.status_code >= 500:
             raise SchemaRegistryUnavailableError(
                 f"the Schema Registry at {self.url} failed while reading {what} (HTTP {response.status_code}: "
@@ -110,6 +126,15 @@ class RegistryClient:
         log.info("schema registry %s: subject '%s' has versions %s (ids %s)", self.url, subject,
                  [s.version for s in found], [s.id for s in found])
         return found
+
+
+def _error_code(response) -> int | None:
+    """The registry's own error code (40401: no such subject, 40402: no such version, 40403: no such schema)."""
+    try:
+        code = response.json().get("error_code")
+    except (ValueError, AttributeError):
+        return None
+    return code if isinstance(code, int) else None
 
 
 def _message(response) -> str:

@@ -182,6 +182,22 @@ def test_404_is_terminal_and_names_the_subject(registry):
         client.versions("orders-value")
 
 
+def test_a_404_without_a_registry_error_code_points_at_the_url_not_the_subject(registry):
+    """A wrong base path (Apicurio without /apis/ccompat/v7) answers 404 for every path: that is not a
+    missing subject, and the message says so."""
+    registry.routes["/subjects/orders-value/versions"] = (404, b"<html>Not Found</html>")
+    with pytest.raises(SchemaRegistryError, match=r"HTTP 404 without a registry error code .* may not be the "
+                                                  r"Confluent-compatible API \(for Apicurio") as err:
+        RegistryClient(registry.url).versions("orders-value")
+    assert not err.value.transient
+
+
+def test_a_url_that_is_no_http_url_is_terminal():
+    with pytest.raises(SchemaRegistryError, match=r"URL 'registry:8081' is not a valid http\(s\) URL") as err:
+        RegistryClient("registry:8081").versions("orders-value")
+    assert not err.value.transient
+
+
 def test_a_server_error_is_transient(registry):
     registry.routes["/subjects/orders-value/versions"] = (500, {"error_code": 50001, "message": "store down"})
     with pytest.raises(SchemaRegistryUnavailableError, match=r"failed while reading the versions of subject "
