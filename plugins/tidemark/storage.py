@@ -274,6 +274,10 @@ def check_location(uri: str | None, store: ObjectStore | None, pipeline: str | N
         elif status in (401, 403):
             cause = (f"{endpoint} refused the storage connection's credentials for bucket '{bucket}' ({code}). "
                      f"Fix the access key and secret of the storage connection, or grant them the bucket")
+        elif status in (301, 400):  # a signature for another region (AuthorizationHeaderMalformed, PermanentRedirect)
+            cause = (f"{endpoint} answered {status} ({code}) for bucket '{bucket}': the storage connection's region "
+                     f"({store.region}) is most likely not the bucket's. Set region_name in the storage connection's "
+                     f"extra to the bucket's region")
         else:
             raise StorageUnavailableError(f"object storage at {endpoint} answered {status} ({code}) for bucket "
                                           f"'{bucket}' of table {uri}; retry once it answers", pipeline=pipeline,

@@ -142,3 +142,36 @@ def test_an_endpoint_that_does_not_answer_is_an_outage_the_task_retries_not_a_wr
         storage.check_location("s3a://lake/orders", store, "orders")
     assert not isinstance(caught.value, StorageLocationError)
     assert caught.value.fields["pipeline"] == "orders" and caught.value.fields["location"] == "s3a://lake/orders"
+
+
+@pytest.mark.parametrize("status", [301, 400])
+def test_a_store_that_answers_for_another_region_is_a_wrong_setting_not_an_outage(status):
+    """S3 answers 400 (AuthorizationHeaderMalformed) or 301 (PermanentRedirect) to a request signed for
+    another region: a setting to fix, so terminal, and the message names region_name."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from tidemark.errors import StorageLocationError
+
+    class WrongRegion(BaseHTTPRequestHandler):
+        def do_HEAD(self) -> None:  # noqa: N802 (http.server's name)
+            self.send_response(status)
+            self.send_header("x-amz-bucket-region", "eu-west-1")  # as S3 names the bucket's own region
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), WrongRegion)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        store = ObjectStore(endpoint_url=f"http://127.0.0.1:{server.server_address[1]}", access_key_id="k",
+                            secret_access_key="s", region="us-east-1")
+        with pytest.raises(StorageLocationError, match=rf"answered {status} .*bucket 'lake'.*region \(us-east-1\) "
+                                                       r"is most likely not the bucket's. Set region_name") as caught:
+            storage.check_location("s3a://lake/orders", store, "orders")
+        assert not caught.value.transient
+    finally:
+        server.shutdown()
+        server.server_close()
