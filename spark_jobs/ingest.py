@@ -1,9 +1,11 @@
-"""The ingest job as a script in the repository, for spark-submit by hand:
+"""The ingest job, as the script spark-submit runs (the operator and `tidemark run` submit this file in
+a checkout and in the Docker image):
 
-    spark-submit --jars ... spark_jobs/ingest.py --plan '<frozen plan JSON>'
+    spark-submit --jars ... --py-files <tidemark core zip> spark_jobs/ingest.py --plan '<frozen plan JSON>'
 
-It is the installed module ``tidemark_spark/ingest.py`` (which Tidemark itself submits, so that a
-wheel install works without this checkout): parse arguments -> build the session -> call the core.
+It runs ``tidemark_spark.ingest.main``: parse arguments -> build the session -> call the core. A wheel
+install, which has no spark_jobs/, submits the installed module ``tidemark_spark/ingest.py`` instead
+(``tidemark_spark.submit.INGEST_SCRIPT``).
 """
 
 import sys

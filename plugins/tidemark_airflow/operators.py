@@ -33,9 +33,10 @@ from tidemark_spark.submit import (
 
 
 class TidemarkIngestOperator(SparkSubmitOperator):
-    """Runs the ingest job (``tidemark_spark/ingest.py``) for the batch the ``plan`` task froze and
-    describes the committed batch in the output table's asset event; the DAG's success callback
-    (``tasks.after_ingest``) then reports on ``tidemark_run`` (best effort). A job that ends on a
+    """Runs the ingest job (``tidemark_spark.submit.INGEST_SCRIPT``: ``spark_jobs/ingest.py`` in a checkout)
+    for the batch the ``plan`` task froze and describes the committed batch in the output table's asset
+    event; the DAG's success callback (``tasks.after_ingest``) then reports on ``tidemark_run`` (best
+    effort). A job that ends on a
     terminal error (``JobExit.TERMINAL``: bad records under ``on_bad_record: fail``, another run
     holding the pipeline, refused credentials...) fails the task at once; any other failure is left to
     Airflow's retries."""

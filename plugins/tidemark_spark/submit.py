@@ -20,8 +20,10 @@ from tidemark.spark_io import SECRET_OPTIONS
 from tidemark.storage import ObjectStore
 from tidemark_spark import class_data
 
-_CHECKOUT_SCRIPT = Path(__file__).resolve().parents[2] / "spark_jobs" / "ingest.py"
-INGEST_SCRIPT = str(_CHECKOUT_SCRIPT if _CHECKOUT_SCRIPT.is_file() else Path(__file__).resolve().parent / "ingest.py")
+_CHECKOUT = Path(__file__).resolve().parents[2]
+_CHECKOUT_SCRIPT = _CHECKOUT / "spark_jobs" / "ingest.py"
+INGEST_SCRIPT = str(_CHECKOUT_SCRIPT if _CHECKOUT_SCRIPT.is_file() and (_CHECKOUT / "pyproject.toml").is_file()
+                    else Path(__file__).resolve().parent / "ingest.py")
 """The job script spark-submit runs: the repository's ``spark_jobs/ingest.py`` in a checkout (and in the
 Docker image), else, in a wheel install that has no ``spark_jobs/``, the installed module beside this one.
 Either runs ``tidemark_spark.ingest.main``."""
@@ -67,14 +69,18 @@ def local_spark_env() -> dict[str, str]:
 
 
 def core_archive() -> str:
-    """The ``tidemark`` core (with its subpackages) as a zip for ``--py-files``, so executors on
-    other machines (a standalone cluster, YARN, Kubernetes) import the same core as the driver.
-    Named by the hash of its content, built once per version of the code."""
+    """The ``tidemark`` core (with its subpackages) and the job's own package ``tidemark_spark`` as a zip
+    for ``--py-files``, so executors on other machines (a standalone cluster, YARN, Kubernetes) import the
+    same core as the driver, and a driver that runs elsewhere (cluster deploy mode) finds the job that
+    ``spark_jobs/ingest.py`` calls. Named by the hash of its content, built once per version of the code."""
     import tidemark
+    import tidemark_spark
 
-    package = Path(tidemark.__file__).resolve().parent
-    sources = sorted(package.rglob("*.py"))
-    names = [f"tidemark/{p.relative_to(package).as_posix()}" for p in sources]
+    sources, names = [], []
+    for package in (Path(tidemark.__file__).resolve().parent, Path(tidemark_spark.__file__).resolve().parent):
+        for source in sorted(package.rglob("*.py")):
+            sources.append(source)
+            names.append(f"{package.name}/{source.relative_to(package).as_posix()}")
     digest = hashlib.sha256(b"".join(n.encode() + p.read_bytes() for n, p in zip(names, sources, strict=True))
                             ).hexdigest()[:16]
     target = Path(tempfile.gettempdir()) / "tidemark-py-files" / f"tidemark-{digest}.zip"

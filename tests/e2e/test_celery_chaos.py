@@ -122,7 +122,7 @@ class CeleryAirflow(AirflowStack):
         """The worker's ingest job once it has stopped itself at TIDEMARK_PAUSE_AT."""
         for process in self.processes(worker):
             try:
-                if any("tidemark_spark/ingest.py" in a for a in process.cmdline()) and \
+                if any(a.endswith("ingest.py") for a in process.cmdline()) and \
                         process.status() == psutil.STATUS_STOPPED:
                     return process
             except psutil.NoSuchProcess:

@@ -110,7 +110,7 @@ def stopped_driver(run: subprocess.Popen) -> psutil.Process | None:
     """The run's Spark driver (ingest.py under spark-submit) once it has stopped itself."""
     for process in psutil.process_iter():
         try:
-            if os.getsid(process.pid) == run.pid and any("tidemark_spark/ingest.py" in a for a in process.cmdline()) \
+            if os.getsid(process.pid) == run.pid and any(a.endswith("ingest.py") for a in process.cmdline()) \
                     and process.status() == psutil.STATUS_STOPPED:
                 return process
         except (psutil.NoSuchProcess, ProcessLookupError):
