@@ -147,6 +147,13 @@ class PipelineBusyError(TidemarkError):
         return cls.held_by(pipeline, f"run '{owner}' froze batch {batch_id}, which is planned but not committed", what)
 
 
+class OwnerStateUnknownError(TidemarkError):
+    """The orchestrator could not say whether the run that owns the pending batch is still running (its
+    API failed). Transient: the batch stays with its owner, and a retry asks again."""
+
+    transient = True
+
+
 class LedgerMissingError(ConfigError):
     """The output table holds batches of the pipeline (its Delta commits carry Tidemark's marker) but
     the ledger has no row of it: the lake root moved without the ledger, or the ledger was deleted.

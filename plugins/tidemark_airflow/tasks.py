@@ -8,7 +8,7 @@ import functools
 import logging
 
 from tidemark.batch import BatchPlan, ResetRequest
-from tidemark.errors import PipelineBusyError, TidemarkError
+from tidemark.errors import OwnerStateUnknownError, PipelineBusyError, TidemarkError
 from tidemark.run import PipelineRun
 from tidemark_airflow.metrics import observe_run
 from tidemark_airflow.naming import ingest_dag_id
@@ -65,23 +65,32 @@ def plan(pipeline: str, **context) -> str | None:
 
 def dag_run_state_lookup(ti, dag_id: str):
     """The owner lookup of ``tidemark.batch.ownership`` on the Task SDK: a run's state from the execution
-    API. Only a 404 (no such run in this Airflow) raises, which says the owner is gone; any other failure
-    (the API server down or slow, a network error) is ``unknown``, which counts as alive: a transient
-    error must never let this run take a live run's batch."""
+    API. Only a 404 (no such run in this Airflow; under the task supervisor an ``AirflowRuntimeError`` whose
+    detail holds the status, under ``dag.test()`` the API client's own ``ServerResponseError``) raises
+    LookupError, which says the owner is gone. Any other failure (the API server down or slow, a network
+    error) raises OwnerStateUnknownError, transient: the batch stays with its owner and Airflow's retry asks
+    again. A transient error must never let this run take a live run's batch."""
     def run_state(run_id: str) -> str:
-        from airflow.sdk.exceptions import AirflowRuntimeError
-
         try:
             state = ti.get_dagrun_state(dag_id=dag_id, run_id=run_id)
-        except AirflowRuntimeError as exc:
-            detail = getattr(exc.error, "detail", None) or {}
-            if detail.get("status_code") == 404:
+        except Exception as exc:
+            if _status_code(exc) == 404:
                 raise LookupError(f"Airflow has no run '{run_id}' of {dag_id}") from None
-            log.warning("cannot look up the state of run '%s' of %s (%s); it counts as running, so its batch "
-                        "stays with it", run_id, dag_id, exc)
-            return "unknown"
+            raise OwnerStateUnknownError(
+                f"cannot look up the state of run '{run_id}' of {dag_id}, which owns the pending batch "
+                f"({type(exc).__name__}: {str(exc)[:200]}); the batch stays with it and nothing was planned. "
+                f"Airflow retries the task.", pipeline=dag_id.removeprefix("tidemark_ingest__")) from None
         return str(getattr(state, "value", state))
     return run_state
+
+
+def _status_code(exc: BaseException) -> int | None:
+    """The HTTP status of an execution-API failure, however it reached the task."""
+    detail = getattr(getattr(exc, "error", None), "detail", None)
+    if isinstance(detail, dict) and isinstance(detail.get("status_code"), int):
+        return detail["status_code"]
+    response = getattr(exc, "response", None)
+    return getattr(response, "status_code", None)
 
 
 def report_run(run: PipelineRun, batch_id: int | None = None) -> None:

@@ -72,10 +72,10 @@ def test_a_bad_form_value_fails_the_plan_and_writes_nothing(stack):
 
 
 def test_a_batch_frozen_by_a_run_this_airflow_does_not_know_is_taken_over_and_committed_once(stack, spark_connect):
-    """A pending batch whose owner is a run Airflow has no record of (its metadata DB was reset, or the
-    batch was frozen from another Airflow): the execution API answers 404 for it, the one answer that
-    says the owner is gone (any other failure of the lookup counts as a live owner). The next DAG run
-    takes the batch over and commits it, exactly once."""
+    """A pending batch whose owner is a run Airflow has no record of (its metadata DB was reset): the
+    execution API answers 404 for it, the one answer that says the owner is gone (any other failure of
+    the lookup keeps the batch with its owner and is retried). The next DAG run takes the batch over and
+    commits it, exactly once."""
     from tests.e2e.conftest import environment
     from tidemark.batch.prepare import prepare_batch
     from tidemark.config import load_pipeline

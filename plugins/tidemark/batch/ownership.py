@@ -22,7 +22,8 @@ CLI_PREFIX = "cli:"
 RunStateLookup = Callable[[str], str]
 """Looks up an orchestrator run's state by its owner id (the Airflow adapter passes one built on
 the Task SDK): only ``success`` and ``failed`` mean the run is over; any other answer (``queued``,
-``running``, ``unknown``) counts as alive. A lookup that raises says the run does not exist."""
+``running``, ``unknown``) counts as alive. A lookup that raises LookupError says the run does not exist;
+any other exception it raises propagates (it is not an answer)."""
 FINISHED = {"success", "failed"}
 
 
@@ -62,6 +63,6 @@ def is_owner_alive(owner: str, run_state: RunStateLookup | None = None) -> bool:
         return True
     try:
         return run_state(owner) not in FINISHED
-    except Exception as exc:  # the lookup's way to say the run does not exist (RunStateLookup)
-        log.warning("run '%s' does not exist (%s); treating it as finished", owner, exc)
+    except LookupError as exc:  # the lookup's way to say the run does not exist (RunStateLookup); any other
+        log.warning("run '%s' does not exist (%s); treating it as finished", owner, exc)  # error propagates
         return False

@@ -136,26 +136,53 @@ def test_the_replay_task_refuses_while_a_run_of_the_ingest_dag_is_active_and_cha
     assert ti.asked == [("tidemark_ingest__orders", ["queued", "running"])]
 
 
-@pytest.mark.parametrize(("failure", "alive"), [
-    ({"status_code": 404, "message": "Dag run not found"}, False),  # no such run in this Airflow: it is over
-    ({"status_code": 503, "message": "Service Unavailable"}, True),  # the API did not answer: it may run
-    (None, True),                                                    # a network error (GENERIC_ERROR)
-])
-def test_the_plan_tasks_owner_lookup_counts_only_a_run_airflow_does_not_know_as_finished(failure, alive):
-    """A transient failure of the execution API must never let a run take a live run's batch: only a
-    404 for the owner's run says it does not exist; any other failure counts as alive."""
+def _api_failure(kind: str):
+    """An execution-API failure as it reaches the task: under the task supervisor an AirflowRuntimeError
+    carrying the status, under ``dag.test()`` the API client's ServerResponseError, or a network error."""
+    import httpx
+    from airflow.sdk.api.client import ServerResponseError
     from airflow.sdk.exceptions import AirflowRuntimeError, ErrorType
     from airflow.sdk.execution_time.comms import ErrorResponse
 
+    if kind.startswith("supervised"):
+        status = int(kind.split()[1])
+        return AirflowRuntimeError(ErrorResponse(error=ErrorType.API_SERVER_ERROR,
+                                                 detail={"status_code": status, "message": "x"}))
+    if kind.startswith("in-process"):
+        request = httpx.Request("GET", "http://api/execution/dag-runs/d/r/state")
+        response = httpx.Response(int(kind.split()[1]), request=request)
+        return ServerResponseError("server answered", request=request, response=response)
+    return AirflowRuntimeError(ErrorResponse(error=ErrorType.GENERIC_ERROR, detail=None))
+
+
+@pytest.mark.parametrize("kind", ["supervised 404", "in-process 404"])
+def test_the_owner_lookup_counts_a_run_airflow_does_not_know_as_finished(kind):
     from tidemark.batch.ownership import is_owner_alive
     from tidemark_airflow.tasks import dag_run_state_lookup
 
     class TaskInstance:
         def get_dagrun_state(self, dag_id, run_id):
-            kind = ErrorType.API_SERVER_ERROR if failure else ErrorType.GENERIC_ERROR
-            raise AirflowRuntimeError(ErrorResponse(error=kind, detail=failure))
+            raise _api_failure(kind)
 
-    assert is_owner_alive("manual__owner", dag_run_state_lookup(TaskInstance(), "tidemark_ingest__orders")) is alive
+    assert is_owner_alive("manual__owner", dag_run_state_lookup(TaskInstance(), "tidemark_ingest__orders")) is False
+
+
+@pytest.mark.parametrize("kind", ["supervised 503", "in-process 500", "network"])
+def test_a_failed_owner_lookup_keeps_the_batch_with_its_owner_and_is_retried(kind):
+    """A transient failure of the execution API must never let a run take a live run's batch: it is an
+    error Airflow retries (transient), not an answer."""
+    from tidemark.batch.ownership import is_owner_alive
+    from tidemark.errors import OwnerStateUnknownError
+    from tidemark_airflow.tasks import dag_run_state_lookup
+
+    class TaskInstance:
+        def get_dagrun_state(self, dag_id, run_id):
+            raise _api_failure(kind)
+
+    with pytest.raises(OwnerStateUnknownError, match="cannot look up the state of run 'manual__owner' of "
+                                                     "tidemark_ingest__orders.*stays with it") as failed:
+        is_owner_alive("manual__owner", dag_run_state_lookup(TaskInstance(), "tidemark_ingest__orders"))
+    assert failed.value.transient and failed.value.fields["pipeline"] == "orders"
 
 
 def test_the_plan_task_checks_the_spark_connection_before_it_freezes_a_batch(tmp_path, monkeypatch):

@@ -40,3 +40,9 @@ def test_airflow_owner_is_assumed_alive_without_a_lookup_and_dead_when_unknown()
         raise LookupError("no such run")
 
     assert not is_owner_alive("manual__x", missing)
+
+    def failing(run_id):
+        raise OSError("the API did not answer")
+
+    with pytest.raises(OSError):  # not an answer: it propagates, and the owner keeps its batch
+        is_owner_alive("manual__x", failing)
