@@ -244,6 +244,13 @@ class PipelineConfig(BaseModel):
             field = "table" if ledger == output else "dead_letter_table"
             raise ValueError(f"{field} resolves to the offset ledger ({settings.ledger_uri()}); choose another "
                              f"location")
+        named = {"table": output, "dead_letter_table": dead, "the offset ledger": ledger}
+        for inner, inner_uri in named.items():
+            for outer, outer_uri in named.items():
+                if inner_uri.startswith(outer_uri + "/"):
+                    raise ValueError(f"{inner} ({inner_uri}) lies inside {outer} ({outer_uri}): the maintenance "
+                                     f"VACUUM of one table would delete the other's files; give each a location "
+                                     f"outside the others")
         return self
 
     @model_validator(mode="after")
@@ -354,26 +361,31 @@ def pipeline_files(folder: Path | None = None) -> list[Path]:
 
 
 def load_all(folder: Path | None = None) -> tuple[dict[str, PipelineConfig], dict[str, ConfigError]]:
-    """Every pipeline in the folder: the valid ones by name, and the errors by file. A pipeline whose
-    output or dead-letter table another file's pipeline already writes is an error of its own file."""
-    good: dict[str, PipelineConfig] = {}
+    """Every pipeline in the folder: the valid ones by name, and the errors by file. Pipelines that write
+    one table (output or dead letters) are all errors of their own files: which one owns the data is for
+    the user to say, and either would break the other's markers and counts."""
+    good: dict[str, tuple[Path, PipelineConfig]] = {}
     bad: dict[str, ConfigError] = {}
-    written: dict[str, str] = {}
     for path in pipeline_files(folder):
         try:
             config = load_pipeline(path)
-            for uri in (config.table_uri, config.dead_letter_uri):
-                other = written.get(settings.same_location(uri))
-                if other is not None:
-                    raise ConfigError(f"{path}: writes the table {uri}, which pipeline '{other}' writes too; give each "
-                                      f"pipeline tables of its own (two pipelines' batches would share one table's "
-                                      f"markers and counts)", pipeline=config.name)
         except ConfigError as exc:
             bad[str(path)] = exc
             continue
-        good[config.name] = config
-        written.update({settings.same_location(u): config.name for u in (config.table_uri, config.dead_letter_uri)})
-    return good, bad
+        good[config.name] = (path, config)
+    writers: dict[str, list[str]] = {}
+    for name, (_, config) in good.items():
+        for uri in dict.fromkeys(settings.same_location(u) for u in (config.table_uri, config.dead_letter_uri)):
+            writers.setdefault(uri, []).append(name)
+    for uri, names in writers.items():
+        for name in names if len(names) > 1 else []:
+            entry = good.pop(name, None)
+            if entry is not None:
+                path, others = entry[0], ", ".join(f"'{n}'" for n in names if n != name)
+                bad[str(path)] = ConfigError(f"{path}: writes the table {uri}, which pipeline(s) {others} write too; "
+                                             f"give each pipeline tables of its own (they would share one table's "
+                                             f"markers and counts)", pipeline=name)
+    return {name: config for name, (_, config) in good.items()}, bad
 
 
 def find_pipeline(name: str, folder: Path | None = None) -> PipelineConfig:

@@ -14,7 +14,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from tidemark.batch import BatchPlan
 from tidemark.connections import spark_connect_address
-from tidemark.errors import ConfigError, JobExit
+from tidemark.errors import JobExit
 from tidemark.run import PipelineRun, refuse_cluster_deploy_mode
 from tidemark.settings import require_spark_jars
 from tidemark_airflow.resolver import run_for_plan
@@ -87,10 +87,7 @@ class TidemarkIngestOperator(SparkSubmitOperator):
         return result
 
     def _master(self, run: PipelineRun) -> str:
-        try:
-            return run.spark_master
-        except ConfigError:
-            return "yarn"  # what the Spark provider falls back to without a connection
+        return run.spark_master  # the plan task checked that the connection exists (check_spark_connection)
 
     def _launch(self, context, plan: BatchPlan, master: str, isolation_level: str) -> tuple[int, object]:
         """Run the job; returns its exit code (``JobExit``) and the provider's result."""

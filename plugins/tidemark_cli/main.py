@@ -168,8 +168,15 @@ def _stored_connection(conn_id: str) -> Connection | None:
             stored = session.scalar(select(StoredConnection).where(StoredConnection.conn_id == conn_id))
             if stored is None:
                 return None
-            return Connection(conn_id, stored.conn_type, stored.host, stored.port, stored.login, stored.password,
-                              stored.extra_dejson or {})
+            try:  # the password and extra are decrypted with this process's [core] fernet_key
+                return Connection(conn_id, stored.conn_type, stored.host, stored.port, stored.login, stored.password,
+                                  stored.extra_dejson or {})
+            except Exception as exc:
+                raise ConfigError(f"Airflow connection '{conn_id}' is in the metadata DB but cannot be decrypted here "
+                                  f"({type(exc).__name__}): run the CLI with the same [core] fernet_key as Airflow's "
+                                  f"services (AIRFLOW__CORE__FERNET_KEY)") from None
+    except ConfigError:
+        raise
     except Exception as exc:  # no Airflow, no metadata DB configured or reachable: the lookup's own error stands
         logging.getLogger("tidemark").debug("no connection '%s' in Airflow's metadata DB: %s", conn_id, exc)
         return None

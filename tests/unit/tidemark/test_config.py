@@ -172,14 +172,17 @@ def test_a_dead_letter_table_that_is_the_output_table_is_refused(dead, monkeypat
                         else "orders", "dead_letter_table": dead}, "orders.yaml")
 
 
-def test_two_pipeline_files_writing_one_table_leave_the_second_broken(tmp_path, monkeypatch):
+def test_pipeline_files_writing_one_table_are_all_broken_and_the_others_load(tmp_path, monkeypatch):
+    """Which of two pipelines owns a table is for the user to say: both files are errors, naming each other."""
     monkeypatch.setenv("TIDEMARK_LAKE_ROOT", str(tmp_path / "lake"))
     (tmp_path / "a.yaml").write_text("name: a\ntopics: [a]\ntable: shared\n")
     (tmp_path / "b.yaml").write_text("name: b\ntopics: [b]\ntable: other\ndead_letter_table: shared\n")
+    (tmp_path / "c.yaml").write_text("name: c\ntopics: [c]\ntable: c\n")
     good, bad = load_all(tmp_path)
-    assert list(good) == ["a"]
-    assert "writes the table" in str(bad[str(tmp_path / "b.yaml")]) and "pipeline 'a' writes too" in \
-        str(bad[str(tmp_path / "b.yaml")])
+    assert list(good) == ["c"]
+    assert "writes the table" in str(bad[str(tmp_path / "a.yaml")]) and "pipeline(s) 'b' write too" in \
+        str(bad[str(tmp_path / "a.yaml")])
+    assert "pipeline(s) 'a' write too" in str(bad[str(tmp_path / "b.yaml")])
 
 
 @pytest.mark.parametrize(("data", "message"), [
@@ -192,3 +195,14 @@ def test_a_misspelt_key_or_a_wrongly_shaped_value_gets_the_fix_in_the_message(da
     with pytest.raises(ConfigError) as refused:
         parse_pipeline({"name": "orders", "topics": ["orders"], "table": "orders", **data}, "orders.yaml")
     assert message in str(refused.value)
+
+
+def test_a_table_inside_another_tables_folder_is_refused(monkeypatch):
+    """A full VACUUM of the output would delete the files of a dead-letter table inside its folder."""
+    monkeypatch.setenv("TIDEMARK_LAKE_ROOT", "/lake")
+    with pytest.raises(ConfigError, match=r"dead_letter_table \(/lake/orders/dead\) lies inside table "
+                                          r"\(/lake/orders\)"):
+        parse_pipeline({"name": "orders", "topics": ["orders"], "table": "orders", "dead_letter_table": "orders/dead"},
+                       "orders.yaml")
+    parse_pipeline({"name": "orders", "topics": ["orders"], "table": "orders", "dead_letter_table": "orders_dead"},
+                   "orders.yaml")  # a sibling whose name starts the same is fine
