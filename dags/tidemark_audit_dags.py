@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from tidemark.config import load_all
-from tidemark.settings import pipelines_dir
 from tidemark_airflow.dag_builder import audit_dag_id, build_audit_dag
+from tidemark_airflow.dag_files import dag_file_pipelines
 
-for config in load_all(pipelines_dir(default=Path(__file__).parent / "pipelines"))[0].values():
+for config in load_all(dag_file_pipelines(Path(__file__).parent / "pipelines"))[0].values():
     if config.audit is not None:
         globals()[audit_dag_id(config.name)] = build_audit_dag(config)

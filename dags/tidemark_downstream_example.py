@@ -17,11 +17,11 @@ from pathlib import Path
 from airflow.sdk import DAG, task
 
 from tidemark.config import load_all
-from tidemark.settings import pipelines_dir
 from tidemark_airflow.assets import table_asset
+from tidemark_airflow.dag_files import dag_file_pipelines
 
 UPSTREAM = os.environ.get("TIDEMARK_EXAMPLE_UPSTREAM", "orders")
-upstream = load_all(pipelines_dir(default=Path(__file__).parent / "pipelines"))[0].get(UPSTREAM)
+upstream = load_all(dag_file_pipelines(Path(__file__).parent / "pipelines"))[0].get(UPSTREAM)
 
 if upstream is not None:
     with DAG(dag_id=f"tidemark_example_downstream__{UPSTREAM}", schedule=[table_asset(upstream)], catchup=False,

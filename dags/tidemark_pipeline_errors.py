@@ -11,9 +11,9 @@ from pathlib import Path
 
 from tidemark.config import load_all
 from tidemark.errors import ConfigError
-from tidemark.settings import pipelines_dir
+from tidemark_airflow.dag_files import dag_file_pipelines
 
-_, broken = load_all(pipelines_dir(default=Path(__file__).parent / "pipelines"))
+_, broken = load_all(dag_file_pipelines(Path(__file__).parent / "pipelines"))
 if broken:
     raise ConfigError(f"{len(broken)} broken pipeline file(s); their DAGs are not loaded, the other pipelines' "
                       "DAGs are unaffected:\n" + "\n".join(f"- {problem}" for problem in broken.values()))

@@ -14,10 +14,13 @@ def lake_root() -> str:
     return os.environ.get("TIDEMARK_LAKE_ROOT", DEFAULT_LAKE_ROOT)
 
 
+PIPELINES_DIR_ENV = "TIDEMARK_PIPELINES_DIR"
+
+
 def pipelines_dir(default: Path | None = None) -> Path:
     """The folder of pipeline YAML files: ``TIDEMARK_PIPELINES_DIR``, else ``default`` (the DAG file
     passes the ``pipelines`` folder beside it), else ``dags/pipelines`` under the working directory."""
-    configured = os.environ.get("TIDEMARK_PIPELINES_DIR")
+    configured = os.environ.get(PIPELINES_DIR_ENV)
     if configured:
         return Path(configured)
     return default if default is not None else Path("dags") / "pipelines"

@@ -7,14 +7,26 @@ reads and validates one pipeline file and builds one DAG, whatever the number of
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 from tidemark.config import PipelineConfig, load_all, load_pipeline, pipeline_files
 from tidemark.errors import ConfigError
-from tidemark.settings import pipelines_dir
+from tidemark.settings import PIPELINES_DIR_ENV, pipelines_dir
 from tidemark_airflow.naming import INGEST_PREFIX, REPLAY_PREFIX, ingest_dag_id, replay_dag_id
 
 log = logging.getLogger("tidemark")
+
+
+def dag_file_pipelines(default_folder: Path) -> Path:
+    """The pipelines folder of a DAG file: ``TIDEMARK_PIPELINES_DIR``, else ``default_folder`` (``pipelines``
+    beside the file). Without the variable, this process's later lookups by name (a task's ``open_run``, the
+    ingest operator, the success callbacks) are pointed at the same folder: Airflow parses the DAG file in
+    every task process before the task runs, wherever its DAG bundle put the file and whatever the working
+    directory (elsewhere, as in the api-server, ``resolver.pipelines_folder`` reads Airflow's dags_folder)."""
+    folder = pipelines_dir(default=default_folder)
+    os.environ.setdefault(PIPELINES_DIR_ENV, str(folder))
+    return folder
 
 
 def task_dag_id() -> str | None:
@@ -58,7 +70,7 @@ def pipeline_dags(default_folder: Path) -> dict[str, object]:
 
     wanted = task_dag_id()
     dags = {}
-    for config in pipelines_to_build(pipelines_dir(default=default_folder)).values():
+    for config in pipelines_to_build(dag_file_pipelines(default_folder)).values():
         for dag_id, build in ((ingest_dag_id(config.name), build_ingest_dag),
                               (replay_dag_id(config.name), build_replay_dag)):
             if wanted is None or wanted == dag_id:

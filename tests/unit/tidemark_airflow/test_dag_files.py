@@ -58,3 +58,21 @@ def test_a_task_builds_only_its_dag_and_reads_only_its_pipelines_file(folder, mo
 def test_a_task_of_another_or_a_vanished_dag_builds_nothing(folder, monkeypatch):
     assert parsed_in_task(monkeypatch, "tidemark_example_downstream__orders") == {}
     assert parsed_in_task(monkeypatch, "tidemark_ingest__gone") == {}
+
+
+def test_a_dag_files_pipelines_folder_is_the_one_its_tasks_read(tmp_path, monkeypatch):
+    """Without TIDEMARK_PIPELINES_DIR, the DAG file reads the pipelines beside it wherever its bundle put it,
+    and points the process's later lookups by name (its task's open_run) at that same folder."""
+    from tidemark.config import find_pipeline
+    from tidemark_airflow.dag_files import dag_file_pipelines
+
+    beside = tmp_path / "bundle" / "pipelines"
+    beside.mkdir(parents=True)
+    (beside / "orders.yaml").write_text("name: orders\ntopics: [orders]\ntable: orders\n")
+    monkeypatch.setenv("TIDEMARK_PIPELINES_DIR", "restored-after-the-test")
+    monkeypatch.delenv("TIDEMARK_PIPELINES_DIR")
+    monkeypatch.chdir(tmp_path)  # a task's working directory, with no dags/pipelines in it
+    assert dag_file_pipelines(beside) == beside
+    assert find_pipeline("orders").name == "orders"
+    monkeypatch.setenv("TIDEMARK_PIPELINES_DIR", str(tmp_path / "elsewhere"))
+    assert dag_file_pipelines(beside) == tmp_path / "elsewhere"  # the variable wins
