@@ -35,14 +35,14 @@ import argparse
 import datetime as dt
 import json
 import logging
-import os
 import sys
 from collections.abc import Sequence
 
-from tidemark.connections import Connection, EnvironmentResolver
 from tidemark.errors import ConfigError, TidemarkError
 from tidemark.observability import hold_warnings
 from tidemark_cli import dead_letters
+from tidemark_cli.connections import RESOLVER
+from tidemark_cli.connections import logs_to_stderr as _logs_to_stderr
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -127,81 +127,11 @@ def _pipeline_command(parent, name: str, summary: str, details: str) -> argparse
 EXIT_OK, EXIT_JOB_FAILED, EXIT_REFUSED, EXIT_PARTIAL, EXIT_DAMAGE = 0, 1, 2, 3, 4
 
 
-class CliConnectionResolver:
-    """``AIRFLOW_CONN_<ID>`` from the environment first (fast, no Airflow import); otherwise
-    Airflow's own lookup, when Airflow is installed, then Airflow's metadata database (a connection
-    made in the UI lives only there, and outside Airflow's services its lookup does not read it)."""
-
-    def __init__(self) -> None:
-        self.environment = EnvironmentResolver()
-
-    def get(self, conn_id: str, pipeline: str | None = None) -> Connection:
-        if f"AIRFLOW_CONN_{conn_id.upper()}" in os.environ:
-            return self.environment.get(conn_id, pipeline)
-        try:
-            from tidemark_airflow.resolver import AirflowConnectionResolver
-        except ImportError:
-            return self.environment.get(conn_id, pipeline)  # no Airflow here: says how to define it
-        try:
-            connection = AirflowConnectionResolver().get(conn_id, pipeline)
-        except ConfigError:
-            connection = _stored_connection(conn_id)
-            if connection is None:
-                raise
-        finally:
-            _logs_to_stderr()  # reading the connection set up Airflow's logging
-        return connection
-
-    def mask(self, secrets) -> None:
-        """The CLI prints no connection values."""
-
-
-def _stored_connection(conn_id: str) -> Connection | None:
-    """The connection as Airflow's metadata database holds it (its password and extra decrypted with
-    Airflow's Fernet key), or None: no such row, or no database this process can open."""
-    try:
-        from airflow.models.connection import Connection as StoredConnection
-        from airflow.utils.session import create_session
-        from sqlalchemy import select
-
-        with create_session() as session:
-            stored = session.scalar(select(StoredConnection).where(StoredConnection.conn_id == conn_id))
-            if stored is None:
-                return None
-            try:  # the password and extra are decrypted with this process's [core] fernet_key
-                return Connection(conn_id, stored.conn_type, stored.host, stored.port, stored.login, stored.password,
-                                  stored.extra_dejson or {})
-            except Exception as exc:
-                raise ConfigError(f"Airflow connection '{conn_id}' is in the metadata DB but cannot be decrypted here "
-                                  f"({type(exc).__name__}): run the CLI with the same [core] fernet_key as Airflow's "
-                                  f"services (AIRFLOW__CORE__FERNET_KEY)") from None
-    except ConfigError:
-        raise
-    except Exception as exc:  # no Airflow, no metadata DB configured or reachable: the lookup's own error stands
-        logging.getLogger("tidemark").debug("no connection '%s' in Airflow's metadata DB: %s", conn_id, exc)
-        return None
-
-
-RESOLVER = CliConnectionResolver()
-
-
 def _open(name: str):
     """The pipeline's run (``tidemark.run.PipelineRun``), its connections read through the CLI's resolver."""
     from tidemark.run import PipelineRun
 
     return PipelineRun.open(name, RESOLVER)
-
-
-def _logs_to_stderr() -> None:
-    """Airflow's logging set-up writes log records to stdout, but the CLI's stdout is its output
-    (scripts parse ``--json``): warnings, such as kafka-python's notes on SASL, go to stderr."""
-    for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
-            handler.setStream(sys.stderr)
-    # kafka-python logs every failed connection attempt (dozens while it retries a bad address or a
-    # refused password); the CLI's own error sums them up. TIDEMARK_KAFKA_DEBUG=1 shows them.
-    if not os.environ.get("TIDEMARK_KAFKA_DEBUG"):
-        logging.getLogger("kafka").propagate = False
 
 
 def _table(rows: list[dict], columns: Sequence[str]) -> str:
