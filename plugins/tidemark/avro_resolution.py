@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from tidemark.avro_schemas import (  # the schema model's own helpers, shared with resolution
+    LOSSY_PROMOTIONS,
     NAMED,
     PROMOTIONS,
     Names,
@@ -66,6 +67,9 @@ class _Resolution:
         if w_kind != r_kind:
             if r_kind not in PROMOTIONS.get(w_kind, ()):
                 return self._cannot(writer, writer_ns, reader, reader_ns, path)
+            if (w_kind, r_kind) in LOSSY_PROMOTIONS:
+                return (self._cannot(writer, writer_ns, reader, reader_ns, path) + f" exactly (Avro promotes {w_kind} "
+                        f"to {r_kind}, which changes {w_kind} values beyond 2**{24 if r_kind == 'float' else 53})")
             return self._logical_change(writer, writer_ns, reader, reader_ns, path)
         if w_kind in NAMED and not _names_match(w_full, r, r_full):
             return (f"{_where(path)}writer {w_kind} '{w_full}' cannot be read as reader {r_kind} '{r_full}' (the "

@@ -24,6 +24,9 @@ COMPLEX = NAMED | {"array", "map"}
 PROMOTIONS = {"int": {"long", "float", "double"}, "long": {"float", "double"}, "float": {"double"},
               "string": {"bytes"}, "bytes": {"string"}}
 """Writer type -> the reader types its values are promoted to (the specification's schema resolution)."""
+LOSSY_PROMOTIONS = {("int", "float"), ("long", "float"), ("long", "double")}
+"""Promotions that can change a value (a float holds integers exactly only up to 2**24, a double up to 2**53):
+a writer schema that needs one cannot be read into the reader schema (its records are bad records)."""
 SPARK_MAX_DECIMAL_PRECISION = 38
 # Logical types Avro's Java library (the one Spark uses) recognizes, by the type they annotate.
 # Any other annotation, or one that is invalid (a decimal whose scale exceeds its precision), is

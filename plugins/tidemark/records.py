@@ -40,7 +40,10 @@ class RecordFormat:
     add_columns: bool = False
     """The fields include columns the output table does not have yet: the output commit adds them."""
     casts: dict[str, str] = field(default_factory=dict)
-    """Field -> the output column's type, for fields whose type changed (``schema_changes: lenient``)."""
+    """Field -> the output column's type, for fields whose type changed (``schema_changes: lenient``): a
+    value is written into it only when it stays exactly the same."""
+    widen: dict[str, str] = field(default_factory=dict)
+    """Field -> its new, wider type: the output commit widens these columns (``type_changes``)."""
 
     @property
     def can_reject(self) -> bool:
@@ -58,7 +61,7 @@ class RecordFormat:
     def from_dict(cls, data: dict) -> RecordFormat:
         return cls(data["value_format"], tuple(Field(**f) for f in data["fields"]), data["max_value_bytes"],
                    data["on_bad_record"], data.get("avro"), data.get("key_avro"), data.get("key_type"),
-                   data.get("add_columns", False), data.get("casts") or {})
+                   data.get("add_columns", False), data.get("casts") or {}, data.get("widen") or {})
 
 
 def parse_field_type(name: str, declared: str) -> Field:

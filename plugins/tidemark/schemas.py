@@ -6,10 +6,12 @@ can take them.
   read into the reader schema and why. The result is frozen in the ledger with the batch, so a
   retry decodes with exactly the same schemas, registry or not.
 * ``check_changes``: the value fields against the output table's columns (JSON and Avro alike).
-  A new field adds a column (Delta schema evolution, ``mergeSchema`` on the output commit). A
-  field removed from the schema, or given another type, is refused under ``schema_changes:
+  A new field adds a column (Delta schema evolution, ``mergeSchema`` on the output commit); a field
+  whose type widens (``type_changes.is_widening``) widens its column in the batch's own commit. A
+  field removed from the schema, or given any other type, is refused under ``schema_changes:
   additive`` (the default); under ``lenient`` a removed field's column stays (null in new rows)
-  and a retyped field is cast to the column's type, a value that does not fit being a bad record.
+  and a retyped field is written into the column's type only where the value stays exactly the
+  same, any other value being a bad record.
 
 Everything here runs before Spark starts.
 """
@@ -17,7 +19,6 @@ Everything here runs before Spark starts.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
@@ -26,6 +27,7 @@ from tidemark import avro_resolution, avro_schemas
 from tidemark.errors import SchemaChangeError, SchemaRegistryError
 from tidemark.records import BATCH_COLUMNS, DATE_COLUMN, KAFKA_COLUMNS, RESERVED_COLUMNS, Field, RecordFormat
 from tidemark.schema_registry import SchemaSource
+from tidemark.type_changes import is_widening, normalize_type, widening_hint
 
 if TYPE_CHECKING:
     from tidemark.config import PipelineConfig
@@ -130,19 +132,6 @@ def freeze_avro(pipeline: str, subject: str, pinned_version: int | None, source:
 
 # --- the output table's columns ------------------------------------------------------------------
 
-_SYNONYMS = [(r"\bbigint\b", "long"), (r"\bint\b", "integer"), (r"\bsmallint\b", "short"),
-             (r"\btinyint\b", "byte"), (r"\breal\b", "float")]
-
-
-def normalize_type(ddl: str) -> str:
-    """One spelling per Spark SQL type, to compare a schema's type with a Delta column's:
-    ``bigint`` and ``long`` are the same type, so are ``int`` and ``integer``."""
-    text = re.sub(r"[\s`]", "", ddl.lower())
-    for pattern, name in _SYNONYMS:
-        text = re.sub(pattern, name, text)
-    return text
-
-
 def delta_type(spec: str | Mapping) -> str:
     """A Delta log's column type (``"long"``, or ``{"type": "struct", ...}``) as Spark DDL, nested
     field names as the table spells them (a cast to the column's type must keep them)."""
@@ -191,21 +180,40 @@ def compare(fields: Sequence[Field], columns: Mapping[str, str]) -> SchemaChange
     return SchemaChanges(added, removed, retyped)
 
 
-def check_changes(pipeline: str, table_uri: str, changes: SchemaChanges, policy: str, source: str) -> dict[str, str]:
-    """Apply the ``schema_changes`` policy. Returns the casts a lenient policy makes (field -> the
-    column's type); raises SchemaChangeError, naming each field, when the additive policy meets a
-    removed or retyped field. ``source`` says where the schema came from, for the message."""
+@dataclass(frozen=True)
+class Decision:
+    """What a batch does about the changes its fields make to the output table."""
+
+    widen: dict[str, str] = field(default_factory=dict)
+    """Field -> its new type, for columns widened in place (every old value is exact in the new type)."""
+    casts: dict[str, str] = field(default_factory=dict)
+    """Field -> the column's type, for fields cast to it exactly (``lenient``; a value that changes is bad)."""
+
+
+def check_changes(pipeline: str, table_uri: str, changes: SchemaChanges, policy: str, source: str) -> Decision:
+    """Apply the ``schema_changes`` policy. A retyped field whose change is a widening (``type_changes``)
+    widens its column under either policy. Raises SchemaChangeError, naming each field, when the additive
+    policy meets a removed field or any other type change; ``lenient`` keeps a removed field's column and
+    casts any other retyped field to the column's type, exactly or not at all. ``source`` says where the
+    schema came from, for the message."""
+    widen = {n: new for n, (old, new) in changes.retyped.items() if is_widening(old, new)}
+    other = {n: types for n, types in changes.retyped.items() if n not in widen}
     problems = [f"field '{n}' is no longer in the schema (the table's column '{n}' would be null from now on)"
                 for n in changes.removed]
-    problems += [f"field '{n}' is {new} in the schema but {old} in the table" for n, (old, new) in
-                 changes.retyped.items()]
+    for name, (old, new) in other.items():
+        hint = widening_hint(old, new)
+        problems.append(f"field '{name}' is {new} in the schema but {old} in the table, and {new} does not hold "
+                        f"every {old} value exactly" + (f" ({hint})" if hint else ""))
     if problems and policy != "lenient":
         raise SchemaChangeError(
             f"the value schema ({source}) does not fit the output table {table_uri}: {'; '.join(problems)}. Nothing "
-            f"was frozen. Only new fields are added to a table by default. Restore the field, write to a new table, "
-            f"or set 'schema_changes: lenient' to keep a removed field's column (null in new rows) and cast a "
-            f"retyped field to the column's type (values that do not fit become dead letters).", pipeline=pipeline)
-    return {n: old for n, (old, _) in changes.retyped.items()}
+            f"was frozen. By default a table takes new fields and type widenings (integers to wider integers, to "
+            f"double or to a decimal that holds them; float to double; a decimal to more digits) only. Restore the "
+            f"field, declare a type that widens the column, write to a new table, or set 'schema_changes: lenient' "
+            f"to keep a removed field's column (null in new rows) and write a retyped field into the column's "
+            f"type where the value stays exactly the same (any other value becomes a dead letter).",
+            pipeline=pipeline)
+    return Decision(widen=widen, casts={n: old for n, (old, _) in other.items()})
 
 
 # --- the format a batch is executed with ---------------------------------------------------------
@@ -248,15 +256,15 @@ def batch_format(config: PipelineConfig, frozen: BatchSchemas | None, store=None
             raise SchemaRegistryError(f"partition_by: '{column}' is not an output column ({source})",
                                       pipeline=config.name)
     columns = table_columns(config.table_uri, store)
-    add_columns, casts = False, {}
+    add_columns, casts, widen = False, {}, {}
     if columns is not None:
         checked = [*fields, *([Field(KEY_COLUMN, key_type, False)] if key_type else [])]
         if config.value_format == "raw":  # only the key is checked: the raw value column is Tidemark's own
             checked = checked[len(fields):]
             columns = {n: t for n, t in columns.items() if n == KEY_COLUMN or n.lower() in RESERVED_COLUMNS}
         changes = compare(checked, columns)
-        casts = check_changes(config.name, config.table_uri, changes, config.schema_changes, source)
-        add_columns = bool(changes.added)
+        decision = check_changes(config.name, config.table_uri, changes, config.schema_changes, source)
+        add_columns, casts, widen = bool(changes.added), decision.casts, decision.widen
     return replace(base, fields=fields, avro=dict(frozen.value.__dict__) if frozen.value else None,
                    key_avro=dict(frozen.key.__dict__) if frozen.key else None, key_type=key_type,
-                   add_columns=add_columns, casts=casts)
+                   add_columns=add_columns, casts=casts, widen=widen)

@@ -281,29 +281,52 @@ def bad_examples(rows: DataFrame, limit: int = 5) -> list[str]:
 
 
 def _append_once(frame: DataFrame, table_uri: str, plan: BatchPlan, partition_by: list[str] | None = None,
-                 add_columns: bool = False) -> None:
+                 add_columns: bool = False, widen: Mapping[str, str] | None = None) -> None:
     """Append in one Delta commit carrying the batch's idempotency marker (txnAppId = pipeline,
     txnVersion = batch id) and its ranges in userMetadata. Delta skips the write if the table's
     marker is already at or above this batch. ``add_columns``: the plan found new fields, which this
-    commit adds to the table's schema (Delta schema evolution)."""
+    commit adds to the table's schema (Delta schema evolution); ``widen``: columns this commit widens."""
     append_marked(frame, table_uri, app_id=plan.pipeline, version=plan.batch_id, metadata=plan.commit_metadata(),
-                  pipeline=plan.pipeline, partition_by=partition_by, add_columns=add_columns,
+                  pipeline=plan.pipeline, partition_by=partition_by, add_columns=add_columns, widen=widen,
                   refused=f"batch {plan.batch_id}: another writer committed to {table_uri} while this run wrote the "
                           f"batch (a stale driver, or a killed job's last write that the Spark Connect server "
                           f"finished); Delta refused this commit, so the batch is there at most once. The next run "
                           f"finds it there and commits the ledger, or reads it again.")
 
 
+def with_widened_table(frame: DataFrame, table_uri: str, widen: Mapping[str, str]) -> DataFrame:
+    """The table's rows with the ``widen`` columns cast to their wider types, followed by ``frame``: what
+    the table holds after a commit that widens those columns. Every old value is exact in its new type
+    (``type_changes.is_widening``); a column either side lacks is null in the other's rows."""
+    from pyspark.sql import functions as F
+
+    existing = frame.sparkSession.read.format("delta").load(table_uri)
+    widened = existing.select(*[F.col(c).cast(widen[c]).alias(c) if c in widen else F.col(c)
+                                for c in existing.columns])
+    return widened.unionByName(frame, allowMissingColumns=True)
+
+
 def append_marked(frame: DataFrame, table_uri: str, *, app_id: str, version: int, metadata: str, pipeline: str,
-                  refused: str, partition_by: list[str] | None = None, add_columns: bool = False) -> None:
+                  refused: str, partition_by: list[str] | None = None, add_columns: bool = False,
+                  widen: Mapping[str, str] | None = None) -> None:
     """Append ``frame`` in one Delta commit carrying the idempotency marker (txnAppId ``app_id``, txnVersion
     ``version``; Delta skips the write when the table's marker is at or above it) and ``metadata`` as its
     userMetadata. A commit Delta refuses because a concurrent one won raises ConcurrentBatchWriteError with
-    ``refused`` as its message (transient)."""
+    ``refused`` as its message (transient).
+
+    ``widen`` (column -> wider type) makes the commit rewrite the table with those columns widened and the
+    frame's rows added (``with_widened_table``): one commit, under the same marker, so a crash leaves the
+    table either as it was or widened with the batch in it. Delta's own type widening (the ``typeWidening``
+    table feature) would change no file, but delta-rs, which reads the table for recovery and the audit
+    (and for many users' readers), cannot read a table with that feature (docs/DESIGN.md)."""
     from tidemark.errors import ConcurrentBatchWriteError
 
-    writer = frame.write.format("delta").mode("append")
-    if add_columns:
+    if widen:
+        writer = (with_widened_table(frame, table_uri, widen).write.format("delta").mode("overwrite")
+                  .option("overwriteSchema", "true"))
+    else:
+        writer = frame.write.format("delta").mode("append")
+    if add_columns and not widen:
         writer = writer.option("mergeSchema", "true")
     try:
         (writer.partitionBy(*(partition_by or []))
@@ -342,4 +365,4 @@ def write_output(rows: DataFrame, plan: BatchPlan) -> None:
     if DATE_COLUMN in plan.partition_by:
         good = good.withColumn(DATE_COLUMN, F.to_date(F.col("kafka_timestamp")))
     _append_once(good.select(*output_columns(plan.format, plan.partition_by)), plan.table_uri, plan,
-                 plan.partition_by, add_columns=plan.format.add_columns)
+                 plan.partition_by, add_columns=plan.format.add_columns, widen=plan.format.widen)

@@ -9,6 +9,7 @@ import datetime as dt
 from typing import TYPE_CHECKING
 
 from tidemark.records import RecordFormat
+from tidemark.spark_exact import Converted, exact_cast, json_field, json_read_type
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -18,33 +19,55 @@ _CORRUPT = "__tidemark_corrupt"
 """The field ``from_json`` fills with the text of a value it could not parse whole."""
 
 
-def _json_error(text: Column, parsed: Column, fmt: RecordFormat) -> Column:
+def _json_fields(parsed: Column, fmt: RecordFormat) -> dict[str, Converted]:
+    """Each declared field as written to its column (``spark_exact.json_field``)."""
+    return {f.name: json_field(f.name, parsed[f.name], f.type) for f in fmt.fields}
+
+
+def _json_error(text: Column, parsed: Column, fmt: RecordFormat, fields: dict[str, Converted]) -> Column:
     """Why a JSON value is bad, null when it is good. ``from_json`` parses every value once; only a
-    value that looks bad (not an object, a field it could not convert, a required field missing)
-    goes through the checks that say why (``_json_errors``, which parse it again per field)."""
+    value that looks bad (not an object, a field it could not convert, a required field missing, a value
+    its column would not hold exactly) goes through the checks that say why (``_json_errors``, which
+    parse it again per field)."""
     from pyspark.sql import functions as F
 
     suspicious = parsed.isNull() | parsed[_CORRUPT].isNotNull() | ~F.ltrim(text).startswith("{")
     for f in fmt.fields:
         if f.required:
             suspicious = suspicious | parsed[f.name].isNull()
+        if fields[f.name].bad is not None:
+            suspicious = suspicious | fields[f.name].bad
     # The checks sit in the one branch only a suspicious value takes: Spark's subexpression elimination
     # hoists no expression out of a conditional branch, so a good value costs the cheap test above only.
     # The generated code must stay small for the JIT to compile the good path well: one copy of the test,
     # one get_json_object per field, and no null-if-empty here (``nullif`` repeats its argument: every
     # check twice); a suspicious value whose checks all pass gets "" here, made null by ``to_rows``.
-    return F.when(suspicious, F.concat_ws("; ", *_json_errors(text, parsed, fmt)))
+    return F.when(suspicious, F.concat_ws("; ", *_json_errors(text, parsed, fmt, fields)))
 
 
-def _json_errors(text: Column, parsed: Column, fmt: RecordFormat) -> list[Column]:
+def _json_text(text: Column, name: str) -> Column:
+    """A top-level field's value as the record spells it (a string without its quotes), for a message:
+    ``get_json_object`` would print a number through a double (123456789.5 as 1.234567895E8)."""
+    from pyspark.sql import functions as F
+
+    token = F.regexp_extract(text, rf'"{name}"\s*:\s*("(?:[^"\\]|\\.)*"|[^,}}\]\s]+)', 1)
+    return F.coalesce(F.nullif(F.regexp_replace(token, r'^"(.*)"$', "$1"), F.lit("")),
+                      F.get_json_object(text, f"$.{name}"))
+
+
+def _json_errors(text: Column, parsed: Column, fmt: RecordFormat, fields: dict[str, Converted]) -> list[Column]:
     from pyspark.sql import functions as F
 
     errors = [F.when(F.get_json_object(text, "$").isNull() | ~F.ltrim(text).startswith("{"),
                      F.lit("value is not a JSON object"))]
     for f in fmt.fields:
         missing = F.lit(f"missing required field '{f.name}'") if f.required else F.lit(None).cast("string")
-        errors.append(F.when(F.get_json_object(text, f"$.{f.name}").isNull(), missing)  # absent, or JSON null
-                      .when(parsed[f.name].isNull(), F.lit(f"field '{f.name}': not a valid {f.type}")))
+        check = (F.when(F.get_json_object(text, f"$.{f.name}").isNull(), missing)  # absent, or JSON null
+                 .when(parsed[f.name].isNull(), F.concat(F.lit(f"field '{f.name}': '"), _json_text(text, f.name),
+                                                         F.lit(f"' is not a valid {f.type}"))))
+        if fields[f.name].bad is not None:
+            check = check.when(fields[f.name].bad, fields[f.name].message)
+        errors.append(check)
     return errors
 
 
@@ -147,23 +170,25 @@ def to_rows(raw: DataFrame, fmt: RecordFormat, batch_id: int, ingested_at: dt.da
     fields: dict[str, Column] = {}
     if fmt.value_format == "json":
         text = F.col("value").cast("string")
-        rows = rows.withColumn("_parsed", F.from_json(text, f"{fmt.spark_ddl()}, `{_CORRUPT}` string", {
+        read = ", ".join(f"`{f.name}` {json_read_type(f.type)}" for f in fmt.fields)
+        rows = rows.withColumn("_parsed", F.from_json(text, f"{read}, `{_CORRUPT}` string", {
             "mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT, "allowNonNumericNumbers": "false"}))
-        errors.append(_json_error(text, F.col("_parsed"), fmt))
+        converted = _json_fields(F.col("_parsed"), fmt)
+        errors.append(_json_error(text, F.col("_parsed"), fmt, converted))
+        fields = {name: c.value for name, c in converted.items()}
     elif fmt.value_format == "avro":
         rows = rows.withColumn("_parsed", _avro_decoded(fmt.avro or {}))
         errors.append(_avro_error(fmt.avro or {}))
-    if fmt.value_format != "raw":
         fields = {f.name: F.col("_parsed")[f.name] for f in fmt.fields}
     if fmt.key_avro:
         rows = rows.withColumn("_key", _avro_decoded(fmt.key_avro, "kafka_key"))
         errors.append(_avro_error(fmt.key_avro, "kafka_key", "_key"))
         fields = {"key": _without_marker(F.col("_key"), fmt.key_avro), **fields}
+    types = {f.name: f.type for f in fmt.fields} | ({"key": fmt.key_type} if fmt.key_type else {})
     for name, column_type in fmt.casts.items():  # schema_changes: lenient: a field whose type changed
-        cast = fields[name].try_cast(column_type)
-        errors.append(F.when(fields[name].isNotNull() & cast.isNull(), F.lit(
-            f"field '{name}': value does not fit the output column's type {column_type}")))
-        fields[name] = cast
+        cast = exact_cast(name, fields[name], types[name], column_type)
+        errors.append(F.when(cast.bad, cast.message))
+        fields[name] = cast.value
     kept = [c for c in rows.columns if c not in ("_parsed", "_key")]
     if len(errors) == 1 and fmt.value_format != "json":  # each check is null for a good record, never empty
         return rows.select(*kept, *[c.alias(n) for n, c in fields.items()], errors[0].cast("string").alias("error"))

@@ -70,7 +70,7 @@ def write_output(spark, plan: ReprocessPlan, store) -> None:
         good = good.withColumn(DATE_COLUMN, F.to_date(F.col("kafka_timestamp")))
     append_marked(good.select(*output_columns(fmt, plan.partition_by)), plan.table_uri, app_id=plan.app_id,
                   version=plan.entry_id, metadata=plan.commit_metadata(), pipeline=plan.pipeline,
-                  partition_by=plan.partition_by, add_columns=fmt.add_columns,
+                  partition_by=plan.partition_by, add_columns=fmt.add_columns, widen=fmt.widen,
                   refused=f"reprocess entry {plan.entry_id}: another writer committed to {plan.table_uri} at the same "
                           f"moment and Delta refused this commit; nothing is lost: run the same command again to "
                           f"finish the entry")

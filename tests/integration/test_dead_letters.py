@@ -21,7 +21,7 @@ POISON = [
     (b"{not json", "value is not a JSON object"),
     (b"[1, 2, 3]", "value is not a JSON object"),
     (json.dumps({"amount": 3.5}).encode(), "missing required field 'order_id'"),
-    (json.dumps({"order_id": "abc", "amount": 1.0}).encode(), "field 'order_id': not a valid bigint"),
+    (json.dumps({"order_id": "abc", "amount": 1.0}).encode(), "field 'order_id': 'abc' is not a valid bigint"),
     (json.dumps({"order_id": 1, "amount": 2.0, "pad": "x" * 600}).encode(), "exceeds max_value_bytes (500)"),
 ]
 

@@ -12,6 +12,7 @@ from tidemark.errors import ConfigError, SchemaChangeError, SchemaRegistryError,
 from tidemark.records import Field
 from tidemark.schema_registry import RegisteredSchema
 from tidemark.schemas import (
+    Decision,
     FrozenSchemas,
     SchemaChanges,
     check_changes,
@@ -133,12 +134,33 @@ def test_additive_refuses_and_names_every_removed_or_retyped_field():
 
 
 def test_additive_takes_added_fields_and_lenient_returns_the_casts():
-    assert check_changes("p", "/t", SchemaChanges(added=("region",)), "additive", "value_schema") == {}
-    assert check_changes("p", "/t", SchemaChanges(), "additive", "value_schema") == {}
+    assert check_changes("p", "/t", SchemaChanges(added=("region",)), "additive", "value_schema") == Decision()
+    assert check_changes("p", "/t", SchemaChanges(), "additive", "value_schema") == Decision()
     changes = SchemaChanges(added=("region",), removed=("note",),
                             retyped={"amount": ("double", "string"), "qty": ("long", "integer")})
-    assert check_changes("p", "/t", changes, "lenient", "value_schema") == {"amount": "double", "qty": "long"}
-    assert check_changes("p", "/t", SchemaChanges(removed=("note",)), "lenient", "value_schema") == {}
+    assert check_changes("p", "/t", changes, "lenient", "value_schema") == Decision(
+        casts={"amount": "double", "qty": "long"})
+    assert check_changes("p", "/t", SchemaChanges(removed=("note",)), "lenient", "value_schema") == Decision()
+
+
+@pytest.mark.parametrize("policy", ["additive", "lenient"])
+def test_a_widening_widens_the_column_under_either_policy(policy):
+    changes = SchemaChanges(retyped={"qty": ("integer", "bigint"), "ratio": ("float", "double"),
+                                     "amount": ("long", "decimal(22,2)"), "price": ("decimal(10,2)", "decimal(12,3)")})
+    assert check_changes("p", "/t", changes, policy, "value_schema") == Decision(
+        widen={"qty": "bigint", "ratio": "double", "amount": "decimal(22,2)", "price": "decimal(12,3)"})
+
+
+def test_bigint_to_double_is_refused_with_the_decimal_that_widens_instead():
+    with pytest.raises(SchemaChangeError) as err:
+        check_changes("orders", "/lake/orders", SchemaChanges(retyped={"amount": ("long", "double")}), "additive",
+                      "value_schema")
+    assert "field 'amount' is double in the schema but long in the table" in str(err.value)
+    assert "a double holds integers exactly only up to 2**53" in str(err.value)
+    assert "decimal(22,2)" in str(err.value)
+    # Under lenient the field is written into the bigint column where that keeps its value.
+    assert check_changes("p", "/t", SchemaChanges(retyped={"amount": ("long", "double")}), "lenient",
+                         "value_schema") == Decision(casts={"amount": "long"})
 
 
 # --- freeze_avro with a fake registry -------------------------------------------------------------
