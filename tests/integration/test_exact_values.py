@@ -228,3 +228,19 @@ def test_avro_int_to_long_and_float_to_double_widen_and_lenient_keeps_values_exa
                          "bigint (it would be 5)")
     assert f"schema id {v2} (version 2) cannot be read into the reader schema" in errors[5]
     assert "changes long values beyond 2**53" in errors[5], errors[5]
+
+
+def test_delta_rs_cannot_read_the_type_widening_feature(spark, tmp_path):
+    """Why a widening rewrites the table instead of turning on Delta's ``typeWidening`` feature: delta-rs, which
+    Tidemark's recovery and audit read output tables with, refuses to read such a table. When a delta-rs upgrade
+    makes this fail, the in-place feature can be reconsidered (docs/DESIGN.md, *Type widening is one commit*)."""
+    from deltalake import DeltaTable
+
+    uri = str(tmp_path / "widened")
+    spark.sql("SELECT CAST(1 AS INT) AS qty").write.format("delta").save(uri)
+    spark.sql(f"ALTER TABLE delta.`{uri}` SET TBLPROPERTIES ('delta.enableTypeWidening' = 'true')")
+    spark.sql("SELECT CAST(2 AS BIGINT) AS qty").write.format("delta").mode("append").option("mergeSchema", "true") \
+        .save(uri)
+    assert dict(spark.read.format("delta").load(uri).dtypes)["qty"] == "bigint"  # widened in place by delta-spark
+    with pytest.raises(Exception, match="typeWidening|TypeWidening"):
+        DeltaTable(uri).to_pyarrow_table()
