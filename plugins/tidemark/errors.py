@@ -172,6 +172,11 @@ class BadRecordsError(TidemarkError):
     """Bad records in a batch under ``on_bad_record: fail``. Terminal: nothing was written."""
 
 
+class KeyOrderingError(TidemarkError):
+    """A keyed table ordered by Kafka position met a key on two partitions, whose changes that ordering
+    cannot order. Terminal: nothing was written; name a field to order by (``keyed.order_by``)."""
+
+
 # --- schemas ----------------------------------------------------------------------------------
 
 class SchemaRegistryUnavailableError(TidemarkError):

@@ -44,6 +44,8 @@ class RecordFormat:
     value is written into it only when it stays exactly the same."""
     widen: dict[str, str] = field(default_factory=dict)
     """Field -> its new, wider type: the output commit widens these columns (``type_changes``)."""
+    keyed: dict | None = None
+    """A keyed table's ``keyed.KeyedSpec`` as a dict: the batch is merged by key instead of appended."""
 
     @property
     def can_reject(self) -> bool:
@@ -61,7 +63,8 @@ class RecordFormat:
     def from_dict(cls, data: dict) -> RecordFormat:
         return cls(data["value_format"], tuple(Field(**f) for f in data["fields"]), data["max_value_bytes"],
                    data["on_bad_record"], data.get("avro"), data.get("key_avro"), data.get("key_type"),
-                   data.get("add_columns", False), data.get("casts") or {}, data.get("widen") or {})
+                   data.get("add_columns", False), data.get("casts") or {}, data.get("widen") or {},
+                   data.get("keyed"))
 
 
 def parse_field_type(name: str, declared: str) -> Field:
@@ -91,6 +94,8 @@ def output_columns(fmt: RecordFormat, partition_by: list[str] | tuple[str, ...] 
     """The output table's columns: Kafka coordinates, the payload (raw ``value`` or the declared
     JSON fields), the batch id and ingestion time, and ``kafka_date`` when it partitions the table."""
     payload = ["value"] if fmt.value_format == "raw" else [f.name for f in fmt.fields]
+    if fmt.keyed:
+        payload += list(fmt.keyed.get("columns") or ())
     if fmt.key_type:
         payload = ["key", *payload]
     derived = [DATE_COLUMN] if DATE_COLUMN in partition_by else []

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import TYPE_CHECKING
 
+from tidemark import spark_keyed
 from tidemark.records import RecordFormat
 from tidemark.spark_exact import Converted, exact_cast, json_field, json_read_type
 
@@ -168,7 +169,12 @@ def to_rows(raw: DataFrame, fmt: RecordFormat, batch_id: int, ingested_at: dt.da
         errors.append(F.when(size > fmt.max_value_bytes, F.concat(
             F.lit("value of "), size.cast("string"), F.lit(f" bytes exceeds max_value_bytes ({fmt.max_value_bytes})"))))
     fields: dict[str, Column] = {}
-    if fmt.value_format == "json":
+    extra: dict[str, Column] = {}
+    debezium = bool(fmt.keyed) and fmt.keyed.get("envelope") == "debezium"
+    if fmt.value_format == "json" and debezium:
+        rows, fields, changes, extra = spark_keyed.debezium_json(rows, fmt)
+        errors += changes
+    elif fmt.value_format == "json":
         text = F.col("value").cast("string")
         read = ", ".join(f"`{f.name}` {json_read_type(f.type)}" for f in fmt.fields)
         rows = rows.withColumn("_parsed", F.from_json(text, f"{read}, `{_CORRUPT}` string", {
@@ -189,7 +195,10 @@ def to_rows(raw: DataFrame, fmt: RecordFormat, batch_id: int, ingested_at: dt.da
         cast = exact_cast(name, fields[name], types[name], column_type)
         errors.append(F.when(cast.bad, cast.message))
         fields[name] = cast.value
-    kept = [c for c in rows.columns if c not in ("_parsed", "_key")]
+    if fmt.keyed and not debezium:
+        fields, errors, extra = spark_keyed.shape(fmt, fields, errors)
+    fields = {**fields, **extra}
+    kept = [c for c in rows.columns if c not in ("_parsed", "_key", "_env")]
     if len(errors) == 1 and fmt.value_format != "json":  # each check is null for a good record, never empty
         return rows.select(*kept, *[c.alias(n) for n, c in fields.items()], errors[0].cast("string").alias("error"))
     if not errors:

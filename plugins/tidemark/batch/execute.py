@@ -38,6 +38,7 @@ from tidemark.errors import (
     KafkaUnavailableError,
     PipelineBusyError,
     PlanMismatchError,
+    SchemaChangeError,
     StorageLocationError,
 )
 from tidemark.ledger import Ledger
@@ -110,7 +111,9 @@ def execute_batch(spark, plan: BatchPlan, properties: Mapping[str, str], isolati
                  plan.batch_id, plan.total_offsets, len(plan.ranges))
         crash.crash_when_spark_is_busy(crash.DURING_READ, spark)
         rows = _read_rows(spark, plan, properties, isolation_level)
-        if plan.dedupe:
+        if plan.format.keyed:
+            finalize_batch(plan, tallies=write_keyed(spark, rows, plan, store), store=store)
+        elif plan.dedupe:
             rows = spark_io.drop_already_written(spark, rows, plan, store)
             finalize_batch(plan, tallies=write_counted_first(rows, plan), store=store)
         elif plan.format.can_reject:
@@ -152,6 +155,58 @@ def write_counted_first(rows, plan: BatchPlan) -> dict[TopicPartition, Tally]:
         crash.crash_point(crash.AFTER_DEAD_LETTERS)
         spark_io.write_output(rows, plan)
         log.info("pipeline '%s': batch %d committed to %s", plan.pipeline, plan.batch_id, plan.table_uri)
+        crash.crash_point(crash.AFTER_OUTPUT_COMMIT)
+    finally:
+        rows.unpersist()
+    return tallies
+
+
+def write_keyed(spark, rows, plan: BatchPlan, store: ObjectStore | None = None) -> dict[TopicPartition, Tally]:
+    """A keyed table (``tidemark.keyed``): cache the batch and count good and bad records per partition, as
+    for re-reads; then the dead letters, then one MERGE of the newest change per key, skipping changes at
+    offsets the table already applied (below the ledger's high water), so a re-read changes nothing. The
+    MERGE commit carries the marker and the counts, which finalize reads back after a crash."""
+    from tidemark import spark_keyed, storage
+    from tidemark.keyed import KeyedSpec
+    from tidemark.records import output_columns
+
+    spec, fmt = KeyedSpec.from_dict(plan.format.keyed or {}), plan.format
+    if fmt.widen:
+        raise SchemaChangeError(f"widening a keyed table's columns ({', '.join(fmt.widen)}) is not supported yet; "
+                                f"nothing was written. Write to a new table, or keep the column's type.",
+                                pipeline=plan.pipeline)
+    with kafka_errors(plan):
+        rows = rows.persist()
+    try:
+        with kafka_errors(plan):
+            tallies = spark_io.tally(rows)
+        check_read(plan, tallies)
+        bad = sum(t.bad for t in tallies.values())
+        if bad and fmt.on_bad_record == "fail":
+            raise _bad_records_error(plan, rows)
+        applied = Ledger(plan.ledger_uri, store).state(plan.pipeline).high_water
+        newest = spark_keyed.newest_changes(rows, spec, applied)
+        exists = storage.open_table(plan.table_uri, store) is not None
+        if spec.by_kafka_position:
+            with kafka_errors(plan):
+                spark_keyed.check_one_partition_per_key(spark, newest, spec, plan.table_uri, exists, plan.pipeline)
+        if bad:
+            spark_io.write_dead_letters(rows, plan)
+        crash.crash_point(crash.AFTER_DEAD_LETTERS)
+        columns = output_columns(fmt, plan.partition_by)
+        metadata = plan.commit_metadata({tp: t.records - t.bad for tp, t in tallies.items()})
+        with kafka_errors(plan):
+            if exists:
+                spark_keyed.merge(spark, newest, spec, plan.table_uri, columns, app_id=plan.pipeline,
+                                  version=plan.batch_id, metadata=metadata, add_columns=fmt.add_columns)
+            else:  # the first batch creates the table: its newest upserts, as a MERGE into nothing would
+                spark_io.append_marked(newest.where(f"{spark_keyed.OP} = 'u'").select(*columns), plan.table_uri,
+                                       app_id=plan.pipeline, version=plan.batch_id, metadata=metadata,
+                                       pipeline=plan.pipeline, partition_by=plan.partition_by,
+                                       refused=f"batch {plan.batch_id}: another writer created {plan.table_uri} "
+                                               f"at the same moment; the next run finds the batch or reads it again")
+        log.info("pipeline '%s': batch %d merged into %s (%d records read, %d bad)", plan.pipeline, plan.batch_id,
+                 plan.table_uri, sum(t.records for t in tallies.values()), bad)
         crash.crash_point(crash.AFTER_OUTPUT_COMMIT)
     finally:
         rows.unpersist()

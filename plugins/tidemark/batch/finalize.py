@@ -12,7 +12,7 @@ import logging
 
 from tidemark import crash
 from tidemark.batch.plan import BatchPlan
-from tidemark.batch.tables import Tally, batch_tallies
+from tidemark.batch.tables import Tally, batch_tallies, merged_records
 from tidemark.errors import ReconciliationError
 from tidemark.ledger import Ledger
 from tidemark.offsets import TopicPartition, describe_ranges
@@ -58,6 +58,8 @@ def finalize_batch(plan: BatchPlan, tallies: dict[TopicPartition, Tally] | None 
     them) it counted while writing, a mismatch raises ReconciliationError and leaves the ledger
     untouched. ``store``: the object store of tables on S3. Idempotent; returns False when the ledger
     already had the batch committed."""
+    if plan.format.keyed:
+        return _finalize_keyed(plan, tallies, store)
     output = batch_tallies(plan.table_uri, plan.batch_id, store)
     dead_letters = batch_tallies(plan.dead_letter_uri, plan.batch_id, store)
     written = {tp: t.records for tp, t in output.items()}
@@ -90,5 +92,35 @@ def finalize_batch(plan: BatchPlan, tallies: dict[TopicPartition, Tally] | None 
     changed = Ledger(plan.ledger_uri, store).mark_committed(plan.pipeline, plan.batch_id, counts)
     log.info("pipeline '%s': batch %d %s in the ledger (%d records, %d dead letters)", plan.pipeline, plan.batch_id,
              "committed" if changed else "was already committed", sum(c for c, _ in counts.values()),
+             sum(d for _, d in counts.values()))
+    return changed
+
+
+def _finalize_keyed(plan: BatchPlan, tallies: dict[TopicPartition, Tally] | None, store: ObjectStore | None) -> bool:
+    """A keyed table's rows are one per key, not one per record: the good records the batch applied come from
+    what Spark counted before the MERGE (``tallies``) or, after a crash, from the MERGE commit's metadata; the
+    dead letters from their table, checked against the counts as for an append."""
+    dead = {tp: t.records for tp, t in batch_tallies(plan.dead_letter_uri, plan.batch_id, store).items()}
+    if tallies is not None:
+        good = {tp: t.records - t.bad for tp, t in tallies.items()}
+    else:
+        good = merged_records(plan.table_uri, plan.pipeline, plan.batch_id, store)
+        if good is None:
+            raise ReconciliationError(
+                f"batch {plan.batch_id}: the keyed table {plan.table_uri} holds the batch's marker but no commit of "
+                f"the batch with its counts among its last 100; the ledger was not committed. Investigate before "
+                f"re-running.", pipeline=plan.pipeline)
+    for r in plan.ranges:
+        expected = tallies.get(r.tp).bad if tallies is not None and r.tp in tallies else dead.get(r.tp, 0)
+        if dead.get(r.tp, 0) != expected or good.get(r.tp, 0) + dead.get(r.tp, 0) > r.size:
+            raise ReconciliationError(
+                f"{r.tp}: batch {plan.batch_id} applied {good.get(r.tp, 0)} changes and the dead-letter table holds "
+                f"{dead.get(r.tp, 0)} for [{r.start}, {r.end}); the ledger was not committed. Investigate before "
+                f"re-running.", pipeline=plan.pipeline)
+    counts = {r.tp: (good.get(r.tp, 0) + dead.get(r.tp, 0), dead.get(r.tp, 0)) for r in plan.ranges}
+    crash.crash_soon(crash.DURING_LEDGER_COMMIT)
+    changed = Ledger(plan.ledger_uri, store).mark_committed(plan.pipeline, plan.batch_id, counts)
+    log.info("pipeline '%s': keyed batch %d %s in the ledger (%d records, %d dead letters)", plan.pipeline,
+             plan.batch_id, "committed" if changed else "was already committed", sum(c for c, _ in counts.values()),
              sum(d for _, d in counts.values()))
     return changed

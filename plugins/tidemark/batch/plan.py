@@ -60,10 +60,13 @@ class BatchPlan(HasRanges):
             data["owner"] = data.pop("run_id")
         return cls(**data)
 
-    def commit_metadata(self) -> str:
-        """The ``userMetadata`` of the output commit: which batch and ranges it holds."""
-        return json.dumps({METADATA_KEY: {"pipeline": self.pipeline, "batch_id": self.batch_id,
-                                          "ranges": [r.to_dict() for r in self.ranges]}}, sort_keys=True)
+    def commit_metadata(self, records: dict | None = None) -> str:
+        """The ``userMetadata`` of the output commit: which batch and ranges it holds; for a keyed table's
+        MERGE also the good records it applied per partition (``records``), which no row count shows."""
+        held = {"pipeline": self.pipeline, "batch_id": self.batch_id, "ranges": [r.to_dict() for r in self.ranges]}
+        if records is not None:
+            held["records"] = {f"{tp.topic}:{tp.partition}": n for tp, n in records.items()}
+        return json.dumps({METADATA_KEY: held}, sort_keys=True)
 
 
 def build_plan(config: PipelineConfig, ledger_uri: str, batch_id: int, ranges, *,

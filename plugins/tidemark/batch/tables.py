@@ -87,3 +87,21 @@ def output_version(table_uri: str, pipeline: str, batch_id: int, store: ObjectSt
         if held.get("pipeline") == pipeline and held.get("batch_id") == batch_id:
             return commit.get("version")
     return None
+
+
+def merged_records(table_uri: str, pipeline: str, batch_id: int, store: ObjectStore | None = None,
+                   depth: int = 100) -> dict[TopicPartition, int] | None:
+    """The good records a keyed table's commit of the batch applied per partition, from its ``userMetadata``
+    (``BatchPlan.commit_metadata``); None when none of the last ``depth`` commits holds the batch."""
+    table = storage.open_table(table_uri, store)
+    if table is None:
+        return None
+    for commit in table.history(depth):
+        try:
+            held = json.loads(commit.get("userMetadata") or "{}").get(METADATA_KEY) or {}
+        except (ValueError, AttributeError):
+            continue
+        if held.get("pipeline") == pipeline and held.get("batch_id") == batch_id and "records" in held:
+            return {TopicPartition(k.rpartition(":")[0], int(k.rpartition(":")[2])): int(n)
+                    for k, n in held["records"].items()}
+    return None

@@ -1,0 +1,211 @@
+"""A keyed batch in Spark (pyspark imported lazily): the changes of the decoded records, and one Delta
+MERGE that applies the newest change of each key under the batch's marker (docs/DESIGN.md, *Keyed
+tables*).
+
+* ``shape`` (called by ``spark_records.to_rows``) adds each record's operation (``OP``: upsert, delete,
+  or skip for Debezium's own tombstone) and makes a record without its key, or without its ordering, bad;
+* ``debezium_json`` decodes Debezium's JSON change events (with or without the converter's wrapper);
+* ``merge`` reduces the batch's good changes to the newest per key, drops those at offsets the table
+  already applied, and MERGEs the rest.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from tidemark.errors import KeyOrderingError
+from tidemark.keyed import DEBEZIUM_OPS, KeyedSpec
+from tidemark.offsets import TopicPartition
+from tidemark.records import RecordFormat
+from tidemark.spark_exact import json_field, json_read_type
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+OP = "__tidemark_op"
+"""A change's operation: ``u`` (insert or update), ``d`` (delete) or ``s`` (changes nothing)."""
+TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+"""Delta's SQL confs for the marker and metadata of DML commits (MERGE takes no writer options)."""
+
+
+def _key_from_kafka_key(keys: tuple[str, ...], types: Mapping[str, str]) -> dict[str, Column]:
+    """A tombstone's key fields: from the Kafka key as a JSON object (``{"id": 1}``), or, for a single key
+    field, from the key's text."""
+    from pyspark.sql import functions as F
+
+    text = F.col("kafka_key").cast("string")
+    parsed = F.from_json(text, ", ".join(f"`{k}` {types[k]}" for k in keys))
+    values = {k: parsed[k] for k in keys}
+    if len(keys) == 1:
+        values[keys[0]] = F.coalesce(values[keys[0]], text.try_cast(types[keys[0]]))
+    return values
+
+
+def shape(fmt: RecordFormat, fields: dict[str, Column], errors: list[Column]) -> tuple[dict, list, dict]:
+    """A keyed pipeline's fields, errors and extra columns (``OP``). A tombstone (null value) deletes the row of
+    its Kafka key; a ``delete_field`` holding a ``delete_values`` value deletes; anything else upserts. A
+    record whose key fields or ordering fields are null is bad, naming the field."""
+    from pyspark.sql import functions as F
+
+    spec = KeyedSpec.from_dict(fmt.keyed or {})
+    tombstone = F.col("value").isNull()
+    errors = [F.when(~tombstone, e) for e in errors]  # a tombstone is a delete, not a bad value
+    types = {f.name: f.type for f in fmt.fields}
+    from_key = _key_from_kafka_key(spec.keys, types)
+    for k in spec.keys:
+        fields[k] = F.when(tombstone, from_key[k]).otherwise(fields[k])
+    op = F.when(tombstone, F.lit("d"))
+    if spec.delete_field:
+        op = op.when(fields[spec.delete_field].cast("string").isin(list(spec.delete_values)), F.lit("d"))
+    op = op.otherwise(F.lit("u"))
+    for k in spec.keys:
+        errors.append(F.when(fields[k].isNull(), F.when(tombstone, F.lit(
+            f"a tombstone whose Kafka key holds no key field '{k}' (a JSON object with it, or its value)")).otherwise(
+                F.lit(f"key field '{k}' is missing or null"))))
+    for o in spec.order_by:
+        errors.append(F.when(~tombstone & fields[o].isNull(), F.lit(
+            f"ordering field '{o}' is missing or null: the change cannot be ordered")))
+    return fields, errors, {OP: op}
+
+
+def debezium_json(rows: DataFrame, fmt: RecordFormat) -> tuple[DataFrame, dict, list, dict]:
+    """Debezium change events as JSON: the row from ``after`` (``before`` for a delete), the operation, and
+    the ordering (``cdc_position``: ``source.lsn`` or ``source.pos``; ``cdc_ts_ms``). Debezium's own
+    tombstone (null value after a delete) changes nothing; an event without a usable ``op``, image or
+    ordering is bad."""
+    from pyspark.sql import functions as F
+
+    spec = KeyedSpec.from_dict(fmt.keyed or {})
+    row = ", ".join(f"`{f.name}`: {json_read_type(f.type)}" for f in fmt.fields)
+    parts = {"before": f"struct<{row}>", "after": f"struct<{row}>", "op": "string",
+             "source": "struct<lsn: bigint, pos: bigint, ts_ms: bigint>"}
+    envelope = ", ".join(f"{name} {kind}" for name, kind in parts.items())
+    wrapped = ", ".join(f"{name}: {kind}" for name, kind in parts.items())
+    parsed = F.from_json(F.col("value").cast("string"), f"{envelope}, payload struct<{wrapped}>")
+    rows = rows.withColumn("_parsed", parsed)
+    p = F.col("_parsed")
+    env = F.when(p["payload"].isNotNull(), p["payload"]).otherwise(F.struct(*[p[n].alias(n) for n in parts]))
+    rows = rows.withColumn("_env", env)
+    e, tombstone = F.col("_env"), F.col("value").isNull()
+    image = F.when(e["op"] == "d", e["before"]).otherwise(e["after"])
+    converted = {f.name: json_field(f.name, image[f.name], f.type) for f in fmt.fields}
+    fields = {n: c.value for n, c in converted.items()}
+    position = F.coalesce(e["source"]["lsn"], e["source"]["pos"])
+    why = (F.when(tombstone, F.lit(None).cast("string"))
+           .when(p.isNull() | e["op"].isNull(), F.lit("not a Debezium change event (no 'op' field)"))
+           .when(~e["op"].isin(*DEBEZIUM_OPS), F.concat(F.lit("Debezium operation '"), e["op"], F.lit(
+               "' is not a row change (c, u, r or d)")))
+           .when(image.isNull(), F.concat(F.lit("Debezium '"), e["op"], F.lit("' event without its "),
+                                          F.when(e["op"] == "d", F.lit("before")).otherwise(F.lit("after")),
+                                          F.lit(" image")))
+           .when(position.isNull(), F.lit("Debezium event without source.lsn or source.pos: no usable ordering")))
+    errors = [why]
+    for c in converted.values():
+        if c.bad is not None:
+            errors.append(F.when(~tombstone & c.bad, c.message))
+    for k in spec.keys:
+        errors.append(F.when(~tombstone & image.isNotNull() & fields[k].isNull(),
+                             F.lit(f"key field '{k}' is missing or null")))
+    fields |= {"cdc_op": e["op"], "cdc_position": position, "cdc_ts_ms": e["source"]["ts_ms"]}
+    op = F.when(tombstone, F.lit("s")).when(e["op"] == "d", F.lit("d")).otherwise(F.lit("u"))
+    return rows, fields, errors, {OP: op}
+
+
+def _ordering(spec: KeyedSpec, side: str) -> list[str]:
+    if spec.envelope == "debezium":
+        return [f"{side}.cdc_position", f"{side}.cdc_ts_ms"]
+    return [f"{side}.`{o}`" for o in spec.order_by] or [f"{side}.kafka_offset"]
+
+
+def _newer(spec: KeyedSpec) -> str:
+    """The MERGE condition under which the batch's change of a key replaces the table's row: its ordering is
+    at or after the row's (a re-delivered change of the same ordering is applied again, the same values)."""
+    s, t = _ordering(spec, "s"), _ordering(spec, "t")
+    return f"(struct({', '.join(s)}) >= struct({', '.join(t)}))"
+
+
+def newest_changes(rows: DataFrame, spec: KeyedSpec, applied: Mapping[TopicPartition, int]) -> DataFrame:
+    """The batch's good changes at offsets the table has not applied (at or above each partition's high water),
+    reduced to the newest per key: by the ordering, then the Kafka position."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    good = rows.where(F.col("error").isNull() & (F.col(OP) != "s")).drop("error")
+    for tp, high in applied.items():
+        good = good.where(~((F.col("kafka_topic") == tp.topic) & (F.col("kafka_partition") == tp.partition)
+                            & (F.col("kafka_offset") < high)))
+    order = [F.col(c.split(".", 1)[1].strip("`")) for c in _ordering(spec, "s")]
+    window = Window.partitionBy(*spec.keys).orderBy(*[o.desc_nulls_first() for o in order],
+                                                    F.col("kafka_offset").desc())
+    newest = good.withColumn("_n", F.row_number().over(window))
+    if spec.by_kafka_position:
+        newest = newest.withColumn("_partitions", F.size(F.collect_set(
+            F.struct("kafka_topic", "kafka_partition")).over(Window.partitionBy(*spec.keys))))
+    return newest.where("_n = 1").drop("_n")
+
+
+def check_one_partition_per_key(spark, newest: DataFrame, spec: KeyedSpec, table_uri: str, table_exists: bool,
+                                pipeline: str) -> None:
+    """Under the default ordering (Kafka position), a key must stay on one partition: refuse the batch (nothing
+    written) when a key is on two partitions within it, or on another partition than its row in the table."""
+    from pyspark.sql import functions as F
+
+    keys = list(spec.keys)
+    within = newest.where("_partitions > 1").select(*keys).limit(1).collect()
+    if within:
+        raise KeyOrderingError(_two_partitions(pipeline, within[0].asDict(), "within this batch"), pipeline=pipeline)
+    if not table_exists:
+        return
+    held = spark.read.format("delta").load(table_uri).select(
+        *keys, F.col("kafka_topic").alias("_t"), F.col("kafka_partition").alias("_p"))
+    moved = (newest.join(held, on=keys).where((F.col("_t") != F.col("kafka_topic"))
+                                              | (F.col("_p") != F.col("kafka_partition")))
+             .select(*keys, "_t", "_p", "kafka_topic", "kafka_partition").limit(1).collect())
+    if moved:
+        r = moved[0]
+        raise KeyOrderingError(_two_partitions(pipeline, {k: r[k] for k in keys},
+                                               f"(the table's row came from {r['_t']}:{r['_p']}, this change from "
+                                               f"{r['kafka_topic']}:{r['kafka_partition']})"), pipeline=pipeline)
+
+
+def _two_partitions(pipeline: str, key: dict, where: str) -> str:
+    return (f"key {json.dumps(key, default=str)} is on two partitions {where}. The default ordering of a keyed table "
+            f"is the Kafka position, which orders the changes of a key only while they stay on one partition; name "
+            f"a field that orders them (keyed.order_by: [updated_at], say). Nothing was written.")
+
+
+def merge(spark, newest: DataFrame, spec: KeyedSpec, table_uri: str, columns: list[str], *, app_id: str,
+          version: int, metadata: str, add_columns: bool) -> None:
+    """One Delta MERGE (SQL, so that it runs on Spark Connect too) of the newest changes into the table, its
+    commit carrying the marker (``txnAppId`` / ``txnVersion`` as SQL confs, which Delta reads for DML) and
+    ``metadata``; Delta skips it when the table's marker is at or above ``version``. Inserts and updates take
+    every column; a delete removes the row."""
+    view = f"tidemark_changes_{abs(hash((app_id, version)))}"
+    newest.select(*columns, OP).createOrReplaceTempView(view)
+    on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in spec.keys)
+    newer = _newer(spec)
+    names = ", ".join(f"`{c}`" for c in columns)
+    sql = (f"MERGE INTO delta.`{table_uri}` AS t USING {view} AS s ON {on} "
+           f"WHEN MATCHED AND s.{OP} = 'd' AND {newer} THEN DELETE "
+           f"WHEN MATCHED AND s.{OP} = 'u' AND {newer} THEN UPDATE SET "
+           + ", ".join(f"t.`{c}` = s.`{c}`" for c in columns)
+           + f" WHEN NOT MATCHED AND s.{OP} = 'u' THEN INSERT ({names}) VALUES ("
+           + ", ".join(f"s.`{c}`" for c in columns) + ")")
+    confs = {TXN_APP_ID: app_id, TXN_VERSION: str(version), USER_METADATA: metadata,
+             "spark.databricks.delta.schema.autoMerge.enabled": "true" if add_columns else "false"}
+    before = {k: spark.conf.get(k, None) for k in confs}
+    for k, v in confs.items():
+        spark.conf.set(k, v)
+    try:
+        spark.sql(sql).collect()
+    finally:
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+        spark.catalog.dropTempView(view)
