@@ -3,14 +3,14 @@ properties under Kafka's own dotted names (``bootstrap.servers``, ``security.pro
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 
 from tidemark import kafka_tls
 from tidemark.errors import ConfigError, KafkaAuthenticationError, KafkaUnavailableError, UnknownTopicError
+from tidemark.kafka_login import LoginGuard, broker_reason, is_sasl
 from tidemark.offsets import TopicPartition
 
 _JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
@@ -132,46 +132,6 @@ def quiet_kafka_logging() -> None:
     logging.getLogger("kafka").setLevel(logging.WARNING)
 
 
-class _AuthenticationFailures(logging.Handler):
-    """Notes the SASL authentication and TLS handshake failures kafka-python logs while it
-    bootstraps: it retries them until its timeout, which alone would read as 'Kafka unreachable'."""
-
-    def __init__(self, client_certificate: bool | None = None) -> None:
-        super().__init__(logging.WARNING)
-        self.failure: str | None = None
-        self.tls_failure: str | None = None
-        self._client_certificate = client_certificate
-
-    def _handshake_failure(self, text: str) -> str | None:
-        return kafka_tls.handshake_failure(text, self._client_certificate)
-
-    def emit(self, record: logging.LogRecord) -> None:
-        from kafka.errors import SaslAuthenticationFailedError
-
-        args = record.args if isinstance(record.args, tuple) else ()
-        if self.tls_failure is None:
-            self.tls_failure = next(filter(None, map(self._handshake_failure, map(str, args))), None)
-        for arg in args:
-            if isinstance(arg, SaslAuthenticationFailedError):
-                # the broker's words (reason and mechanism), which never hold the password
-                reason = str(arg).rsplit("SaslAuthenticationFailedError: ", 1)[-1]
-                self.failure = f"SASL authentication failed: {reason}"
-                return
-        if self.failure is None and "SaslAuthenticationFailedError" in str(record.msg):
-            self.failure = "SASL authentication failed"
-
-
-@contextlib.contextmanager
-def _watch_authentication(client_certificate: bool | None = None) -> Iterator[_AuthenticationFailures]:
-    watcher = _AuthenticationFailures(client_certificate)
-    logger = logging.getLogger("kafka")
-    logger.addHandler(watcher)
-    try:
-        yield watcher
-    finally:
-        logger.removeHandler(watcher)
-
-
 def authentication_error(servers: str, failure: str, pipeline: str | None = None) -> KafkaAuthenticationError:
     return KafkaAuthenticationError(
         f"Kafka at {servers} refused the credentials of the Kafka connection ({failure}); check the user and "
@@ -182,6 +142,28 @@ def authentication_error(servers: str, failure: str, pipeline: str | None = None
 def tls_error(properties: Mapping[str, str], failure: str, pipeline: str | None = None) -> KafkaAuthenticationError:
     return KafkaAuthenticationError(f"TLS with {kafka_tls.listener(properties)} failed: {failure}. Nothing was "
                                     f"read or committed.", pipeline=pipeline)
+
+
+def refusal_error(properties: Mapping[str, str], servers: str, refusal: BaseException,
+                  pipeline: str | None = None) -> KafkaAuthenticationError:
+    """The terminal error for a refused login or TLS handshake (``tidemark.kafka_login.authentication_failure``)."""
+    from kafka.errors import IllegalSaslStateError, UnsupportedSaslMechanismError
+
+    if isinstance(refusal, UnsupportedSaslMechanismError):
+        mechanism = _sasl_properties(properties).get("sasl.mechanism", "unset")
+        return KafkaAuthenticationError(
+            f"Kafka at {servers} does not offer the Kafka connection's sasl.mechanism {mechanism} on this listener "
+            f"({broker_reason(refusal)}); set one the listener enables. Nothing was read or committed.",
+            pipeline=pipeline)
+    if isinstance(refusal, IllegalSaslStateError):
+        return KafkaAuthenticationError(
+            f"Kafka at {servers} did not expect a SASL login ({broker_reason(refusal)}): is it a SASL listener? "
+            f"Check the Kafka connection's bootstrap.servers and security.protocol. Nothing was read or committed.",
+            pipeline=pipeline)
+    if is_sasl(refusal):
+        return authentication_error(servers, f"SASL authentication failed: {broker_reason(refusal)}", pipeline)
+    described = kafka_tls.handshake_failure(str(refusal), kafka_tls.has_client_certificate(properties))
+    return tls_error(properties, described or f"the TLS handshake failed ({refusal})", pipeline)
 
 
 class KafkaOffsets:
@@ -200,42 +182,38 @@ class KafkaOffsets:
         except ConfigError as exc:
             raise ConfigError(str(exc), pipeline=pipeline) from None
         kwargs.setdefault("request_timeout_ms", timeout_ms)
-        # The Java client's default (kafka-python's is 30 s): within the timeout, bootstrap retries often
-        # enough to see the broker's answer to a SASL exchange, which it does not always get on one try.
+        # The Java client's default (kafka-python's is 30 s): an unreachable broker is tried again within the timeout.
         kwargs.setdefault("reconnect_backoff_max_ms", 1000)
-        servers = ",".join(kwargs["bootstrap_servers"])
-        sasl = str(kwargs.get("security_protocol", "")).startswith("SASL")
-        short = sasl or kafka_tls.uses_tls(properties)  # a refused login or handshake shows in the first attempt
-        deadline = time.monotonic() + timeout_ms / 1000
-        attempt_ms = 1000 if short else timeout_ms
-        with _watch_authentication(kafka_tls.has_client_certificate(properties)) as auth:
-            while True:
-                # kafka-python retries a refused SASL login until its bootstrap timeout ends, and a
-                # refusal sometimes reaches it only as a bare disconnect. Over SASL each attempt is
-                # therefore short (1 s, then twice as long each time, within the timeout): a wrong
-                # password fails as one within about a second, an unreachable broker within the timeout.
-                kwargs["bootstrap_timeout_ms"] = max(1, min(attempt_ms, int((deadline - time.monotonic()) * 1000)))
-                try:
-                    self._consumer = KafkaConsumer(isolation_level=isolation_level, enable_auto_commit=False,
-                                                   **kwargs)
-                    return
-                except KafkaConfigurationError as exc:
-                    raise ConfigError(f"the Kafka connection's properties are not valid: {exc}",
-                                      pipeline=pipeline) from None
-                except KafkaError as exc:
-                    if auth.failure is not None:
-                        raise authentication_error(servers, auth.failure, pipeline) from None
-                    if auth.tls_failure is not None:
-                        raise tls_error(properties, auth.tls_failure, pipeline) from None
-                    if short and deadline - time.monotonic() > 0.2:
-                        attempt_ms *= 2
-                        continue
-                    raise KafkaUnavailableError(
-                        f"cannot reach Kafka at {servers} within {timeout_ms} ms ({type(exc).__name__}: {exc}); "
-                        f"check the Kafka connection{' (and its SASL credentials)' if sasl else ''} and that the "
-                        f"brokers are up. Nothing was read or committed.",
-                        pipeline=pipeline,
-                    ) from None
+        kwargs["bootstrap_timeout_ms"] = timeout_ms
+        self._properties, self._servers = properties, ",".join(kwargs["bootstrap_servers"])
+        # A refused SASL login or TLS handshake ends the bootstrap at once, with kafka-python's client closed
+        # before it reconnects: the broker sees one refused login per attempt (tidemark.kafka_login).
+        self._guard = LoginGuard()
+        try:
+            self._consumer = KafkaConsumer(isolation_level=isolation_level, enable_auto_commit=False,
+                                           kafka_client=self._guard.kafka_client, **kwargs)
+        except KafkaConfigurationError as exc:
+            self._guard.close()
+            raise ConfigError(f"the Kafka connection's properties are not valid: {exc}", pipeline=pipeline) from None
+        except KafkaError as exc:
+            self._guard.close()
+            self._raise_if_refused()
+            sasl = str(kwargs.get("security_protocol", "")).startswith("SASL")
+            raise KafkaUnavailableError(
+                f"cannot reach Kafka at {self._servers} within {timeout_ms} ms ({type(exc).__name__}: {exc}); "
+                f"check the Kafka connection{' (and its SASL credentials)' if sasl else ''} and that the "
+                f"brokers are up. Nothing was read or committed.",
+                pipeline=pipeline,
+            ) from None
+        except BaseException:
+            self._guard.close()
+            raise
+
+    def _raise_if_refused(self) -> None:
+        """The broker refused the login, or the TLS handshake failed: a terminal error, said once."""
+        refusal = getattr(self, "_guard", None) and self._guard.refusal
+        if refusal is not None:
+            raise refusal_error(self._properties, self._servers, refusal, self._pipeline) from None
 
     def close(self) -> None:
         self._consumer.close()
@@ -257,6 +235,7 @@ class KafkaOffsets:
             try:
                 return set(self._consumer.topics())
             except KafkaError as exc:
+                self._raise_if_refused()  # no new login after a refusal: the client opens no connection
                 if time.monotonic() < deadline:
                     time.sleep(0.2)  # let the client mark the broker down before it picks another
                     continue
@@ -306,6 +285,7 @@ class KafkaOffsets:
         try:
             answer = fn([KTP(tp.topic, tp.partition) for tp in tps])
         except KafkaError as exc:
+            self._raise_if_refused()
             raise KafkaUnavailableError(
                 f"Kafka did not return the {what} offsets of {', '.join(map(str, tps))} "
                 f"({type(exc).__name__}: {exc}); nothing was read or committed", pipeline=self._pipeline
@@ -358,7 +338,12 @@ def commit_group_offsets(properties: Mapping[str, str], group: str, offsets: Map
 
     quiet_kafka_logging()
     kwargs = {"request_timeout_ms": timeout_ms, "bootstrap_timeout_ms": timeout_ms, **client_kwargs(properties)}
-    consumer = KafkaConsumer(group_id=group, enable_auto_commit=False, **kwargs)
+    guard = LoginGuard()  # a refused login ends the bootstrap at once (tidemark.kafka_login)
+    try:
+        consumer = KafkaConsumer(group_id=group, enable_auto_commit=False, kafka_client=guard.kafka_client, **kwargs)
+    except BaseException:
+        guard.close()
+        raise
     try:
         consumer.commit({KTP(tp.topic, tp.partition): OffsetAndMetadata(offset, metadata.get(tp, ""), -1)
                          for tp, offset in offsets.items()}, timeout_ms=timeout_ms)

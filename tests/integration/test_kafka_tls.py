@@ -3,9 +3,13 @@ SASL_SSL (SCRAM-SHA-512), the plan (kafka-python) sees the topic's offsets and S
 exactly the frozen range with the same connection, its CA, certificate and key reaching Spark as PEM text
 (no file on an executor). A bad CA, a wrong host name, a missing or expired client certificate and a
 wrong SCRAM password each fail as a terminal error that names the listener and the cause, with nothing
-written."""
+written, at the first refused login or handshake: the brokers' logs count one per plan attempt."""
 
 from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
 
 import pytest
 
@@ -66,23 +70,60 @@ def _bad_connections(cluster) -> dict[str, tuple[dict[str, str], str]]:
     }
 
 
+_FAILED_AUTHENTICATION = re.compile(r"Failed authentication with \S+ \(channelId=127\.0\.0\.1:(\d+)-")
+
+
+def _failed_authentications(cluster, ports: set[str]) -> list[str]:
+    """The lines in which the brokers logged a refused login or a failed TLS handshake on these listener ports:
+    org.apache.kafka.common.network.Selector logs each at INFO (config/kafka-log4j2.yaml), once per connection.
+    Only this module fails logins on the cluster, and pytest-xdist keeps a module on one worker."""
+    home = Path(cluster.pem("ca")).parents[1]  # KAFKA_CLUSTER_HOME: the CA is in its tls/
+    lines = []
+    for log in sorted(home.glob("broker-*/logs/server.log*")):  # with any rolled-over file
+        lines += [line for line in log.read_text(errors="replace").splitlines()
+                  if (found := _FAILED_AUTHENTICATION.search(line)) and found.group(1) in ports]
+    return lines
+
+
+ATTEMPTS = 5  # plan attempts per bad connection: one more refused login in any of them shows
+
+
 @pytest.mark.parametrize("case", ["untrusted-ca", "wrong-hostname", "no-client-certificate",
                                   "expired-client-certificate", "wrong-scram-password"])
 def test_a_bad_certificate_or_password_is_a_terminal_error_naming_the_listener(case, kafka_cluster, lake):
+    """Each plan attempt ends at the first refusal, with kafka-python's client closed before it reconnects: the
+    brokers log exactly one failed authentication per attempt (none for the expired certificate, refused before
+    any connection). kafka-python alone logged in again until its timeout: 3 to 22 refused logins per attempt
+    with the wrong password."""
     topic = kafka_cluster.create_topic(helpers.unique("tls_bad"), partitions=1)
     kafka_cluster.produce(topic, 3)
     props, cause = _bad_connections(kafka_cluster)[case]
+    ports = {server.rsplit(":", 1)[1] for server in props["bootstrap.servers"].split(",")}
+    before = set(_failed_authentications(kafka_cluster, ports))  # each line names its connection: unique
 
-    with pytest.raises((KafkaAuthenticationError, ConfigError)) as err:
-        prepare_batch(_pipeline(topic), props)
-    message = str(err.value)
-    assert message.startswith(f"pipeline '{topic}': ")
-    assert props["bootstrap.servers"] in message and cause in message
-    assert "Nothing was read or committed" in message
-    assert not is_transient(err.value)
-    if case == "wrong-scram-password":
-        assert "not-the-password" not in message
+    def refused() -> list[str]:
+        return [line for line in _failed_authentications(kafka_cluster, ports) if line not in before]
+
+    took = []
+    for _ in range(ATTEMPTS):
+        started = time.monotonic()
+        with pytest.raises((KafkaAuthenticationError, ConfigError)) as err:
+            prepare_batch(_pipeline(topic), props)
+        took.append(round(time.monotonic() - started, 2))
+        message = str(err.value)
+        assert message.startswith(f"pipeline '{topic}': ")
+        assert props["bootstrap.servers"] in message and cause in message
+        assert "Nothing was read or committed" in message
+        assert not is_transient(err.value)
+        if case == "wrong-scram-password":
+            assert "not-the-password" not in message
     assert Ledger(settings.ledger_uri()).version() == -1  # nothing written, not even the ledger
+
+    expected = 0 if case == "expired-client-certificate" else ATTEMPTS
+    helpers.wait_until(lambda: len(refused()) >= expected, 10, f"the brokers to log {expected} failed authentications")
+    time.sleep(0.5)  # a login after the failure (a client not closed) would show within this
+    assert len(refused()) == expected, "\n".join(refused())
+    assert max(took) < 3, took  # at the first refusal (about 0.3 s over SASL), not after kafka_timeout_seconds
 
 
 @pytest.mark.parametrize("case", ["untrusted-ca", "wrong-hostname", "no-client-certificate"])

@@ -3,12 +3,12 @@ kafka-python translation, which values count as secrets, and that none of them r
 
 from __future__ import annotations
 
-import logging
+import ssl
 
 import pytest
 
-from tidemark.errors import ConfigError, KafkaUnavailableError
-from tidemark.kafka_client import _AuthenticationFailures, client_kwargs, java_client_properties, secret_values
+from tidemark.errors import ConfigError, KafkaAuthenticationError, KafkaUnavailableError, is_transient
+from tidemark.kafka_client import client_kwargs, java_client_properties, refusal_error, secret_values
 
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 
@@ -42,16 +42,30 @@ def test_secret_values_are_the_credentials_and_nothing_else():
     assert "p4ssword" in secret_values({"sasl.mechanism": "PLAIN", "sasl.username": "u", "sasl.password": "p4ssword"})
 
 
-def test_a_sasl_failure_logged_by_kafka_python_is_recognised():
-    from kafka.errors import SaslAuthenticationFailedError
+def test_each_refusal_is_a_terminal_error_that_says_what_to_fix_and_hides_the_password():
+    from kafka import errors
 
-    watcher = _AuthenticationFailures()
-    exc = SaslAuthenticationFailedError("SaslAuthenticationFailedError: Authentication failed during authentication "
-                                        "due to invalid credentials with SASL mechanism SCRAM-SHA-512")
-    watcher.handle(logging.LogRecord("kafka.net.manager", logging.WARNING, "m.py", 1,
-                                     "Bootstrap connection to %s failed: %s", ("bootstrap-0", exc), None))
-    assert watcher.failure == ("SASL authentication failed: Authentication failed during authentication due to "
-                               "invalid credentials with SASL mechanism SCRAM-SHA-512")
+    props = {"bootstrap.servers": "h:9096", "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-256",
+             "sasl.username": "alice", "sasl.password": "hunter2-secret"}
+    refused = errors.SaslAuthenticationFailedError("SaslAuthenticationFailedError: Authentication failed during "
+                                                   "authentication due to invalid credentials with SASL mechanism "
+                                                   "SCRAM-SHA-256")
+    cases = [
+        (refused, "Kafka at h:9096 refused the credentials of the Kafka connection (SASL authentication failed: "
+                 "Authentication failed during authentication due to invalid credentials with SASL mechanism "
+                 "SCRAM-SHA-256)"),
+        (errors.UnsupportedSaslMechanismError(), "does not offer the Kafka connection's sasl.mechanism SCRAM-SHA-256 "
+                                                 "on this listener"),
+        (errors.IllegalSaslStateError(), "did not expect a SASL login"),
+        (ssl.SSLCertVerificationError(1, "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: self-signed "
+                                         "certificate in certificate chain"),
+         "the broker's certificate is not trusted"),
+    ]
+    for refusal, said in cases:
+        error = refusal_error(props, "h:9096", refusal, pipeline="p")
+        assert isinstance(error, KafkaAuthenticationError) and not is_transient(error)
+        assert said in str(error) and "Nothing was read or committed." in str(error), str(error)
+        assert "hunter2-secret" not in str(error)
 
 
 def test_kafka_properties_translate_to_kafka_python_with_sasl_credentials():
