@@ -10,13 +10,21 @@
 # `worker-up I` / `worker-down I` start and stop Celery worker I alone (`worker-up` passes its caller's
 # environment on to that worker only).
 # Environment: AIRFLOW_PORT (8080), PG_PORT (5433), KAFKA_PORT (9092; a broker already listening there
-# is used as it is, else scripts/kafka.sh starts one), AIRFLOW_LOCAL_HOME (.cache/airflow-local: config,
-# logs, pids, the logins), AIRFLOW_USER (admin; the login `up` prints, with Airflow's admin role),
+# is used as it is, else scripts/kafka.sh starts one), KAFKA_HOME (the data, logs and pid of a broker `up`
+# starts: the checkout's .cache/kafka-<KAFKA_PORT>, also when AIRFLOW_LOCAL_HOME points elsewhere; set it
+# with AIRFLOW_LOCAL_HOME to keep a second stack's broker apart), AIRFLOW_LOCAL_HOME (.cache/airflow-local:
+# config, logs, pids, PostgreSQL, the logins), AIRFLOW_USER (admin; the login `up` prints, with Airflow's admin role),
 # AIRFLOW_VIEWERS (more logins, space-separated, with the viewer role: they see, never trigger), and
 # everything scripts/env.sh reads (lake, pipelines). Each login's password is generated once and kept in
 # $AIRFLOW_LOCAL_HOME/passwords.json; `up` prints the admin's. With EXECUTOR=celery also: REDIS_PORT (6380),
 # REDIS_HOME ($AIRFLOW_LOCAL_HOME/redis), CELERY_WORKER_CONCURRENCY (1 task at a time per worker),
 # CELERY_LOG_PORT (8793: worker i serves its task logs on CELERY_LOG_PORT+i-1; the UI asks the first).
+# EXECUTOR=celery installs Debian's redis-server system-wide (apt-get, with sudo when not root) when
+# `redis-server` or `redis-cli` is missing (scripts/redis.sh install; `make redis` does it ahead); the server
+# it starts is a private one on REDIS_PORT, no system service.
+# `up` creates, on the broker of KAFKA_PORT (also one that was already running), a topic of 3 partitions for
+# every topic listed by a pipeline file of the pipelines folder (TIDEMARK_PIPELINES_DIR, default dags/pipelines),
+# unless it exists, so that each pipeline's first scheduled run finds its topic; a topic_pattern creates none.
 # `down` stops whatever `up` started, whichever executor it ran.
 # `source $AIRFLOW_LOCAL_HOME/env.sh` points the `airflow` and `tidemark` CLIs at this Airflow.
 set -euo pipefail
@@ -183,7 +191,7 @@ cmd_up() {
   airflow pools set default_pool "$parallelism" "Default pool (as many slots as [core] parallelism)" \
     >"$AIRFLOW_HOME/pools.log" 2>&1 &
   local pools=$!
-  python - <<'PY'  # the demo pipeline's topic, so its first scheduled run finds it
+  python - <<'PY'  # every listed topic of the pipelines folder (3 partitions), so each first scheduled run finds it
 import os
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import TopicAlreadyExistsError

@@ -5,9 +5,10 @@
 # Environment: REDIS_PORT (6380, not Redis's 6379: where Debian's own service listens if apt started it),
 # REDIS_HOME (.cache/redis-<port>: the append-only file, log, pid).
 # `install` (the `make redis` target, a prerequisite of `make test`) installs Debian's redis-server with
-# apt-get when no `redis-server` is found; `up` does the same. `up` is idempotent: a live server is left
-# alone. The queue survives a restart of the server (appendonly, fsync every second). No password: it
-# listens on 127.0.0.1 only; a broker reached over the network needs one (and TLS).
+# apt-get, system-wide (sudo when not root), when `redis-server` or `redis-cli` is missing; `up` does the
+# same. `up` is idempotent: a live server is left alone. The queue survives a restart of the server
+# (appendonly, fsync every second). No password: it listens on 127.0.0.1 only; a broker reached over the
+# network needs one (and TLS).
 set -euo pipefail
 source "$(dirname "$0")/lib/service.sh"
 port=${REDIS_PORT:-6380}

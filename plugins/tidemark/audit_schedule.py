@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tidemark.config_types import Every
 from tidemark.errors import TidemarkError
-from tidemark.observability import Every
 
 
 class AuditSchedule(BaseModel):
@@ -18,7 +18,7 @@ class AuditSchedule(BaseModel):
     every: Every
     """How often the audit DAG runs: ``24h``, ``7d``, ... (at least 1m)."""
 
-    verify_sample: int = Field(default=0, ge=0)
+    verify_sample: int = Field(default=0, ge=0, strict=True)
     """Committed ranges still retained in Kafka to read again and compare by checksum at each run."""
 
 

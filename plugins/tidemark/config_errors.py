@@ -1,5 +1,5 @@
 """What a pipeline file's validation errors (pydantic's) say to the user: the key's path, the keys accepted
-where it sits (with the closest one when a key is misspelt), and how to write a value of the wrong shape."""
+where it sits (with the closest one when a key is misspelt), and how to write a value of the wrong shape or type."""
 
 from __future__ import annotations
 
@@ -22,6 +22,19 @@ def accepted_keys(loc: tuple, root: type[BaseModel]) -> list[str]:
     return list(model.model_fields)
 
 
+STRICT_TYPES = {"int_type": "a whole number", "bool_type": "true or false"}
+"""The errors of strict fields (``tidemark.config_types``: counts and switches), by what they accept."""
+
+
+def wrong_type(expected: str, value: object) -> str:
+    """What a strict count or switch was given instead, and how to write it."""
+    if isinstance(value, bool):
+        return f", not {str(value).lower()} (a boolean)"
+    if isinstance(value, str):
+        return f", not '{value}' (a string): write {expected} without quotes"
+    return f", not {value!r}: write {expected}"
+
+
 def describe_error(error: dict, root: type[BaseModel]) -> str:
     """One validation error of ``root`` in the user's words."""
     field = ".".join(str(p) for p in error["loc"]) or "(top level)"
@@ -35,4 +48,6 @@ def describe_error(error: dict, root: type[BaseModel]) -> str:
     message = str(error["msg"]).removeprefix("Value error, ")
     if error["type"] == "list_type" and isinstance(error.get("input"), str):
         message += f"; write it as a list: {field}: [{error['input']}]"
+    if error["type"] in STRICT_TYPES and "input" in error:
+        message += wrong_type(STRICT_TYPES[error["type"]], error["input"])
     return message if not error["loc"] else f"'{field}': {message}"

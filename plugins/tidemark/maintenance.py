@@ -1,13 +1,8 @@
 """Table maintenance (issue 27): OPTIMIZE (bin-packing compaction, optionally Z-ordered), VACUUM and
-log checkpoints of a pipeline's output and dead-letter tables, and a checkpoint of the ledger, all with
+log checkpoints of a pipeline's output and dead-letter tables, and a VACUUM and checkpoint of the ledger, all with
 delta-rs (no JVM), run by the pipeline's maintenance DAG (``tidemark_maintenance__<pipeline>``).
 
-Configured per pipeline (``maintenance:`` in its YAML, ``MaintenanceConfig``):
-
-    maintenance:
-      optimize_every: 24h                       # the maintenance DAG's schedule
-      zorder_by: [kafka_partition, kafka_offset]  # optional; without it, bin-packing only
-      vacuum_retain: 168h                       # optional; without it, no VACUUM
+Configured per pipeline (``maintenance:`` in its YAML: ``tidemark.maintenance_config.MaintenanceConfig``).
 
 Why maintenance never corrupts a batch (docs/DESIGN.md, *Table maintenance*): OPTIMIZE rewrites files
 with ``dataChange = false`` and changes no row, so the batch's rows, its marker (``txn`` actions, kept in
@@ -25,12 +20,9 @@ import logging
 import re
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from tidemark import storage
 from tidemark.errors import ConfigError, StorageUnavailableError
-from tidemark.observability import Duration, Every
-from tidemark.records import BATCH_COLUMNS, KAFKA_COLUMNS
+from tidemark.maintenance_config import VACUUM_FLOOR, hours
 
 if TYPE_CHECKING:
     from tidemark.config import PipelineConfig
@@ -38,11 +30,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tidemark")
 
-VACUUM_FLOOR = dt.timedelta(days=7)
-"""The shortest VACUUM retention Tidemark accepts: Delta's own default ``deletedFileRetentionDuration``
-(7 days), which Spark's and delta-rs' VACUUM both enforce unless told not to. Replay and recovery read the
-current snapshot and Kafka, never an old version of the output; what the floor protects is every reader
-and writer still working on an older snapshot (a long query, a stalled ingest job, time travel)."""
 OPTIMIZE_ATTEMPTS = 5
 """How many times an OPTIMIZE that lost to a concurrent commit it could not be reconciled with (a batch
 that changed the table's schema, another OPTIMIZE) is run again on the new snapshot."""
@@ -55,47 +42,6 @@ def table_retention(interval: str | None) -> dt.timedelta | None:
     unset or in a form this parser does not know (then delta-rs enforces it itself)."""
     match = _INTERVAL.match(interval or "")
     return dt.timedelta(**{f"{match.group(2).lower()}s": int(match.group(1))}) if match else None
-
-
-def hours(duration: dt.timedelta) -> str:
-    return f"{duration.total_seconds() / 3600:g}h"
-
-
-class MaintenanceConfig(BaseModel):
-    """``maintenance:`` of a pipeline file. Absent: no maintenance DAG."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    optimize_every: Every
-    """How often the maintenance DAG runs OPTIMIZE (and VACUUM and the checkpoints): ``24h``, ``7d``, ..."""
-
-    zorder_by: list[str] = Field(default_factory=list)
-    """Output columns to Z-order the files by (delta-rs ``z_order``; rewrites every file of the table at each
-    run); none: bin-packing compaction only, which rewrites only the small files."""
-
-    vacuum_retain: Duration | None = None
-    """VACUUM: delete files no version of the last ``vacuum_retain`` references; at least 168h (7 days).
-    None (the default): no VACUUM, old files stay (time travel to any version still in the log)."""
-
-    def check(self, config: PipelineConfig) -> None:
-        """The checks that need the rest of the pipeline: the VACUUM floor, the Z-order columns."""
-        where = f"pipeline '{config.name}': maintenance"
-        if self.vacuum_retain is not None and self.vacuum_retain < VACUUM_FLOOR:
-            raise ValueError(
-                f"{where}.vacuum_retain is {hours(self.vacuum_retain)}, shorter than the floor of "
-                f"{hours(VACUUM_FLOOR)} (7 days, Delta's default deletedFileRetentionDuration): a shorter VACUUM can "
-                f"delete files an ingest job or a reader of an older version still needs. Use {hours(VACUUM_FLOOR)} "
-                f"or more, or leave vacuum_retain out (no VACUUM)")
-        payload = ["value"] if config.value_format == "raw" else list(config.value_schema or {})
-        for column in self.zorder_by:
-            if column in config.partition_by:
-                raise ValueError(f"{where}.zorder_by: '{column}' is a partition column (partition_by); Z-order "
-                                 f"the files inside partitions by other columns")
-            if config.value_format != "avro" and column not in (*KAFKA_COLUMNS, *payload, *BATCH_COLUMNS):
-                raise ValueError(f"{where}.zorder_by: '{column}' is not an output column (one of "
-                                 f"{', '.join([*KAFKA_COLUMNS, *payload, *BATCH_COLUMNS])})")
-        if len(set(self.zorder_by)) != len(self.zorder_by):
-            raise ValueError(f"{where}.zorder_by lists a column more than once")
 
 
 def optimize(uri: str, store: ObjectStore | None, pipeline: str, zorder_by: list[str] | tuple[str, ...] = ()
@@ -169,8 +115,13 @@ def checkpoint(uri: str, store: ObjectStore | None, pipeline: str) -> int | None
 
 def maintain(config: PipelineConfig, ledger_uri: str, store: ObjectStore | None) -> dict:
     """The maintenance DAG's task: OPTIMIZE (and Z-order) the output, compact the dead letters, VACUUM both
-    when ``vacuum_retain`` is set, then checkpoint them and the ledger. Each step is idempotent, so a retry
-    starts again from the top. Returns what was done, per table."""
+    and the ledger when ``vacuum_retain`` is set, then checkpoint the three. Each step is idempotent, so a retry
+    starts again from the top. Returns what was done, per table.
+
+    The ledger is shared by every pipeline, so its VACUUM (table-wide) frees what any pipeline's ledger commits
+    left: each batch's commit flip rewrites its planned rows' file, and each compaction (``Ledger._compact``)
+    rewrites the pipeline's files, so without it the ledger's folder grows with every batch (docs/BENCHMARKS.md,
+    *The ledger's size*). No Tidemark reader needs an old version of the ledger: its history is its rows."""
     settings = config.maintenance
     if settings is None:
         raise ConfigError("has no 'maintenance:' in its pipeline file; add one (optimize_every, and optionally "
@@ -184,5 +135,9 @@ def maintain(config: PipelineConfig, ledger_uri: str, store: ObjectStore | None)
         done["checkpoint_version"] = checkpoint(uri, store, config.name)
         report[name] = done
         log.info("pipeline '%s': %s table %s maintained: %s", config.name, name, uri, done)
-    report["ledger"] = {"table": ledger_uri, "checkpoint_version": checkpoint(ledger_uri, store, config.name)}
+    ledger: dict = {"table": ledger_uri}
+    if settings.vacuum_retain is not None:  # the ledger's history is its rows; no reader needs an old version
+        ledger["vacuumed_files"] = len(vacuum(ledger_uri, store, config.name, settings.vacuum_retain))
+    ledger["checkpoint_version"] = checkpoint(ledger_uri, store, config.name)
+    report["ledger"] = ledger
     return report

@@ -7,42 +7,14 @@ shows the same table, and a test keeps them equal."""
 from __future__ import annotations
 
 import datetime as dt
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
+from tidemark.config_types import Duration, ImportPath
 from tidemark.offsets import TopicPartition
-
-_DURATION = re.compile(r"^\s*(\d+)\s*(s|m|h|d)\s*$")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
-
-
-def parse_duration(value: object) -> object:
-    """``90s``, ``15m``, ``2h``, ``1d`` as a timedelta; anything else is left to pydantic (seconds as a
-    number, ISO-8601 like ``PT2H``), which names the field when it fails."""
-    if isinstance(value, str):
-        if match := _DURATION.match(value):
-            return dt.timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
-        if not value.strip().upper().startswith("P") and not value.strip().isdigit():
-            raise ValueError(f"'{value}' is not a duration: give a number and a unit, like 30s, 15m, 2h or 1d")
-    return value
-
-
-Duration = Annotated[dt.timedelta, BeforeValidator(parse_duration)]
-"""A duration in a pipeline file: ``30s``, ``15m``, ``2h``, ``1d`` (or seconds, or ISO-8601)."""
-
-
-def _at_least_a_minute(value: dt.timedelta) -> dt.timedelta:
-    if value < dt.timedelta(minutes=1):
-        raise ValueError("must be at least 1m")
-    return value
-
-
-Every = Annotated[Duration, AfterValidator(_at_least_a_minute)]
-"""How often a DAG of the pipeline runs (maintenance, audit): a Duration of at least a minute."""
 
 DEFAULT_NOTIFIER = "tidemark_airflow.alerts.log_stale_pipeline"
 """What a missed freshness deadline calls when the pipeline names nothing else: an error in the log."""
@@ -62,10 +34,11 @@ class FreshnessAlert(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    callback: str = Field(default=DEFAULT_NOTIFIER, pattern=r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+$")
+    callback: ImportPath = DEFAULT_NOTIFIER
     """Dotted path of a function (called with ``context`` and ``kwargs``) or of an Airflow notifier class
     (``airflow.providers.slack.notifications.slack.SlackNotifier``, ``...smtp.notifications.smtp.SmtpNotifier``:
-    built with ``kwargs``, then called with the context). It must import where Airflow runs callbacks."""
+    built with ``kwargs``, then called with the context). It must import where Airflow runs callbacks; its module
+    is looked for (not imported) wherever the file is read, so a misspelt path is an error of the file."""
 
     kwargs: dict[str, Any] = Field(default_factory=dict)
     """Keyword arguments for the callback (a Slack channel, e-mail addresses...)."""

@@ -30,7 +30,7 @@ from urllib.parse import quote
 from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from tidemark_airflow.naming import CONSOLE_URL_PREFIX, INGEST_PREFIX, REPLAY_PREFIX, ingest_dag_id
+from tidemark_airflow.naming import CONSOLE_URL_PREFIX, REPLAY_PREFIX, ingest_dag_id, pipeline_of
 
 KAFKA_TIMEOUT_SECONDS = 3.0
 """How long the page waits for Kafka before showing the ledger's numbers alone."""
@@ -179,9 +179,9 @@ def create_app(failed: LastRunFailed = last_run_failed) -> FastAPI:
 
     @app.get("/dags/{dag_id}")
     def page_dag(dag_id: str):
-        if not dag_id.startswith((INGEST_PREFIX, REPLAY_PREFIX)):
+        name = pipeline_of(dag_id)
+        if name is None:
             return HTMLResponse(render("not_tidemark.html", dag_id=dag_id))
-        name = dag_id.removeprefix(INGEST_PREFIX).removeprefix(REPLAY_PREFIX)
         return RedirectResponse(f"{CONSOLE_URL_PREFIX}/pipelines/{quote(name, safe='')}", status_code=307)
 
     return app

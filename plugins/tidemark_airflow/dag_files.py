@@ -13,7 +13,7 @@ from pathlib import Path
 from tidemark.config import PipelineConfig, load_all, load_pipeline, pipeline_files
 from tidemark.errors import ConfigError
 from tidemark.settings import PIPELINES_DIR_ENV, pipelines_dir
-from tidemark_airflow.naming import INGEST_PREFIX, REPLAY_PREFIX, ingest_dag_id, replay_dag_id
+from tidemark_airflow.naming import ingest_dag_id, pipeline_of, replay_dag_id
 
 log = logging.getLogger("tidemark")
 
@@ -34,14 +34,6 @@ def task_dag_id() -> str | None:
     from airflow.sdk import get_parsing_context
 
     return get_parsing_context().dag_id
-
-
-def pipeline_of(dag_id: str | None) -> str | None:
-    """The pipeline of a Tidemark ingest or replay DAG id (None for any other DAG)."""
-    for prefix in (INGEST_PREFIX, REPLAY_PREFIX):
-        if dag_id and dag_id.startswith(prefix):
-            return dag_id[len(prefix):]
-    return None
 
 
 def pipelines_to_build(folder: Path) -> dict[str, PipelineConfig]:

@@ -16,5 +16,14 @@ def replay_dag_id(pipeline: str) -> str:
     return f"{REPLAY_PREFIX}{pipeline}"
 
 
+def pipeline_of(dag_id: str | None) -> str | None:
+    """The pipeline of a Tidemark ingest or replay DAG id (None for any other DAG): the one place that takes a
+    DAG id apart, as ``ingest_dag_id`` and ``replay_dag_id`` are the ones that put it together."""
+    for prefix in (INGEST_PREFIX, REPLAY_PREFIX):
+        if dag_id and dag_id.startswith(prefix):
+            return dag_id[len(prefix):]
+    return None
+
+
 CONSOLE_URL_PREFIX = "/tidemark"
 """Where the Tidemark page is mounted on the api-server."""

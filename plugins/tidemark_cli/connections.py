@@ -1,6 +1,7 @@
 """Where the CLI reads Airflow Connections: ``AIRFLOW_CONN_<ID>`` first (no Airflow needed), then Airflow's
 own lookup (its secrets backends), then Airflow's metadata database (a connection made in the UI), which
-outside Airflow's services its lookup does not read. Also keeps the CLI's stdout for its output."""
+outside Airflow's services its lookup does not read. Also opens a pipeline's run with them, and keeps the CLI's
+stdout for its output."""
 
 from __future__ import annotations
 
@@ -68,6 +69,13 @@ def _stored_connection(conn_id: str) -> Connection | None:
 
 
 RESOLVER = CliConnectionResolver()
+
+
+def open_run(name: str):
+    """The pipeline's run (``tidemark.run.PipelineRun``), its connections read through the CLI's resolver."""
+    from tidemark.run import PipelineRun
+
+    return PipelineRun.open(name, RESOLVER)
 
 
 def logs_to_stderr() -> None:

@@ -8,6 +8,10 @@ import getpass
 import socket
 import sys
 
+from tidemark_cli.connections import open_run
+from tidemark_cli.exits import EXIT_JOB_FAILED, EXIT_OK
+from tidemark_cli.tables import render_table
+
 
 def add_parser(commands) -> None:
     dead = commands.add_parser("dead-letters", help="the pipeline's dead letters")
@@ -31,10 +35,9 @@ def add_parser(commands) -> None:
 def cmd_reprocess(args: argparse.Namespace) -> int:
     from tidemark import dead_letters
     from tidemark.errors import JobExit
-    from tidemark_cli.main import EXIT_JOB_FAILED, EXIT_OK, _open, _table
     from tidemark_spark.reprocess import launch
 
-    run = _open(args.pipeline)
+    run = open_run(args.pipeline)
     owner = f"cli:{getpass.getuser()}@{socket.gethostname()}"
     plan = run.reserve_reprocess(batch_id=args.batch, reason=args.reason, owner=owner)
     if plan is None:
@@ -49,7 +52,7 @@ def cmd_reprocess(args: argparse.Namespace) -> int:
               f"nothing is lost or doubled: run the same command again to finish the entry", file=sys.stderr)
         return EXIT_JOB_FAILED
     rows = dead_letters.outcome(run.ledger, run.name, plan.entry_id)
-    print(_table(rows, ["topic", "partition", "offsets", "reprocessed", "still_dead_letters"]))
+    print(render_table(rows, ["topic", "partition", "offsets", "reprocessed", "still_dead_letters"]))
     print(f"ledger entry {plan.entry_id} (kind 'reprocess'): {sum(r['reprocessed'] or 0 for r in rows)} records "
           f"written to {run.config.table_uri}, {sum(r['still_dead_letters'] or 0 for r in rows)} left as dead letters")
     return EXIT_OK

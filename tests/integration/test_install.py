@@ -190,3 +190,21 @@ def test_one_spark_submit_batch_on_the_spark_host(spark_host, tmp_path, kafka_bo
     # Delta) are the ones `make jars` resolved from Maven Central
     env = pipeline_env(tmp_path, topic, TIDEMARK_JAR_CACHE=str(ROOT / ".cache" / "jars"))
     ingest_one_batch(spark_host, topic, env, tmp_path)
+
+
+def test_building_in_a_checkout_leaves_nothing_git_shows(tmp_path):
+    """Issue 42: `pip install .` builds the wheel in the checkout (setuptools writes build/ and the egg-info
+    there); .gitignore keeps both out of `git status`. Built here as pip builds it (the same PEP 517 call,
+    by uv), in a git repository of the files the build reads and .gitignore."""
+    checkout = tmp_path / "checkout"
+    shutil.copytree(ROOT / "plugins", checkout / "plugins", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("pyproject.toml", "README.md", ".gitignore"):
+        shutil.copy(ROOT / name, checkout / name)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "checkout"]):
+        subprocess.run([*git, *args], cwd=checkout, check=True, capture_output=True, timeout=60)
+    uv("build", "-q", "--wheel", "--out-dir", str(tmp_path / "out"), str(checkout), cwd=tmp_path)
+    assert (checkout / "build").is_dir() and list((checkout / "plugins").glob("*.egg-info"))  # what the build leaves
+    status = subprocess.run([*git, "status", "--porcelain", "--untracked-files=all"], cwd=checkout, check=True,
+                            capture_output=True, text=True, timeout=60)
+    assert status.stdout == ""

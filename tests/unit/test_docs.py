@@ -31,7 +31,7 @@ def inline_spans(doc: str) -> list[str]:
     return re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", text(doc), flags=re.S))
 
 
-COMMAND = re.compile(r"(?:^|\s|/)tidemark\s+((?:pipelines|offsets|lag|run|ledger|audit|dead-letters)\b.*)")
+COMMAND = re.compile(r"(?:^|\s|/)tidemark\s+((?:pipelines|offsets|lag|run|ledger|audit|dead-letters|maintain)\b.*)")
 
 
 def subcommands() -> dict[tuple[str, ...], set[str]]:
@@ -193,3 +193,84 @@ def test_every_link_to_a_section_finds_its_heading(doc):
         if anchor not in _anchors(target_doc):
             broken.append(f"{target or doc}#{anchor}")
     assert not broken, f"{doc} links to sections that do not exist: {broken}"
+
+
+# --- the three-broker cluster's docs against scripts/kafka_cluster.sh (issue 42) ---------------------------
+
+CLUSTER_SCRIPT = ROOT / "scripts" / "kafka_cluster.sh"
+CLUSTER_LISTENERS = {"PLAINTEXT": "plaintext", "the KRaft controller": "controller", "SSL": "ssl",
+                     "mutual TLS": "mtls", "SASL_SSL": "sasl_ssl",
+                     "SSL with a certificate for another host name": "wrong_name"}
+"""The port table's listener names (docs/OPERATIONS.md, *The local three-broker cluster*) -> the script's kinds."""
+CLUSTER_WORDS = {"plaintext": r"PLAINTEXT|plaintext", "controller": r"controller",
+                 "ssl": r"(?<![A-Za-z])SSL(?![A-Za-z])", "mtls": r"[Mm]utual TLS|mtls|MTLS", "sasl_ssl": r"SASL_SSL",
+                 "wrong_name": r"another host name"}
+"""What a paragraph that names a port of a listener says about it."""
+
+
+def cluster_script(*args: str, base: int, home: Path) -> str:
+    import os
+    import subprocess
+
+    env = {**os.environ, "KAFKA_CLUSTER_BASE_PORT": str(base), "KAFKA_CLUSTER_HOME": str(home)}
+    return subprocess.run(["bash", str(CLUSTER_SCRIPT), *args], env=env, capture_output=True, text=True, check=True,
+                          timeout=30).stdout.strip()
+
+
+def script_cluster_offsets() -> dict[str, int]:
+    """Each listener kind's port offset, from the script's own ``port()``."""
+    script = re.search(r"^port\(\).*?^}", CLUSTER_SCRIPT.read_text(), re.M | re.S).group(0)
+    return {kind: int(offset) for kind, offset in re.findall(r"(\w+)\) offset=(\d)", script)}
+
+
+def documented_cluster_offsets() -> dict[str, int]:
+    section = text("docs/OPERATIONS.md").split("### The local three-broker cluster", 1)[1].split("\n### ", 1)[0]
+    return {CLUSTER_LISTENERS[name.strip()]: int(offset)
+            for offset, name in re.findall(r"^\| \+(\d) \| ([^|]+) \|", section, re.M)}
+
+
+def test_the_cluster_port_table_is_the_scripts_arithmetic_at_any_base_port(tmp_path):
+    """Every listener of the script, the controller's too, is in the table with its offset, and the script's
+    `bootstrap KIND` prints exactly those ports, at the default base port and at another one."""
+    assert documented_cluster_offsets() == script_cluster_offsets()
+    for base in (27092, 31000):
+        for kind, offset in documented_cluster_offsets().items():
+            assert cluster_script("bootstrap", kind, base=base, home=tmp_path) == ",".join(
+                f"127.0.0.1:{base + 10 * n + offset}" for n in range(3))
+
+
+def test_the_cluster_examples_ask_the_script_and_each_port_the_docs_show_is_the_listener_they_name(tmp_path):
+    ops = text("docs/OPERATIONS.md")
+    offsets = script_cluster_offsets()
+    kinds = {27092 + 10 * n + offset: kind for kind, offset in offsets.items() for n in range(3)}
+    for paragraph in re.split(r"\n\s*\n", ops):
+        for port in {int(p) for p in re.findall(r"127\.0\.0\.1:(\d+)", paragraph)} & set(kinds):
+            assert re.search(CLUSTER_WORDS[kinds[port]], paragraph), \
+                f"docs/OPERATIONS.md: port {port} is the {kinds[port]} listener, which its paragraph does not name:\n" \
+                f"{paragraph}"
+    # Commands and connections take the servers from the script, which knows the base port
+    spans = re.sub(r"```.*?```", "", ops, flags=re.S).split("`")[1::2]  # inline code, also over a line break
+    blocks = re.findall(r"```[a-z]*\n(.*?)```", ops, re.S) + spans
+    for block in blocks:
+        if re.search(r"--bootstrap-server|bootstrap\.servers", block):
+            for port in {int(p) for p in re.findall(r"127\.0\.0\.1:(\d+)", block)} & set(kinds):
+                pytest.fail(f"docs/OPERATIONS.md: `{block.strip()}` names port {port}; use "
+                            f"$(scripts/kafka_cluster.sh bootstrap {kinds[port]})")
+    asked = [(block, kind) for block in blocks for kind in re.findall(r"kafka_cluster\.sh bootstrap (\w+)\)", block)]
+    assert {kind for _, kind in asked} >= {"mtls", "plaintext"}, asked
+    for block, kind in asked:
+        assert kind in offsets and cluster_script("bootstrap", kind, base=31000, home=tmp_path)
+        if "ssl.certfile" in block or "ssl.keystore" in block:
+            assert kind == "mtls", f"a connection with a client certificate asks for the {kind} listener:\n{block}"
+        elif "SASL_SSL" in block:
+            assert kind == "sasl_ssl", block
+        elif '"SSL"' in block:
+            assert kind in ("ssl", "wrong_name"), block
+        elif "--bootstrap-server" in block:
+            assert kind == "plaintext", f"the Kafka tools of the runbooks use the plaintext listener:\n{block}"
+
+
+def test_the_cluster_docs_name_where_its_state_lives_and_its_base_port():
+    section = text("docs/OPERATIONS.md").split("### The local three-broker cluster", 1)[1].split("\n### ", 1)[0]
+    for variable in ("KAFKA_CLUSTER_HOME", "KAFKA_CLUSTER_BASE_PORT"):
+        assert variable in section and variable in CLUSTER_SCRIPT.read_text()

@@ -1,6 +1,7 @@
-"""The layer contract ([tool.importlinter] in pyproject.toml, run by `make lint`): the core imports
-no adapter and no Airflow. Checked here on a copy of the source with and without a deliberate
-backwards import, so the contract is known to be able to fail."""
+"""The import contracts ([tool.importlinter] in pyproject.toml, run by `make lint`): the core imports
+no adapter and no Airflow, and no two modules of a package import each other (issue 42). Checked here on a
+copy of the source with and without a deliberate backwards import, so each contract is known to be able to
+fail."""
 
 from __future__ import annotations
 
@@ -45,3 +46,16 @@ def test_a_backwards_import_breaks_the_contract(source_copy, module, backwards):
     result = lint_imports(source_copy)
     assert result.returncode != 0
     assert "BROKEN" in result.stdout and f"tidemark.{module[:-3].replace('/', '.')}" in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize(("module", "backwards", "loop"), [
+    ("tidemark/maintenance_config.py", "import tidemark.config", "- .maintenance_config -> .config"),
+    ("tidemark_cli/exits.py", "from tidemark_cli.main import main", "- .exits -> .main"),
+    ("tidemark_cli/tables.py", "from tidemark_cli import dead_letters", "- .tables -> .dead_letters"),
+])
+def test_an_import_loop_inside_a_package_breaks_the_contract(source_copy, module, backwards, loop):
+    path = source_copy / "plugins" / module
+    path.write_text(path.read_text() + f"\n{backwards}  # deliberate\n")
+    result = lint_imports(source_copy)
+    assert result.returncode != 0
+    assert "No two modules of a package import each other" in result.stdout and loop in result.stdout, result.stdout

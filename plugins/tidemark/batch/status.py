@@ -22,6 +22,7 @@ from tidemark.errors import (
 )
 from tidemark.freshness import hold_started
 from tidemark.ledger import COMMITTED, KIND_BATCH, KIND_GAP, PLANNED, WRITING_KINDS, Ledger, LedgerRow, LedgerState
+from tidemark.ledger_state import KIND_REPROCESS
 from tidemark.storage import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -145,8 +146,9 @@ def health(activity: Mapping[tuple[str, str], Mapping], total_lag: int | None, n
     """One word for a pipeline (pure): ``failing`` when its last ingest run failed or a frozen batch has
     waited over STUCK_AFTER, ``gap recorded`` when a retention gap was recorded within GAPS_SHOWN_FOR,
     ``lagging`` when Kafka holds records it has not ingested, else ``healthy``. Unknown lag (Kafka
-    unreachable) is not counted as lagging: the page says Kafka is unreachable instead."""
-    pending = [a for (kind, status), a in activity.items() if status == PLANNED]
+    unreachable) is not counted as lagging: the page says Kafka is unreachable instead. A reprocess entry
+    in progress or left unfinished is no frozen batch: it holds no run back, and the page names it apart."""
+    pending = [a for (kind, status), a in activity.items() if status == PLANNED and kind != KIND_REPROCESS]
     stuck = any(a.get("planned_at") and now - a["planned_at"] > STUCK_AFTER for a in pending)
     if last_run_failed or stuck:
         return FAILING
@@ -163,7 +165,9 @@ def overview(config: PipelineConfig, kafka_properties: Mapping[str, str] | None,
              kafka_error: str | None = None, now: dt.datetime | None = None) -> dict:
     """A pipeline at a glance: total lag, the last committed batch and its age (``batch`` entries only:
     they move the committed position), the last backfill apart (``last_backfill_*``: a backfill writes
-    records again and moves nothing), the batch in flight, recorded gaps, and its health (``health``).
+    records again and moves nothing), the batch in flight, a reprocess entry of dead letters in progress or
+    left unfinished (``unfinished_reprocess_*``: not a batch; the same command finishes it), recorded gaps, and
+    its health (``health``).
     Kafka errors are reported in ``kafka_error``, not raised (without ``kafka_properties``, the given
     ``kafka_error`` says why)."""
     uri = ledger_uri or settings.ledger_uri()
@@ -175,7 +179,8 @@ def overview(config: PipelineConfig, kafka_properties: Mapping[str, str] | None,
     held = None if kafka_error else sum(r["held_by_open_transactions"] or 0 for r in partitions)
     last = activity.get((KIND_BATCH, COMMITTED))  # a backfill does not move the committed position
     backfill = activity.get((KIND_BACKFILL, COMMITTED)) or {}
-    pending = [a for (kind, status), a in activity.items() if status == PLANNED]
+    pending = [a for (kind, status), a in activity.items() if status == PLANNED and kind != KIND_REPROCESS]
+    reprocess = activity.get((KIND_REPROCESS, PLANNED)) or {}
     gaps = activity.get((KIND_GAP, COMMITTED)) or {}
     return {
         "pipeline": config.name, "table": config.table_uri, "topics": config.topics_label,
@@ -185,6 +190,8 @@ def overview(config: PipelineConfig, kafka_properties: Mapping[str, str] | None,
         "last_committed_at": _iso(last["committed_at"]) if last else None,
         "last_commit_age_seconds": _age(now, (last or {}).get("committed_at")),
         "pending_batch_id": max((a["batch_id"] for a in pending), default=None),
+        "unfinished_reprocess_id": reprocess.get("batch_id"),
+        "unfinished_reprocess_since": _iso(reprocess.get("planned_at")),
         "batches": (last or {}).get("entries", 0),
         "backfills": backfill.get("entries", 0), "last_backfill_id": backfill.get("batch_id"),
         "last_backfill_at": _iso(backfill.get("committed_at")),

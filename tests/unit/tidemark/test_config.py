@@ -71,6 +71,21 @@ BROKEN = {
     "name_mismatch": r"'name' is 'other_name' but the file is named 'name_mismatch.yaml'",
     "not_mapping": r"expected a mapping of keys",
     "bad_name": r"'name': String should match pattern",
+    # strict values (issue 42): a wrong type is a wrong pipeline, not a value read some other way
+    "bool_cap": r"'max_offsets_per_run': Input should be a valid integer, not true \(a boolean\)$",
+    "quoted_retries": r"'retries': Input should be a valid integer, not '3' \(a string\): write a whole number without "
+                      r"quotes$",
+    "quoted_mirror": r"'mirror_consumer_group': Input should be a valid boolean, not 'false' \(a string\): write true "
+                     r"or false without quotes$",
+    "unitless_sla": r"'freshness_sla': 7200 has no unit \(seconds\? hours\?\): write it with one, 7200s, 7200m, 7200h "
+                    r"or 7200d$",
+    "bool_hold": r"'lag.hold_warning_after': true is not a duration: give a number and a unit, like 30s, 15m, 2h "
+                 r"or 1d$",
+    "misspelt_callback": r"'freshness_alert.callback': 'tidemark_airflow.alert.log_stale_pipeline': no module "
+                         r"'tidemark_airflow.alert' can be found \(did you mean 'tidemark_airflow.alerts'\?\); check "
+                         r"the spelling, or install the package here",
+    "missing_callback_module": r"'freshness_alert.callback': 'acme_alerts.page_oncall': no module 'acme_alerts' can be "
+                               r"found",
 }
 
 

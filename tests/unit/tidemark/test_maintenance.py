@@ -171,7 +171,40 @@ def test_maintain_runs_every_step_and_skips_tables_that_do_not_exist_yet(tmp_pat
     assert report["output"]["checkpoint_version"] == DeltaTable(config.table_uri).version()
     assert report["dead_letters"] == {"table": config.dead_letter_uri, "optimize": {}, "vacuumed_files": 0,
                                       "checkpoint_version": None}
-    assert report["ledger"]["checkpoint_version"] is None
+    assert report["ledger"] == {"table": str(tmp_path / "_tidemark" / "offsets"), "vacuumed_files": 0,
+                                "checkpoint_version": None}
+
+
+def test_a_vacuum_of_the_ledger_frees_what_its_commits_left_and_changes_nothing_tidemark_reads(tmp_path):
+    """Issue 42: each batch's commit flip rewrites its planned rows' file (and each compaction the pipeline's
+    files); the ledger's VACUUM (by maintain, with vacuum_retain) deletes those once no version within the
+    retention needs them. Its rows, the position and the next batch's compare-and-commit are as before."""
+    from tidemark.ledger import Ledger, planned_rows
+    from tidemark.offsets import OffsetRange, TopicPartition
+
+    uri = str(tmp_path / "_tidemark" / "offsets")
+    ledger = Ledger(uri)
+
+    def batch(batch_id: int) -> None:
+        ranges = [OffsetRange("orders", p, (batch_id - 1) * 10, batch_id * 10) for p in range(2)]
+        ledger.append(planned_rows("orders", batch_id, ranges, f"run-{batch_id}"),
+                      expected=ledger.state("orders").fingerprint)
+        assert ledger.mark_committed("orders", batch_id, {r.tp: (10, 0) for r in ranges})
+
+    for batch_id in range(1, 4):
+        batch(batch_id)
+    before, rows = ledger.state("orders"), sorted(ledger.rows("orders"), key=lambda r: (r.batch_id, r.partition))
+    on_disk = len([p for p in (tmp_path / "_tidemark" / "offsets").rglob("*.parquet")])
+    assert maintenance.vacuum(uri, None, "orders", dt.timedelta(days=7)) == []  # nothing that old yet
+    deleted = maintenance.vacuum(uri, None, "orders", dt.timedelta(0), floor=dt.timedelta(0))
+    assert len(deleted) >= 3  # at least each batch's planned rows' file, rewritten by its commit flip
+    assert len([p for p in (tmp_path / "_tidemark" / "offsets").rglob("*.parquet")]) == on_disk - len(deleted)
+    after = ledger.state("orders")
+    assert (after.positions, after.last_batch_id, after.fingerprint) == (before.positions, before.last_batch_id,
+                                                                         before.fingerprint)
+    assert sorted(ledger.rows("orders"), key=lambda r: (r.batch_id, r.partition)) == rows
+    batch(4)
+    assert ledger.state("orders").positions == {TopicPartition("orders", p): 40 for p in range(2)}
 
 
 def test_an_optimize_that_loses_to_a_schema_change_is_run_again_on_the_new_version(tmp_path, monkeypatch):

@@ -28,7 +28,7 @@ def pipeline(**extra):
 
 @pytest.mark.parametrize(("text", "expected"), [("30s", dt.timedelta(seconds=30)), ("15m", dt.timedelta(minutes=15)),
                                                 ("2h", dt.timedelta(hours=2)), ("1d", dt.timedelta(days=1)),
-                                                ("PT2H", dt.timedelta(hours=2)), (90, dt.timedelta(seconds=90))])
+                                                ("PT2H", dt.timedelta(hours=2)), ("90s", dt.timedelta(seconds=90))])
 def test_durations_read_as_people_write_them(text, expected):
     assert pipeline(freshness_sla=text).freshness_sla == expected
     assert pipeline(lag={"hold_warning_after": text}).lag.hold_warning_after == expected
@@ -44,6 +44,7 @@ def test_the_defaults_warn_after_15_minutes_and_set_no_freshness_sla():
 @pytest.mark.parametrize(("extra", "message"), [
     ({"freshness_sla": "2 hours"}, "'freshness_sla': '2 hours' is not a duration: give a number and a unit"),
     ({"freshness_sla": "0s"}, "'freshness_sla': Input should be greater than"),
+    ({"freshness_sla": 90}, "'freshness_sla': 90 has no unit (seconds? hours?): write it with one, 90s, 90m, 90h"),
     ({"lag": {"hold_warning_after": "5x"}}, "'lag.hold_warning_after': '5x' is not a duration"),
     ({"lag": {"warn": "5m"}}, "unknown key 'lag.warn'"),
     ({"freshness_alert": {"callback": "page_me"}}, "'freshness_alert.callback': String should match pattern"),

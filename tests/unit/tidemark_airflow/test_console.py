@@ -1,7 +1,8 @@
 """The Tidemark page (tidemark_airflow.console) on a real delta-rs ledger, in-process. Kafka is a closed
 port here, so these tests also cover the page's promise to show the ledger's numbers when Kafka is
-unreachable. The page against a running api-server and a live broker is tested in
-tests/e2e/test_local_airflow.py."""
+unreachable: one test really bootstraps from the closed port (``real_closed_port``); the others get the same
+error at once, so that no unit test waits on a network timeout. The page against a running api-server and a
+live broker is tested in tests/e2e/test_local_airflow.py."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from tidemark.batch.status import GAP_RECORDED
 from tidemark.ledger import COMMITTED, PLANNED, Ledger, LedgerRow, gap_rows, planned_rows
 from tidemark.offsets import OffsetRange, TopicPartition
 from tidemark.settings import ledger_uri
+from tidemark_airflow import console
 from tidemark_airflow.console import create_app, run_link
 
 
@@ -26,9 +28,33 @@ def closed_port() -> int:
 
 
 @pytest.fixture
+def real_closed_port(monkeypatch):
+    """The test asks kafka-python to bootstrap from the closed port itself, and waits for it: 0.6 s per pipeline and
+    request instead of the page's 3 s (the shortest kafka-python takes: its request timeout must be longer than its
+    fetch_max_wait_ms, 500 ms). Without this fixture, the closed port fails at once (``kafka_fails_at_once``)."""
+    monkeypatch.setattr(console, "KAFKA_TIMEOUT_SECONDS", 0.6)
+
+
+@pytest.fixture(autouse=True)
+def kafka_fails_at_once(request, monkeypatch):
+    """What the page gets from an unreachable Kafka, without waiting for a network timeout (a unit test waits on
+    none): the same KafkaUnavailableError, raised at once. The real closed port: ``real_closed_port``."""
+    if "real_closed_port" in request.fixturenames:
+        return
+    from tidemark.batch import status
+    from tidemark.errors import KafkaUnavailableError
+
+    def unreachable(config, kafka_properties, *args, **kwargs):
+        raise KafkaUnavailableError(f"cannot reach Kafka at {kafka_properties['bootstrap.servers']} (a closed port)",
+                                    pipeline=config.name)
+
+    monkeypatch.setattr(status, "partition_status", unreachable)
+
+
+@pytest.fixture
 def console_lake(lake, tmp_path, monkeypatch):
     """Pipeline 'orders' with a history: batch 1 committed, a gap, a reset by a replay run, batch 4
-    committed by a CLI run, batch 5 frozen and not committed; Kafka unreachable."""
+    committed by a CLI run, batch 5 frozen and not committed; Kafka unreachable (a closed port)."""
     pipelines = tmp_path / "pipelines"
     pipelines.mkdir()
     (pipelines / "orders.yaml").write_text("name: orders\ntopics: [orders]\ntable: orders\nkafka_timeout_seconds: 1\n")
@@ -66,7 +92,7 @@ def client(console_lake):
     return TestClient(app)
 
 
-def test_the_overview_shows_the_ledgers_numbers_and_says_kafka_is_unreachable(client):
+def test_the_overview_shows_the_ledgers_numbers_and_says_kafka_is_unreachable(real_closed_port, client):
     response = client.get("/api/pipelines")
     assert response.status_code == 200
     [view] = response.json()["pipelines"]
@@ -271,3 +297,29 @@ def test_a_pipeline_with_backfills_only_has_committed_no_batch_and_shows_its_las
     # The orders pipeline's last batch stays its last batch (4), its 'last backfill' absent.
     [orders] = [v for v in client.get("/api/pipelines").json()["pipelines"] if v["pipeline"] == "orders"]
     assert orders["last_batch_id"] == 4 and orders["last_backfill_id"] is None
+
+
+def test_an_unfinished_reprocess_entry_is_shown_as_one_not_as_a_pending_batch(client, console_lake, tmp_path):
+    """Issue 42: a reprocess entry whose run died (or is running) is no frozen batch: it holds no run back, so
+    neither 'In flight' as a batch nor 'failing' as a stuck one; the page says what it is and what finishes it."""
+    (tmp_path / "pipelines" / "fixed.yaml").write_text("name: fixed\ntopics: [fixed]\ntable: fixed\n"
+                                                       "kafka_timeout_seconds: 1\n")
+    console_lake.append(planned_rows("fixed", 1, [OffsetRange("fixed", 0, 0, 5)], "scheduled__x"),
+                        expected=console_lake.state("fixed").fingerprint)
+    assert console_lake.mark_committed("fixed", 1, {TopicPartition("fixed", 0): (5, 2)})
+    long_ago = dt.datetime.now(dt.UTC) - dt.timedelta(hours=3)
+    console_lake.append([LedgerRow("fixed", 2, "reprocess", PLANNED, "fixed", 0, 1, 4, dead_letter_count=2,
+                                   dag_run_id="cli:me@host", reason="schema fixed", planned_at=long_ago)],
+                        expected=console_lake.state("fixed").fingerprint)
+    [view] = [v for v in client.get("/api/pipelines").json()["pipelines"] if v["pipeline"] == "fixed"]
+    assert (view["pending_batch_id"], view["unfinished_reprocess_id"], view["status"]) == (None, 2, "healthy")
+    row = client.get("/").text.split('data-pipeline="fixed"', 1)[1].split("</tr>", 1)[0]
+    assert ">reprocess 2 in progress or unfinished</span></td>" in row
+    detail = client.get("/pipelines/fixed").text
+    assert "frozen and not yet committed" not in detail
+    assert 'Reprocess entry <span data-field="unfinished_reprocess_id">2</span>\nis in progress or unfinished' in detail
+    assert "<code>tidemark dead-letters reprocess fixed</code> command finishes it first" in detail
+    assert '<td>reprocess</td><td>in progress or unfinished</td>' in detail
+    # orders' frozen batch 5 is still a batch in flight
+    orders = client.get("/").text.split('data-pipeline="orders"', 1)[1].split("</tr>", 1)[0]
+    assert '<td data-field="in_flight">5</td>' in orders

@@ -23,6 +23,8 @@ NOW = dt.datetime(2026, 11, 24, 12, 0, tzinfo=dt.UTC)
     ({("batch", PLANNED): {"planned_at": NOW - dt.timedelta(minutes=5)}}, 3, False, LAGGING),
     ({("gap", COMMITTED): {"committed_at": NOW - dt.timedelta(hours=3)}}, 3, False, GAP_RECORDED),
     ({("gap", COMMITTED): {"committed_at": NOW - dt.timedelta(days=2)}}, 0, False, HEALTHY),
+    # a reprocess entry of dead letters left unfinished holds no batch back: not a stuck batch (issue 42)
+    ({("reprocess", PLANNED): {"planned_at": NOW - dt.timedelta(hours=2)}}, 0, False, HEALTHY),
 ])
 def test_health_in_one_word(activity, lag, failed, expected):
     assert health(activity, lag, NOW, failed) == expected
