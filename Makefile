@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export KAFKA_PORT ?= 9092
 
 .DEFAULT_GOAL := help
-.PHONY: help setup venv jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down storage-up storage-down registry-up registry-down demo test test-unit lint soak chaos bench bench-s3 bench-skew bench-scale bench-profile bench-read-path bench-cds bench-json bench-avro bench-small bench-tls bench-ledger bench-audit bench-maintenance bench-fleet bench-page connect-up connect-down airflow airflow-down browser redis lock clean
+.PHONY: help setup venv jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down storage-up storage-down registry-up registry-down demo test test-unit lint soak chaos bench bench-s3 bench-skew bench-scale bench-profile bench-read-path bench-cds bench-json bench-avro bench-small bench-tls bench-ledger bench-ledger-size bench-audit bench-maintenance bench-fleet bench-page bench-keyed connect-up connect-down airflow airflow-down browser redis lock clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -35,7 +35,7 @@ kafka-up: jars ## start a single-node KRaft broker on 127.0.0.1:$KAFKA_PORT (ide
 kafka-down: ## stop the local broker
 	scripts/kafka.sh down
 
-kafka-cluster-up: jars ## start three KRaft brokers with TLS (SSL, mTLS, SASL_SSL) and a private CA under .cache/kafka-cluster; prints the bootstrap servers per listener (idempotent)
+kafka-cluster-up: jars ## start three KRaft brokers with TLS (SSL, mTLS, SASL_SSL) and a private CA; data, logs, pids and TLS material in KAFKA_CLUSTER_HOME (.cache/kafka-cluster), ports from KAFKA_CLUSTER_BASE_PORT (27092); prints the bootstrap servers per listener (idempotent)
 	scripts/kafka_cluster.sh up
 
 kafka-cluster-down: ## stop the three brokers of kafka-cluster-up
@@ -59,6 +59,13 @@ connect-up: jars ## start a Spark Connect server (the warm path: no JVM per batc
 connect-down: ## stop the Spark Connect server
 	scripts/connect.sh down
 
+.PHONY: cdc-up cdc-down demo-cdc
+cdc-up: kafka-up ## start PostgreSQL (db `shop`, wal_level=logical) on 127.0.0.1:$CDC_PG_PORT (15432) and Kafka Connect with the Debezium PostgreSQL connector (REST $CDC_CONNECT_PORT, 18083) into the broker on $KAFKA_PORT (started too); topics cdc.public.<table> (idempotent; scripts/cdc.sh)
+	scripts/cdc.sh up
+
+cdc-down: ## stop Kafka Connect and the CDC PostgreSQL (their data stays in .cache/cdc-<CDC_PG_PORT>; the broker keeps running)
+	scripts/cdc.sh down
+
 .PHONY: spark-cluster-up spark-cluster-down
 spark-cluster-up: venv ## start a Spark standalone master and $SPARK_WORKERS (2) workers on 127.0.0.1 (spark://127.0.0.1:$SPARK_MASTER_PORT, 7077; idempotent)
 	scripts/spark_cluster.sh up
@@ -69,6 +76,9 @@ spark-cluster-down: ## stop the Spark standalone master and its workers (and the
 demo: setup ## set everything up and run the demo pipeline end to end through Airflow (KAFKA_SECURITY=sasl_ssl: over TLS on the three-broker cluster)
 	scripts/demo.sh
 
+demo-cdc: setup ## a keyed table kept current from real PostgreSQL changes: the broker, PostgreSQL and Kafka Connect with Debezium (make cdc-up), SQL inserts, updates and deletes, two `tidemark run`s of config/demo-cdc/customers.yaml, the Delta table printed beside PostgreSQL's
+	scripts/demo_cdc.sh
+
 browser: ## Debian's chromium and chromedriver for the browser tests (apt-get, when missing)
 	scripts/browser.sh
 
@@ -78,8 +88,8 @@ redis: ## Debian's redis-server, the Celery broker of `make airflow EXECUTOR=cel
 test: setup browser redis ## set everything up, start the broker, run unit, integration, e2e and browser tests
 	scripts/test.sh
 
-test-unit: venv ## fast tests that need no service: unit tests and the DAG-integrity tests
-	$(PY) -m pytest -q -m unit tests/unit tests/dags
+test-unit: venv ## fast tests that need no service: unit tests and the DAG-integrity tests (TEST_WORKERS=2 processes; 0: one)
+	$(PY) -m pytest -q -m unit -n $${TEST_WORKERS:-2} --dist loadfile tests/unit tests/dags
 
 soak: setup ## kill -9 and concurrent-run trials with exactly-once checks (SOAK_TRIALS=20, SOAK_LAKE=s3 for the lake on the local S3 server; not in make test)
 	scripts/soak.sh
@@ -87,10 +97,10 @@ soak: setup ## kill -9 and concurrent-run trials with exactly-once checks (SOAK_
 chaos: setup redis ## CHAOS_FAULTS (100) random faults (Celery worker, Spark driver and worker, S3, PostgreSQL, Kafka) into DAG runs on the Celery stack, standalone Spark and S3; exactly-once checked; bench/results/chaos.json, docs/chaos.png (CHAOS_TIMEOUT=4500 s; not in make test)
 	scripts/chaos.sh
 
-lint: venv ## ruff, and the layer contract (the core imports no adapter and no Airflow: lint-imports)
+lint: venv ## ruff, and the import contracts (the core imports no adapter, no Airflow; no import loops: lint-imports)
 	scripts/lint.sh
 
-bench: setup ## Tidemark vs AvailableNow, plain batch, consumer perf; the DAG under a running scheduler; ledger growth; skew; a profile of the raw path; scale; then bench-json, bench-avro, bench-small, bench-tls, bench-ledger, bench-fleet (BENCH_SKIP leaves parts out); not in make test
+bench: setup ## Tidemark vs AvailableNow, plain batch, consumer perf; the DAG under a running scheduler; ledger growth; skew; a profile of the raw path; scale; then bench-json, bench-avro, bench-small, bench-tls, bench-ledger, bench-fleet, bench-keyed (BENCH_SKIP leaves parts out); not in make test
 	scripts/bench.sh
 
 bench-s3: setup ## one batch (BENCH_RECORDS=2000000) to the local disk vs to the local S3 server; bench/results/object_storage.json
@@ -127,6 +137,9 @@ bench-tls: setup ## the raw ingest job over SASL_SSL vs PLAINTEXT on a private t
 bench-ledger: venv ## the shared ledger under contention: 50 pipelines freezing and committing at once, and plan + commit at 100 pipelines x 10,000 batches vs 10 x 10 (no Kafka, no Spark); bench/results/ledger_contention.json
 	.venv/bin/python -m bench.ledger_contention
 
+bench-ledger-size: venv ## the ledger's bytes on disk at 1,000 to 100,000 entries of one pipeline, what each entry adds and what VACUUM frees (SIZES, SAMPLE; no Kafka, no Spark); bench/results/ledger_size.json
+	$(PY) -m bench.ledger_size
+
 bench-audit: venv ## tidemark audit on output tables of 1M and 10M rows (BENCH_AUDIT_SIZES) with their ledger and dead letters: seconds and peak memory (no Kafka, no Spark); bench/results/audit.json
 	.venv/bin/python -m bench.audit_scale
 
@@ -139,8 +152,11 @@ bench-fleet: setup ## a fleet of 50 pipelines x 10,000 records (BENCH_FLEET_PIPE
 bench-page: setup ## the Tidemark page's response time as the ledger grows to 10,000 batches; bench/results/console.json
 	scripts/with_broker.sh bench $${BENCH_KAFKA_PORT:-19292} .venv/bin/python -m bench.console
 
+bench-keyed: setup ## a keyed table: 2M changes over 200,000 keys into 1M rows (BENCH_KEYED_CHANGES, BENCH_KEYED_KEYS, BENCH_KEYED_TABLE_ROWS), Tidemark's MERGE batch vs AvailableNow with an idempotent foreachBatch MERGE; a replay of the whole range; the same changes into 5M rows (BENCH_KEYED_BIG_ROWS); bench/results/keyed.json
+	scripts/with_broker.sh bench-keyed $${BENCH_KEYED_KAFKA_PORT:-19492} .venv/bin/python -m bench.keyed
+
 EXECUTOR ?= local
-airflow: setup ## a real local Airflow 3 on PostgreSQL (api-server, scheduler, dag-processor, triggerer) with the broker and the demo pipeline; prints the URL and the login. EXECUTOR=celery: the CeleryExecutor, Redis and two Celery workers
+airflow: setup ## a real local Airflow 3 on PostgreSQL (api-server, scheduler, dag-processor, triggerer) with the broker and the demo pipeline; prints the URL and the login. EXECUTOR=celery: the CeleryExecutor, Redis (apt-get installs redis-server when missing) and two Celery workers. Creates a 3-partition topic per listed topic of every pipeline file; a broker it starts keeps its data in .cache/kafka-<KAFKA_PORT> unless KAFKA_HOME says otherwise (scripts/airflow.sh)
 	EXECUTOR=$(EXECUTOR) scripts/airflow.sh up
 
 airflow-down: ## stop what `make airflow` started (Airflow's services, Celery workers and Redis, PostgreSQL, the broker if it started it)

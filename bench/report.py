@@ -355,6 +355,36 @@ def maintenance(part_: dict) -> str:
                 "first read, s"], rows))
 
 
+def ledger_size(part_: dict) -> str:
+    """bench/ledger_size.py: the ledger's bytes after N entries, what each entry adds, what VACUUM frees."""
+    def kb(value: float) -> str:
+        return f"{value / 1024:,.1f}"
+
+    rows = [[f"{p['entries']:,}", f"{p['seeded']['rows']:,}", f"{p['seeded']['active_files']:,}",
+             kb(p["seeded"]["active_bytes"]), _n(p["ms_per_entry"]), kb(p["data_bytes_per_entry"]),
+             kb(p["reclaimable_bytes_per_entry"]), kb(p["log_bytes_per_entry"]), str(p["after_vacuum"]["seconds"])]
+            for p in part_["points"]]
+    last = part_["points"][-1]
+    return _section(
+        "The ledger's size",
+        f"{part_['date']} (`make bench-ledger-size`): one pipeline, {part_['rows_per_entry']} rows (partitions) per "
+        f"entry, delta-rs on the local disk, no Kafka or Spark. A ledger of N committed entries (seeded in appends "
+        f"of 5,000 entries, then compacted), then {last['sample_entries']} more written as runs write them (the "
+        f"planned rows' append, the commit flip's merge, a compaction of the pipeline's files every "
+        f"{part_['compact_after_files']}); then a VACUUM (full, retention 0: what one 7 days later finds). "
+        f"After {last['entries']:,} entries the ledger's rows take **{kb(last['seeded']['active_bytes'])} KB** "
+        f"({last['seeded']['rows']:,} rows), what a VACUUM leaves; each entry written as runs write it adds "
+        f"{kb(last['data_bytes_per_entry'])} KB of data files there, all of it reclaimable, because the commit flip "
+        f"rewrites the planned rows' file and each compaction rewrites the pipeline's compacted file, which grows "
+        f"with its history. Added up over the sizes measured (trapezoid rule, an estimate), a ledger written entry "
+        f"by entry holds **{part_['estimated_reclaimable_bytes_at_last_size'] / 1024 ** 3:,.1f} GB** of files no "
+        f"version needs after {last['entries']:,} entries, besides {kb(last['log_bytes_per_entry'])} KB of log per "
+        f"entry (the log cleanup of a maintenance run keeps 30 days of it). Load average (1 min) "
+        f"{part_['load_average_at_start']} at the start, {part_['load_average_at_end']} at the end.",
+        _table(["entries", "rows", "active files", "active KB", "write ms per entry", "data KB per entry",
+                "reclaimable KB per entry", "log KB per entry", "VACUUM s"], rows))
+
+
 def tls(part_: dict) -> str:
     m = part_["summary"]
     rows = [[label, f"{c['median_seconds']} ({c['min_seconds']}–{c['max_seconds']})",
@@ -454,7 +484,7 @@ def markdown(results: dict) -> str:
                          ("object_storage", object_storage), ("console", console), ("tls", tls),
                          ("ledger_contention", ledger_contention), ("fleet", fleet), ("audit", audit),
                          ("read_path", read_path), ("class_data", class_data),
-                         ("maintenance", maintenance)):
+                         ("maintenance", maintenance), ("ledger_size", ledger_size)):
         if found := part(results, name):
             parts.append(render(found))
     for name, title in (("typed_json", "JSON with a declared schema"), ("typed_json_clean", "JSON with no poison"),

@@ -19,7 +19,7 @@ SIDE_PARTS = {"typed_json": "typed_json.json", "avro": "avro.json", "typed_json_
               "object_storage": "object_storage.json", "console": "console.json", "tls": "tls.json",
               "ledger_contention": "ledger_contention.json", "audit": "audit.json",
               "maintenance": "maintenance.json", "fleet": "fleet.json", "read_path": "read_path.json",
-              "class_data": "class_data.json"}
+              "class_data": "class_data.json", "ledger_size": "ledger_size.json"}
 """The benchmarks that run as programs of their own, by their key in bench.json's ``parts`` and their file."""
 
 

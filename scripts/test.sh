@@ -27,10 +27,12 @@ scripts/storage.sh down >/dev/null 2>&1 || true
 scripts/registry.sh down >/dev/null 2>&1 || true
 scripts/connect.sh down >/dev/null 2>&1 || true
 scripts/kafka_cluster.sh down >/dev/null 2>&1 || true
+scripts/cdc.sh down >/dev/null 2>&1 || true
 # A fresh cluster each run (no topics of earlier runs); the CA and certificates in tls/ are kept
 rm -rf "$KAFKA_CLUSTER_HOME"/broker-*
 cds_pid=; cds=; cluster_pid=; cluster_log=
 trap 'scripts/connect.sh down >/dev/null 2>&1 || true; scripts/registry.sh down >/dev/null 2>&1 || true;
+      scripts/cdc.sh down >/dev/null 2>&1 || true;
       scripts/storage.sh down >/dev/null 2>&1 || true; kill "$cds_pid" 2>/dev/null || true; rm -f "$cds" "$cds.log";
       kill "$cluster_pid" 2>/dev/null || true; scripts/kafka_cluster.sh down >/dev/null 2>&1 || true;
       rm -f "$cluster_log"' EXIT

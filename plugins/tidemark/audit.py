@@ -61,6 +61,20 @@ class Findings:
     outside_rows: int = 0
     in_both: list[dict] = field(default_factory=list)
     in_both_rows: int = 0
+    duplicate_keys: list[dict] = field(default_factory=list)
+    duplicate_key_rows: int = 0
+
+
+DAMAGE_KINDS = {  # the report's attribute -> the words ``tidemark audit --help`` and the docs say it with
+    "duplicated_offsets": "duplicated offsets",
+    "missing": "committed ranges missing records",
+    "outside_rows": "rows outside every committed range",
+    "in_both_rows": "offsets both in the output and the dead letters",
+    "sample_mismatches": "sampled ranges that differ from what Kafka still holds",
+    "duplicate_key_rows": "keys held by more than one row (keyed tables)",
+}
+"""Every kind of damage the audit reports: ``AuditReport.ok`` is true when none is found, and the CLI's help
+names each (``tests/unit/tidemark/test_audit.py`` holds the two to this table)."""
 
 
 @dataclass
@@ -78,17 +92,26 @@ class AuditReport:
     in_both_rows: int = 0
     sample: dict | None = None
     """``--verify-sample``: ranges read again from Kafka and compared by checksum (``tidemark.audit_sample``)."""
+    keys: list[str] | None = None
+    """A keyed table's key columns: its rows are one per key, so a range's records are not counted in it."""
+    duplicate_keys: list[dict] = field(default_factory=list)
+    duplicate_key_rows: int = 0
+
+    @property
+    def sample_mismatches(self) -> list:
+        return (self.sample or {}).get("mismatches") or []
 
     @property
     def ok(self) -> bool:
-        return not (self.duplicated_offsets or self.missing or self.outside_rows or self.in_both_rows
-                    or (self.sample or {}).get("mismatches"))
+        return not any(getattr(self, kind) for kind in DAMAGE_KINDS)
 
     def to_dict(self) -> dict:
         return {"pipeline": self.pipeline, "table": self.table, "checked_ranges": self.checked_ranges,
                 "records": self.records, "duplicates": self.duplicates, "duplicated_offsets": self.duplicated_offsets,
                 "missing": [asdict(m) for m in self.missing], "outside": self.outside,
                 "outside_rows": self.outside_rows, "in_both": self.in_both, "in_both_rows": self.in_both_rows,
+                **({} if self.keys is None else {"keys": self.keys, "duplicate_keys": self.duplicate_keys,
+                                                 "duplicate_key_rows": self.duplicate_key_rows}),
                 **({} if self.sample is None else {"sample": self.sample}), "ok": self.ok}
 
 
@@ -98,34 +121,46 @@ def checked_ranges(rows: list[LedgerRow]) -> list[LedgerRow]:
                   key=lambda r: (r.batch_id, r.topic, r.partition))
 
 
-def judge(pipeline: str, table: str, rows: list[LedgerRow], found: Findings) -> AuditReport:
+def judge(pipeline: str, table: str, rows: list[LedgerRow], found: Findings,
+          keys: list[str] | None = None) -> AuditReport:
     """The verdict: a committed range is missing records when its output and dead-letter rows number
     fewer than its recorded ``record_count`` (a range recorded without a count, by an old release, is
-    not judged)."""
+    not judged). A keyed table (``keys``) holds one row per key, the newest change: its ranges are not
+    counted, and a key held by two rows is damage instead."""
     ranges = checked_ranges(rows)
     missing = []
-    for r in ranges:
+    for r in ([] if keys else ranges):
         key = (r.batch_id, r.topic, r.partition)
         have = found.output_counts.get(key, 0) + found.dead_letter_counts.get(key, 0)
         if r.record_count is not None and have < r.record_count:
             missing.append(Missing(r.topic, r.partition, r.start_offset, r.end_offset, r.record_count, have,
                                    r.batch_id))
     return AuditReport(pipeline, table, len(ranges), found.records, found.duplicates, found.duplicated_offsets,
-                       missing, found.outside, found.outside_rows, found.in_both, found.in_both_rows)
+                       missing, found.outside, found.outside_rows, found.in_both, found.in_both_rows, keys=keys,
+                       duplicate_keys=found.duplicate_keys, duplicate_key_rows=found.duplicate_key_rows)
 
 
 def summary(report: AuditReport) -> str:
-    """One line for people: what was checked and the verdict."""
+    """One line for people: the pipeline, what was checked and the verdict."""
+    return f"pipeline '{report.pipeline}': {verdict(report)}"
+
+
+def verdict(report: AuditReport) -> str:
+    """What was checked and the verdict, without the pipeline's name (an error that names it takes this)."""
     sample = report.sample
     checked = ("" if sample is None else f"; {sample['verified']} sampled ranges read again from Kafka "
                f"({sample['not_retained']} no longer retained), {len(sample['mismatches'])} differing")
+    if report.ok and report.keys:
+        return (f"ok: {report.checked_ranges} committed ranges merged into {report.table}, {report.records} rows, "
+                f"each key ({', '.join(report.keys)}) once, no Kafka coordinate twice{checked}")
     if report.ok:
-        return (f"pipeline '{report.pipeline}': ok: {report.checked_ranges} committed ranges, {report.records} "
-                f"records in {report.table}, every committed offset there exactly once{checked}")
-    return (f"pipeline '{report.pipeline}': DAMAGE in {report.table}: {report.duplicated_offsets} duplicated "
-            f"offsets, {len(report.missing)} ranges missing records, {report.outside_rows} rows outside every "
-            f"committed range, {report.in_both_rows} offsets both in the output and the dead letters{checked} (see "
-            f"the lists above)")
+        return (f"ok: {report.checked_ranges} committed ranges, {report.records} records in {report.table}, every "
+                f"committed offset there exactly once{checked}")
+    return (f"DAMAGE in {report.table}: {report.duplicated_offsets} duplicated offsets, {len(report.missing)} ranges "
+            f"missing records, {report.outside_rows} rows outside every committed range, {report.in_both_rows} "
+            f"offsets both in the output and the dead letters"
+            + (f", {report.duplicate_key_rows} keys held by more than one row" if report.keys else "")
+            + f"{checked} (see the lists above)")
 
 
 # The ledger's ranges of one pipeline that wrote (or are writing) records.
@@ -202,9 +237,19 @@ def _output_findings(builder, ranges: str, limit: int) -> Findings:
     return found
 
 
+def _duplicate_keys(builder, keys: list[str], limit: int) -> tuple[list[dict], int]:
+    """Keys held by more than one row of a keyed table (the first ``limit``, and how many)."""
+    columns = ", ".join(f'"{k}"' for k in keys)
+    grouped = f"WITH k AS (SELECT {columns}, COUNT(*) AS rows FROM output GROUP BY {columns} HAVING COUNT(*) > 1)"
+    return (_rows(builder, f"{grouped} SELECT * FROM k LIMIT {int(limit)}"),
+            int(_rows(builder, f"{grouped} SELECT COUNT(*) AS n FROM k")[0]["n"]))
+
+
 def audit_tables(pipeline: str, table_uri: str, dead_letter_uri: str, ledger_uri: str,
-                 store: ObjectStore | None = None, limit: int = DAMAGE_LIMIT) -> AuditReport:
-    """Check the output at ``table_uri`` (and the dead letters) against the pipeline's ledger rows."""
+                 store: ObjectStore | None = None, limit: int = DAMAGE_LIMIT, keys: list[str] | None = None
+                 ) -> AuditReport:
+    """Check the output at ``table_uri`` (and the dead letters) against the pipeline's ledger rows; for a keyed
+    table (``keys``), also that no key is held twice."""
     from deltalake import QueryBuilder
 
     rows = Ledger(ledger_uri, store).rows(pipeline)
@@ -216,6 +261,8 @@ def audit_tables(pipeline: str, table_uri: str, dead_letter_uri: str, ledger_uri
         ranges = _RANGES.format(pipeline=quoted, kinds=", ".join(f"'{k}'" for k in WRITING_KINDS))
         builder = QueryBuilder().register("ledger", ledger).register("output", output)
         found = _output_findings(builder, ranges, limit)
+        if keys:
+            found.duplicate_keys, found.duplicate_key_rows = _duplicate_keys(builder, keys, limit)
         dead = storage.open_table(dead_letter_uri, store)
         if dead is not None:
             builder.register("dead", dead)
@@ -229,4 +276,4 @@ def audit_tables(pipeline: str, table_uri: str, dead_letter_uri: str, ledger_uri
         found.records = int(_rows(QueryBuilder().register("output", output), "SELECT COUNT(*) AS n FROM output")
                             [0]["n"])
         found.outside_rows = found.records
-    return judge(pipeline, table_uri, rows, found)
+    return judge(pipeline, table_uri, rows, found, keys)

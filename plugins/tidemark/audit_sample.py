@@ -2,11 +2,15 @@
 again from Kafka and compared, record by record through an order-free checksum, with what the output and
 dead-letter tables hold at those Kafka coordinates.
 
-Each record's digest covers its offset, key bytes and timestamp, and its value bytes when the tables keep
-them (a raw pipeline's output ``value``; a JSON or Avro output keeps typed fields instead, so there the value
-is not compared). A range's checksum is the sum of its records' digests modulo 2**64, so Kafka's order and
-the tables' need not agree, and neither side is held in memory: Kafka is read in polls, the tables in
-record batches (delta-rs). A range matches when both sides have as many records and the same checksum.
+For a raw pipeline, each record's digest covers its offset, key bytes, timestamp and value bytes. A range's
+checksum is the sum of its records' digests modulo 2**64, so Kafka's order and the tables' need not agree,
+and neither side is held in memory: Kafka is read in polls, the tables in record batches (delta-rs). A range
+matches when both sides have as many records and the same checksum.
+
+A JSON or Avro output (or an Avro key's column) keeps typed columns instead of the value's bytes: its ranges
+are decoded again by the ingest decoder in Spark and compared record by record, value by value
+(``tidemark.audit_values``), when the caller hands ``verify_sample`` the Spark side (the CLI and the audit
+DAG do); without it, only the offsets, keys and timestamps are compared here (``values_compared`` false).
 
 Ranges are sampled among committed batch and backfill ranges with records whose start Kafka still retains
 (at or after the partition's earliest offset). On a compacted topic, records compacted away since they were
@@ -17,10 +21,12 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from tidemark import storage
 from tidemark.audit import checked_ranges
+from tidemark.audit_values import ValueCheck, batch_formats, build_check, needs_values
+from tidemark.audit_values import mismatches as value_mismatches
 from tidemark.config import PipelineConfig
 from tidemark.ledger import Ledger
 from tidemark.ledger_state import LedgerRow
@@ -109,12 +115,22 @@ def _to_ms(stamp: int) -> int:
 
 
 def verify_sample(config: PipelineConfig, kafka_properties: Mapping[str, str], ledger_uri: str,
-                  store: ObjectStore | None, count: int, rng: random.Random | None = None) -> dict:
+                  store: ObjectStore | None, count: int, rng: random.Random | None = None,
+                  values: Callable[[ValueCheck], list[dict]] | None = None) -> dict:
     """Read ``count`` retained committed ranges again from Kafka and compare them with the tables: the
-    ``sample`` part of the audit's report."""
+    ``sample`` part of the audit's report. A typed pipeline's ranges (JSON or Avro values, Avro keys) are
+    decoded and compared value by value by ``values`` (Spark: ``tidemark_spark.audit_values``; see
+    ``tidemark.audit_values``); without it, only their offsets, keys and timestamps are compared here."""
     from tidemark.batch.prepare import kafka_offsets
 
-    ranges = checked_ranges(Ledger(ledger_uri, store).rows(config.name))
+    rows = Ledger(ledger_uri, store).rows(config.name)
+    ranges = checked_ranges(rows)
+    typed = values is not None and needs_values(config)
+    formats: dict = {}
+    refused: dict[int, str] = {}
+    if typed:
+        formats, refused = batch_formats(config, [r for r in ranges if r.record_count], store)
+        ranges = [r for r in ranges if r.batch_id not in refused]
     raw_values = config.value_format == "raw"
     quoted = config.name.replace("'", "''")
     tables = [(config.table_uri, raw_values, ""), (config.dead_letter_uri, raw_values, f" AND pipeline = '{quoted}'")]
@@ -122,7 +138,7 @@ def verify_sample(config: PipelineConfig, kafka_properties: Mapping[str, str], l
     with kafka_offsets(config, kafka_properties) as kafka:
         earliest = kafka.earliest(sorted({r.tp for r in ranges}))
         picked, gone = choose(ranges, earliest, count, rng)
-        for r in picked:
+        for r in [] if typed else picked:
             read = kafka_checksum(kafka._consumer, r, raw_values, config.kafka_timeout_seconds)
             held = table_checksum(r, tables, store)
             verified += 1
@@ -130,5 +146,9 @@ def verify_sample(config: PipelineConfig, kafka_properties: Mapping[str, str], l
                 mismatches.append({"topic": r.topic, "partition": r.partition, "start": r.start_offset,
                                    "end": r.end_offset, "batch_id": r.batch_id, "kafka_records": read[0],
                                    "table_records": held[0], "checksums_differ": read[1] != held[1]})
-    return {"requested": count, "verified": verified, "not_retained": gone, "values_compared": raw_values,
-            "mismatches": mismatches}
+    if typed and picked:
+        check = build_check(config, picked, rows, formats)
+        mismatches, verified = value_mismatches(check, values(check)), len(picked)
+    not_comparable = [{"batch_id": b, "reason": why} for b, why in sorted(refused.items())]
+    return {"requested": count, "verified": verified, "not_retained": gone, "values_compared": raw_values or typed,
+            "mismatches": mismatches, **({"not_comparable": not_comparable} if not_comparable else {})}

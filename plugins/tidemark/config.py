@@ -14,7 +14,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    PositiveInt,
     ValidationError,
     field_validator,
     model_validator,
@@ -23,9 +22,11 @@ from pydantic import (
 from tidemark import settings
 from tidemark.audit_schedule import AuditSchedule
 from tidemark.config_errors import describe_error
+from tidemark.config_types import Count, Duration, Flag
 from tidemark.errors import ConfigError
-from tidemark.maintenance import MaintenanceConfig
-from tidemark.observability import Duration, FreshnessAlert, LagSettings
+from tidemark.keyed import KeyedConfig, check_pipeline, spec
+from tidemark.maintenance_config import MaintenanceConfig
+from tidemark.observability import FreshnessAlert, LagSettings
 from tidemark.records import BATCH_COLUMNS, DATE_COLUMN, KAFKA_COLUMNS, RecordFormat, parse_field_type
 
 NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$"
@@ -79,11 +80,10 @@ class PipelineConfig(BaseModel):
     isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
     """Kafka isolation level for planning and reading; ``read_committed`` hides aborted records."""
 
-    max_offsets_per_run: PositiveInt | None = Field(
+    max_offsets_per_run: Count | None = Field(
         default=None, validation_alias=AliasChoices("max_offsets_per_run", "max_records_per_run"))
-    """Cap on the offsets planned per run, shared fairly across partitions; none by default. It
-    counts offsets, not records: transaction markers and compaction make a range hold fewer
-    records than offsets. ``max_records_per_run``, its name before 0.2, is still accepted."""
+    """Cap on the offsets (not records) planned per run, shared fairly across partitions; none by default.
+    ``max_records_per_run``, its name before 0.2, is still accepted."""
 
     schedule: str | None = "@hourly"
     """Airflow schedule (cron or preset); ``null`` for manual runs only."""
@@ -91,17 +91,16 @@ class PipelineConfig(BaseModel):
     spark_conf: dict[str, str] = Field(default_factory=dict)
     """Extra Spark configuration for the ingest job."""
 
-    kafka_timeout_seconds: PositiveInt = 30
+    kafka_timeout_seconds: Count = 30
     """How long planning waits for Kafka before failing with a clear error (Airflow then retries)."""
 
-    max_offsets_per_spark_task: PositiveInt | None = None
-    """When set, a partition's range longer than this is read by several Spark tasks (the Kafka
-    source's ``minPartitions``), so a hot partition can use every core; what is read does not change.
-    Off by default until the skew benchmark shows a gain (bench/results/skew.json)."""
+    max_offsets_per_spark_task: Count | None = None
+    """When set, a partition's range longer than this is read by several Spark tasks (``minPartitions``);
+    what is read does not change. Off by default (bench/results/skew.json)."""
 
-    mirror_consumer_group: bool = True
-    """After each committed batch, also commit the offsets to the Kafka consumer group named after
-    the pipeline, so kafka-consumer-groups and lag monitors see them (the ledger stays the truth)."""
+    mirror_consumer_group: Flag = True
+    """After each committed batch, also commit the offsets to the consumer group named after the pipeline,
+    for kafka-consumer-groups and lag monitors (the ledger stays the truth)."""
 
     value_format: Literal["raw", "json", "avro"] = "raw"
     """``raw`` keeps the value bytes in a ``value`` column; ``json`` parses them into typed columns;
@@ -120,37 +119,33 @@ class PipelineConfig(BaseModel):
     value_subject: str | None = None
     """For ``avro``: the registry subject of the values; default ``<topic>-value`` (one topic only)."""
 
-    value_schema_version: PositiveInt | None = None
-    """For ``avro``: pin the reader schema to this version of the subject; default: its latest
-    version when the batch is planned."""
+    value_schema_version: Count | None = None
+    """For ``avro``: pin the reader schema to this version of the subject; default: its latest version."""
 
     key_format: Literal["raw", "avro"] = "raw"
-    """``raw`` keeps the key bytes in ``kafka_key`` only; ``avro`` also decodes them (Confluent wire
-    format, schemas from the registry) into a ``key`` column (a struct for a record key)."""
+    """``raw`` keeps the key bytes in ``kafka_key`` only; ``avro`` also decodes them into a ``key`` column."""
 
     key_subject: str | None = None
     """For ``key_format: avro``: the registry subject of the keys; default ``<topic>-key``."""
 
     schema_changes: Literal["additive", "lenient"] = "additive"
-    """When the value schema no longer matches the output table (JSON and Avro): ``additive`` adds
-    new fields as columns and refuses a removed or retyped field at plan time; ``lenient`` also
-    keeps a removed field's column (null in new rows) and casts a retyped field to the column's type
-    (a value that does not fit is a bad record)."""
+    """When the value schema no longer matches the output table: ``additive`` adds new fields and widens
+    types (``type_changes``), refusing any other change at plan time; ``lenient`` also keeps a removed field's
+    column and writes a retyped field into the column's type where the value stays the same."""
 
-    max_value_bytes: PositiveInt | None = None
+    max_value_bytes: Count | None = None
     """Values larger than this are bad records."""
 
     on_bad_record: Literal["dead_letter", "fail"] = "dead_letter"
-    """Bad records (invalid JSON, schema mismatch, oversized) go to the dead-letter table within the
-    same batch, or fail the batch before anything is written."""
+    """Bad records go to the dead-letter table within the same batch, or fail it before anything is written."""
 
     dead_letter_table: str | None = None
     """Dead-letter Delta table; default ``<table>_dead_letters``."""
 
-    retries: int = Field(default=2, ge=0, le=20)
+    retries: int = Field(default=2, ge=0, le=20, strict=True)
     """Airflow retries per task (a retry of the ingest task reads the same frozen ranges)."""
 
-    retry_delay_seconds: PositiveInt = 20
+    retry_delay_seconds: Count = 20
     """First retry delay; doubles on each retry (exponential back-off, at most 10 minutes)."""
 
     lag: LagSettings = Field(default_factory=LagSettings)
@@ -167,9 +162,12 @@ class PipelineConfig(BaseModel):
     """The scheduled audit (DAG ``tidemark_audit__<name>``): ``every`` (its schedule) and ``verify_sample``; none
     by default (``tidemark.audit_schedule``)."""
 
+    keyed: KeyedConfig | None = None
+    """Records upsert or delete the row of their key (``tidemark.keyed``); none: append."""
+
     maintenance: MaintenanceConfig | None = None
     """Table maintenance by the DAG ``tidemark_maintenance__<name>``: ``optimize_every`` (its schedule),
-    ``zorder_by`` and ``vacuum_retain`` (at least 168h); none by default (``tidemark.maintenance``)."""
+    ``zorder_by`` and ``vacuum_retain`` (at least 168h); none by default (``tidemark.maintenance_config``)."""
 
     @field_validator("topics")
     @classmethod
@@ -256,7 +254,9 @@ class PipelineConfig(BaseModel):
     @model_validator(mode="after")
     def _maintenance_fits(self) -> PipelineConfig:
         if self.maintenance is not None:
-            self.maintenance.check(self)
+            payload = ["value"] if self.value_format == "raw" else list(self.value_schema or {})
+            columns = None if self.value_format == "avro" else [*KAFKA_COLUMNS, *payload, *BATCH_COLUMNS]
+            self.maintenance.check(self.name, self.partition_by, columns)
         return self
 
     @property
@@ -301,12 +301,14 @@ class PipelineConfig(BaseModel):
                 parse_field_type(name, declared)
             except ValueError as exc:
                 raise ValueError(f"value_schema: {exc}") from None
+        check_pipeline(self.keyed, self.value_format, self.value_schema or {})
         return self
 
     @property
     def record_format(self) -> RecordFormat:
         fields = tuple(parse_field_type(n, t) for n, t in (self.value_schema or {}).items())
-        return RecordFormat(self.value_format, fields, self.max_value_bytes, self.on_bad_record)
+        return RecordFormat(self.value_format, fields, self.max_value_bytes, self.on_bad_record,
+                            keyed=spec(self.keyed).to_dict() if self.keyed else None)
 
     @property
     def uses_avro(self) -> bool:

@@ -257,7 +257,9 @@ def batch_format(config: PipelineConfig, frozen: BatchSchemas | None, store=None
                                       pipeline=config.name)
     columns = table_columns(config.table_uri, store)
     add_columns, casts, widen = False, {}, {}
+    envelope = set((base.keyed or {}).get("columns") or ())  # a keyed table's own columns (Debezium's cdc_*)
     if columns is not None:
+        columns = {n: t for n, t in columns.items() if n not in envelope}
         checked = [*fields, *([Field(KEY_COLUMN, key_type, False)] if key_type else [])]
         if config.value_format == "raw":  # only the key is checked: the raw value column is Tidemark's own
             checked = checked[len(fields):]

@@ -168,24 +168,7 @@ def to_rows(raw: DataFrame, fmt: RecordFormat, batch_id: int, ingested_at: dt.da
         size = F.coalesce(F.octet_length("value"), F.lit(0))
         errors.append(F.when(size > fmt.max_value_bytes, F.concat(
             F.lit("value of "), size.cast("string"), F.lit(f" bytes exceeds max_value_bytes ({fmt.max_value_bytes})"))))
-    fields: dict[str, Column] = {}
-    extra: dict[str, Column] = {}
-    debezium = bool(fmt.keyed) and fmt.keyed.get("envelope") == "debezium"
-    if fmt.value_format == "json" and debezium:
-        rows, fields, changes, extra = spark_keyed.debezium_json(rows, fmt)
-        errors += changes
-    elif fmt.value_format == "json":
-        text = F.col("value").cast("string")
-        read = ", ".join(f"`{f.name}` {json_read_type(f.type)}" for f in fmt.fields)
-        rows = rows.withColumn("_parsed", F.from_json(text, f"{read}, `{_CORRUPT}` string", {
-            "mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT, "allowNonNumericNumbers": "false"}))
-        converted = _json_fields(F.col("_parsed"), fmt)
-        errors.append(_json_error(text, F.col("_parsed"), fmt, converted))
-        fields = {name: c.value for name, c in converted.items()}
-    elif fmt.value_format == "avro":
-        rows = rows.withColumn("_parsed", _avro_decoded(fmt.avro or {}))
-        errors.append(_avro_error(fmt.avro or {}))
-        fields = {f.name: F.col("_parsed")[f.name] for f in fmt.fields}
+    rows, fields, extra = _decode_value(rows, fmt, errors)
     if fmt.key_avro:
         rows = rows.withColumn("_key", _avro_decoded(fmt.key_avro, "kafka_key"))
         errors.append(_avro_error(fmt.key_avro, "kafka_key", "_key"))
@@ -195,9 +178,39 @@ def to_rows(raw: DataFrame, fmt: RecordFormat, batch_id: int, ingested_at: dt.da
         cast = exact_cast(name, fields[name], types[name], column_type)
         errors.append(F.when(cast.bad, cast.message))
         fields[name] = cast.value
-    if fmt.keyed and not debezium:
+    if fmt.keyed and not extra:  # a keyed table's operation (Debezium's came with its envelope)
         fields, errors, extra = spark_keyed.shape(fmt, fields, errors)
-    fields = {**fields, **extra}
+    return _with_error(rows, {**fields, **extra}, errors, fmt)
+
+
+def _decode_value(rows: DataFrame, fmt: RecordFormat, errors: list[Column]) -> tuple[DataFrame, dict, dict]:
+    """The value's fields (JSON, Debezium's JSON envelope, Avro; none for raw values), appending to ``errors``
+    why a value is bad; and the columns a Debezium envelope adds."""
+    from pyspark.sql import functions as F
+
+    if fmt.value_format == "json" and (fmt.keyed or {}).get("envelope") == "debezium":
+        rows, fields, changes, extra = spark_keyed.debezium_json(rows, fmt)
+        errors += changes
+        return rows, fields, extra
+    if fmt.value_format == "json":
+        text = F.col("value").cast("string")
+        read = ", ".join(f"`{f.name}` {json_read_type(f.type)}" for f in fmt.fields)
+        rows = rows.withColumn("_parsed", F.from_json(text, f"{read}, `{_CORRUPT}` string", {
+            "mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT, "allowNonNumericNumbers": "false"}))
+        converted = _json_fields(F.col("_parsed"), fmt)
+        errors.append(_json_error(text, F.col("_parsed"), fmt, converted))
+        return rows, {name: c.value for name, c in converted.items()}, {}
+    if fmt.value_format == "avro":
+        rows = rows.withColumn("_parsed", _avro_decoded(fmt.avro or {}))
+        errors.append(_avro_error(fmt.avro or {}))
+        return rows, {f.name: F.col("_parsed")[f.name] for f in fmt.fields}, {}
+    return rows, {}, {}
+
+
+def _with_error(rows: DataFrame, fields: dict[str, Column], errors: list[Column], fmt: RecordFormat) -> DataFrame:
+    """The rows with their fields and one ``error`` column: the reasons joined, null for a good record."""
+    from pyspark.sql import functions as F
+
     kept = [c for c in rows.columns if c not in ("_parsed", "_key", "_env")]
     if len(errors) == 1 and fmt.value_format != "json":  # each check is null for a good record, never empty
         return rows.select(*kept, *[c.alias(n) for n, c in fields.items()], errors[0].cast("string").alias("error"))

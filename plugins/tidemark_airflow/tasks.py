@@ -11,7 +11,7 @@ from tidemark.batch import BatchPlan, ResetRequest
 from tidemark.errors import OwnerStateUnknownError, PipelineBusyError, TidemarkError
 from tidemark.run import PipelineRun
 from tidemark_airflow.metrics import observe_run
-from tidemark_airflow.naming import ingest_dag_id
+from tidemark_airflow.naming import ingest_dag_id, pipeline_of
 from tidemark_airflow.resolver import open_run, run_for_plan
 from tidemark_airflow.run_modes import decide_run, refuse_unused_fields
 
@@ -79,7 +79,7 @@ def dag_run_state_lookup(ti, dag_id: str):
             raise OwnerStateUnknownError(
                 f"cannot look up the state of run '{run_id}' of {dag_id}, which owns the pending batch "
                 f"({type(exc).__name__}: {str(exc)[:200]}); the batch stays with it and nothing was planned. "
-                f"Airflow retries the task.", pipeline=dag_id.removeprefix("tidemark_ingest__")) from None
+                f"Airflow retries the task.", pipeline=pipeline_of(dag_id) or dag_id) from None
         return str(getattr(state, "value", state))
     return run_state
 
@@ -170,10 +170,12 @@ def maintain(pipeline: str, **context) -> dict:
 @fail_fast_on_terminal_errors
 def audit(pipeline: str, verify_sample: int = 0, **context) -> dict:
     """The audit DAG's task: ``tidemark audit`` (``PipelineRun.audit``); damage fails it (``AuditDamageError``)."""
-    from tidemark.audit import summary
+    from tidemark.audit import summary, verdict
     from tidemark.audit_schedule import AuditDamageError
+    from tidemark_spark.audit_values import launch
 
-    report = open_run(pipeline).audit(verify_sample=verify_sample)
+    run = open_run(pipeline)
+    report = run.audit(verify_sample=verify_sample, values=lambda check: launch(run, check))
     found = report.to_dict()
     for name in ("duplicates", "missing", "outside", "in_both"):
         for row in found[name][:20]:
@@ -181,7 +183,7 @@ def audit(pipeline: str, verify_sample: int = 0, **context) -> dict:
     for row in (report.sample or {}).get("mismatches", [])[:20]:
         log.error("pipeline '%s': sampled range differs from Kafka: %s", pipeline, row)
     if not report.ok:
-        raise AuditDamageError(summary(report), pipeline=pipeline)
+        raise AuditDamageError(verdict(report), pipeline=pipeline)  # the error names the pipeline once
     log.info("%s", summary(report))
     return {k: found[k] for k in ("ok", "checked_ranges", "records", "duplicated_offsets", "outside_rows",
                                   "in_both_rows")}

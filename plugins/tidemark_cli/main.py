@@ -11,18 +11,23 @@
     tidemark ledger move PIPELINE --from OLD_LEDGER_URI
     tidemark audit PIPELINE [--json] [--verify-sample N]
     tidemark dead-letters reprocess PIPELINE (--batch N | --all) --reason TEXT
+    tidemark maintain PIPELINE [--json]
 
 Exit codes, the same for every command:
     0  done
     1  the ingest job of `tidemark run` failed (nothing is lost: the next run executes the same
-       frozen batch again)
+       frozen batch again), or the Spark job of `audit --verify-sample` (a JSON or Avro pipeline)
     2  refused: bad arguments, a broken pipeline file, an unknown pipeline, Kafka unreachable or
        refusing the credentials, another run holding the pipeline... The message says which and
        what to do; nothing was changed
     3  `pipelines list` listed the valid pipelines, but some pipeline files are broken (named on
        stderr)
     4  `audit` found damage: duplicated offsets, committed ranges missing records, rows outside
-       every committed range, or offsets both in the output and the dead letters (listed in its output)
+       every committed range, offsets both in the output and the dead letters, or (with
+       --verify-sample) sampled ranges that differ from what Kafka still holds, or keys held by more
+       than one row (keyed tables) (listed in its output)
+    70 an unexpected error (a bug, or a failure Tidemark has no message for yet): one line names it and
+       the file that holds its trace; `--debug` (on any command) or TIDEMARK_DEBUG=1 prints the trace
 
 Connections come from ``AIRFLOW_CONN_<ID>`` variables when set (no Airflow needed), else from
 Airflow's secrets backends when it is installed, else from Airflow's metadata database (a connection
@@ -40,9 +45,20 @@ from collections.abc import Sequence
 
 from tidemark.errors import ConfigError, TidemarkError
 from tidemark.observability import hold_warnings
-from tidemark_cli import dead_letters
-from tidemark_cli.connections import RESOLVER
+from tidemark_cli import dead_letters, maintenance
 from tidemark_cli.connections import logs_to_stderr as _logs_to_stderr
+from tidemark_cli.connections import open_run
+from tidemark_cli.exits import (
+    DEBUG_VARIABLE,
+    EXIT_DAMAGE,
+    EXIT_JOB_FAILED,
+    EXIT_OK,
+    EXIT_PARTIAL,
+    EXIT_REFUSED,
+    is_debug,
+    report_unexpected,
+)
+from tidemark_cli.tables import render_table
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -95,7 +111,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_ledger_and_audit(commands)
     dead_letters.add_parser(commands)
+    maintenance.add_parser(commands)
+    _allow_debug(parser)
     return parser
+
+
+def _allow_debug(parser: argparse.ArgumentParser, top: bool = True) -> None:
+    """``--debug`` on every command, before or after its words (``tidemark --debug lag x``, ``tidemark lag x
+    --debug``): a command's own default is SUPPRESS, so that it does not undo the flag given before it."""
+    parser.add_argument("--debug", action="store_true", default=False if top else argparse.SUPPRESS,
+                        help=f"on an unexpected error, print its whole trace (also {DEBUG_VARIABLE}=1)")
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in dict.fromkeys(action.choices.values()):
+                _allow_debug(command, top=False)
 
 
 def _add_ledger_and_audit(commands) -> None:
@@ -109,12 +138,15 @@ def _add_ledger_and_audit(commands) -> None:
                       help="the old ledger's location: the old lake root followed by /_tidemark/offsets")
     audit = _pipeline_command(
         commands, "audit", "check the output table against the ledger: every committed offset there exactly once",
-        "Check the live output table against the ledger: duplicated offsets, committed ranges missing records "
-        "(counted against the ledger's record counts, dead letters included) and rows outside every committed "
-        "range. Exits 0 when none, 4 when damage is found.")
+        "Check the live output table against the ledger for every kind of damage: duplicated offsets, committed "
+        "ranges missing records (counted against the ledger's record counts, dead letters included), rows outside "
+        "every committed range, offsets both in the output and the dead letters, and, with --verify-sample, "
+        "sampled ranges that differ from what Kafka still holds, and keys held by more than one row (keyed tables), "
+        "whose ranges are not counted. Exits 0 when none, 4 when damage is found.")
     audit.add_argument("--json", action="store_true", help="one JSON object with the lists and 'ok'")
     audit.add_argument("--verify-sample", type=int, default=0, metavar="N",
-                       help="also read N committed ranges still retained in Kafka again and compare checksums")
+                       help="also read N committed ranges still retained in Kafka again and compare them "
+                            "(raw: checksums of the bytes; JSON/Avro: decoded in Spark, value by value)")
 
 
 def _pipeline_command(parent, name: str, summary: str, details: str) -> argparse.ArgumentParser:
@@ -122,24 +154,6 @@ def _pipeline_command(parent, name: str, summary: str, details: str) -> argparse
     command = parent.add_parser(name, help=summary, description=details)
     command.add_argument("pipeline")
     return command
-
-
-EXIT_OK, EXIT_JOB_FAILED, EXIT_REFUSED, EXIT_PARTIAL, EXIT_DAMAGE = 0, 1, 2, 3, 4
-
-
-def _open(name: str):
-    """The pipeline's run (``tidemark.run.PipelineRun``), its connections read through the CLI's resolver."""
-    from tidemark.run import PipelineRun
-
-    return PipelineRun.open(name, RESOLVER)
-
-
-def _table(rows: list[dict], columns: Sequence[str]) -> str:
-    cells = [[("-" if r[c] is None else str(r[c])) for c in columns] for r in rows]
-    widths = [max([len(c), *(len(row[i]) for row in cells)]) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True))]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
-    return "\n".join(lines)
 
 
 def cmd_pipelines_list(args: argparse.Namespace) -> int:
@@ -155,7 +169,7 @@ def cmd_pipelines_list(args: argparse.Namespace) -> int:
     else:
         rows = [{"name": c.name, "topics": c.topics_label, "table": c.table_uri, "dag": ingest_dag_id(c.name)}
                 for c in good.values()]
-        print(_table(rows, ["name", "topics", "table", "dag"]) if rows else "no pipelines configured")
+        print(render_table(rows, ["name", "topics", "table", "dag"]) if rows else "no pipelines configured")
         for error in bad.values():
             print(f"broken: {error}", file=sys.stderr)
     return EXIT_PARTIAL if bad else EXIT_OK
@@ -166,15 +180,15 @@ STATUS_COLUMNS = ["topic", "partition", "committed_offset", "latest_offset", "la
 
 
 def cmd_offsets_show(args: argparse.Namespace) -> int:
-    rows = _open(args.pipeline).status()
-    print(json.dumps(rows, indent=2) if args.json else _table(rows, STATUS_COLUMNS))
+    rows = open_run(args.pipeline).status()
+    print(json.dumps(rows, indent=2) if args.json else render_table(rows, STATUS_COLUMNS))
     return EXIT_OK
 
 
 def cmd_lag(args: argparse.Namespace) -> int:
-    run = _open(args.pipeline)
+    run = open_run(args.pipeline)
     rows = run.status()
-    print(_table(rows, ["topic", "partition", "lag", "held_by_open_transactions"]))
+    print(render_table(rows, ["topic", "partition", "lag", "held_by_open_transactions"]))
     print(f"total lag of '{run.name}': {sum(r['lag'] or 0 for r in rows)}")
     print(f"held by open transactions: {sum(r['held_by_open_transactions'] or 0 for r in rows)}")
     for warning in hold_warnings(run.name, rows, run.config.lag.hold_warning_after, dt.datetime.now(dt.UTC)):
@@ -188,7 +202,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if args.take_over and not (args.reason or "").strip():
         raise ConfigError("--take-over needs --reason '...': it is recorded in the ledger with the batch")
-    run = _open(args.pipeline)
+    run = open_run(args.pipeline)
     plan = run.prepare(run_state=_airflow_run_state(run.name), take_over=args.reason if args.take_over else None)
     if plan.is_empty:
         print(f"pipeline '{run.name}': nothing new; no Spark job started")
@@ -204,7 +218,7 @@ def cmd_run(args: argparse.Namespace) -> int:
               f"{code}{cause}; nothing is lost: the next run executes the same frozen ranges again", file=sys.stderr)
         return EXIT_JOB_FAILED
     rows = run.report()
-    print(_table(rows, STATUS_COLUMNS))
+    print(render_table(rows, STATUS_COLUMNS))
     return EXIT_OK
 
 
@@ -232,7 +246,7 @@ def _airflow_run_state(pipeline: str):
 
 
 def cmd_ledger_move(args: argparse.Namespace) -> int:
-    run = _open(args.pipeline)
+    run = open_run(args.pipeline)
     copied = run.move_ledger(args.source)
     print(f"pipeline '{run.name}': {copied} ledger rows copied from {args.source} to {run.ledger_uri}; the next run "
           f"continues from them (the old ledger is unchanged: delete it once you no longer need it)")
@@ -241,8 +255,14 @@ def cmd_ledger_move(args: argparse.Namespace) -> int:
 
 def cmd_audit(args: argparse.Namespace) -> int:
     from tidemark.audit import summary
+    from tidemark_spark.audit_values import SampleJobError, launch
 
-    report = _open(args.pipeline).audit(verify_sample=args.verify_sample)
+    run = open_run(args.pipeline)
+    try:
+        report = run.audit(verify_sample=args.verify_sample, values=lambda check: launch(run, check))
+    except SampleJobError as exc:  # the Spark job of a typed pipeline's sample: its log is above
+        print(f"tidemark: error: {exc}", file=sys.stderr)
+        return EXIT_JOB_FAILED
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
@@ -252,10 +272,14 @@ def cmd_audit(args: argparse.Namespace) -> int:
                  ["topic", "partition", "start", "end", "expected", "found", "batch_id"]),
                 ("rows outside every committed range", report.outside, ["topic", "partition", "offset", "batch_id"]),
                 ("offsets both in the output and the dead letters", report.in_both, ["topic", "partition", "offset"]),
+                ("keys held by more than one row", report.duplicate_keys, [*(report.keys or []), "rows"]),
                 ("sampled ranges that differ from Kafka", (report.sample or {}).get("mismatches"),
                  ["topic", "partition", "start", "end", "batch_id", "kafka_records", "table_records"])):
             if rows:
-                print(f"{title}:\n{_table(rows, columns)}\n")
+                print(f"{title}:\n{render_table(rows, columns)}\n")
+        for row in (report.sample or {}).get("mismatches", []):
+            for found in row.get("differences", []):
+                print(f"  {row['topic']}:{row['partition']}@{found['offset']}: {found['reason']}")
         print(summary(report))
     return EXIT_OK if report.ok else EXIT_DAMAGE
 
@@ -285,8 +309,8 @@ def cmd_offsets_reset(args: argparse.Namespace) -> int:
     import socket
 
     request = reset_request(args, f"cli:{getpass.getuser()}@{socket.gethostname()}")
-    outcome = _open(args.pipeline).reset(request)
-    print(_table(outcome.preview.as_table(), ["topic", "partition", "current", "new", "change"]))
+    outcome = open_run(args.pipeline).reset(request)
+    print(render_table(outcome.preview.as_table(), ["topic", "partition", "current", "new", "change"]))
     for warning in outcome.preview.warnings:
         print(f"warning: {warning}")
     if outcome.executed:
@@ -297,12 +321,12 @@ def cmd_offsets_reset(args: argparse.Namespace) -> int:
 
 
 def cmd_offsets_history(args: argparse.Namespace) -> int:
-    listing = _open(args.pipeline).history(args.limit)
+    listing = open_run(args.pipeline).history(args.limit)
     if args.json:
         print(json.dumps(listing, indent=2))
     else:
-        print(_table(listing, ["batch_id", "kind", "status", "topic", "partition", "start_offset", "end_offset",
-                               "record_count", "dag_run_id", "reason", "committed_at"]))
+        print(render_table(listing, ["batch_id", "kind", "status", "topic", "partition", "start_offset",
+                                     "end_offset", "record_count", "dag_run_id", "reason", "committed_at"]))
     return 0
 
 
@@ -316,6 +340,7 @@ HANDLERS = {
     ("ledger", "move"): cmd_ledger_move,
     ("audit", None): cmd_audit,
     ("dead-letters", "reprocess"): dead_letters.cmd_reprocess,
+    ("maintain", None): maintenance.cmd_maintain,
 }
 
 
@@ -328,6 +353,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TidemarkError as exc:
         print(f"tidemark: error: {exc}", file=sys.stderr)
         return EXIT_REFUSED
+    except Exception as exc:  # not one Tidemark knows: a bug, or a failure no message of its own describes yet
+        return report_unexpected(exc, is_debug(args.debug))
 
 
 if __name__ == "__main__":

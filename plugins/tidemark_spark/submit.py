@@ -155,12 +155,13 @@ def run_ingest_job(plan: BatchPlan, master: str, isolation_level: str, conf: Map
 
 
 def call_spark_submit(command: list[str], env: Mapping[str, str], master: str,
-                      conf: Mapping[str, str] | None = None, train: bool | Callable[[], bool] = True) -> int:
+                      conf: Mapping[str, str] | None = None, train: bool | Callable[[], bool] = True,
+                      stdout=None) -> int:
     """Run a spark-submit command to completion with the class-data sharing of its driver JVM
     (``class_data``: map the host's archive, or, if there is none and ``train``, write it). Returns its
-    exit code."""
+    exit code. ``stdout``: where the job's output goes (``subprocess``'s meaning; default this process's)."""
     sharing = class_data.prepare(env, master, conf or {}, spark_jars(), train=train)
-    code = subprocess.call(command, env=sharing.environment(env))
+    code = subprocess.call(command, env=sharing.environment(env), stdout=stdout)
     sharing.finish(code)
     return code
 

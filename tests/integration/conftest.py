@@ -24,3 +24,8 @@ def object_store():
 @pytest.fixture
 def prefix() -> str:
     return f"tests/{uuid.uuid4().hex[:12]}"
+
+
+# The change data capture stack (scripts/cdc.sh: PostgreSQL + Kafka Connect with Debezium), started once per
+# session: tests/cdc.py.
+from tests.cdc import debezium  # noqa: E402, F401

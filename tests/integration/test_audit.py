@@ -1,6 +1,8 @@
 """`tidemark audit` (issue 27 item 2) on a pipeline ingested from the real broker: clean after two batches
 (exit 0 through the CLI), then each kind of damage injected into the output with delta-rs and named by the
-audit (exit 4): a duplicated file, a deleted file, a row from outside every committed range."""
+audit (exit 4): a duplicated file, a deleted file, a row from outside every committed range. `--verify-sample`
+reads ranges again from Kafka: a raw pipeline's value bytes by checksum, a JSON or Avro pipeline's typed values
+decoded again in Spark (the session-wide SparkSession stands in for the CLI's spark-submit job)."""
 
 from __future__ import annotations
 
@@ -126,3 +128,75 @@ def test_a_sample_read_again_from_kafka_matches_until_a_value_is_changed_in_the_
     assert "sampled ranges that differ from Kafka" in done.stdout and "4 sampled ranges read again" in done.stdout
     line = next(x for x in done.stdout.splitlines() if x.startswith(topic))
     assert line.split() == [topic, "0", "5", "8", "2", "3", "3"], done.stdout
+
+
+# --- a typed pipeline: the sample decodes again with the ingest decoder (Spark) and compares values ---------
+
+JSON_SCHEMA = {"order_id": "bigint", "amount": "double", "note": "string?"}
+
+
+@pytest.fixture
+def ingested_json(kafka_bootstrap, spark, lake):
+    """A JSON pipeline of 2 partitions after one committed batch of 10 good records (5 per partition) and a
+    dead letter (partition 1, offset 5)."""
+    topic = helpers.create_topic(helpers.unique("audit-json"), partitions=2)
+    config = parse_pipeline({"name": topic, "topics": [topic], "table": topic, "value_format": "json",
+                             "value_schema": JSON_SCHEMA}, "test")
+    helpers.produce(topic, 10)
+    helpers.produce_values(topic, [b"{not json"], partition=1)
+    execute_batch(spark, prepare_batch(config, props()), props(), "read_committed")
+    return config
+
+
+def sample_of(spark, config, count: int = 10) -> dict:
+    """`--verify-sample` as the CLI runs it, with the test's SparkSession in place of a spark-submit job."""
+    from tidemark import settings
+    from tidemark.audit_sample import verify_sample
+    from tidemark_spark.audit_values import compare
+
+    return verify_sample(config, props(), settings.ledger_uri(), None, count,
+                         values=lambda check: compare(spark, check, props()))
+
+
+def test_a_typed_value_changed_in_the_output_is_found_by_the_sample_column_and_offset(ingested_json, spark):
+    config = ingested_json
+    assert sample_of(spark, config) == {"requested": 10, "verified": 2, "not_retained": 0, "values_compared": True,
+                                        "mismatches": []}  # the dead letter too: in its table, bytes and all
+    DeltaTable(config.table_uri).update(predicate="kafka_partition = 0 AND kafka_offset = 3",
+                                        updates={"amount": "amount + 1"})
+    assert sample_of(spark, config)["mismatches"] == [{
+        "topic": config.name, "partition": 0, "start": 0, "end": 5, "batch_id": 1, "kafka_records": 5,
+        "table_records": 5, "checksums_differ": True, "values_differ": True, "differing_records": 1,
+        "differences": [{"offset": 3, "kafka": "output", "table": "output", "columns": ["amount"],
+                         "reason": "values differ: amount"}]}]
+
+
+AVRO_V1 = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
+    {"name": "order_id", "type": "long"}, {"name": "amount", "type": "double"}]}
+AVRO_V2 = {**AVRO_V1, "fields": [*AVRO_V1["fields"], {"name": "region", "type": ["null", "string"], "default": None}]}
+
+
+def test_avro_batches_compare_with_their_own_frozen_schemas_and_a_changed_field_is_found(
+        kafka_bootstrap, schema_registry, spark, lake):
+    """Batch 1 decodes with schema v1 (no `region`: null in the table), batch 2 with v2; a bad record is a dead
+    letter. One row's `region` changed: only batch 2's range differs, in that column."""
+    from tidemark.schema_registry import RegistryClient
+
+    topic = helpers.create_topic(helpers.unique("audit-avro"), partitions=1)
+    registry = RegistryClient(schema_registry)
+    v1 = helpers.register_schema(f"{topic}-value", AVRO_V1)
+    helpers.produce_values(topic, [helpers.avro_value(v1, AVRO_V1, {"order_id": i, "amount": i / 2}) for i in range(3)]
+                           + [b"\x00\x00"])
+    config = parse_pipeline({"name": topic, "topics": [topic], "table": topic, "value_format": "avro"}, "test")
+    execute_batch(spark, prepare_batch(config, props(), schemas=registry), props())
+    v2 = helpers.register_schema(f"{topic}-value", AVRO_V2)
+    helpers.produce_values(topic, [helpers.avro_value(v2, AVRO_V2, {"order_id": i, "amount": 1.0, "region": "eu"})
+                                   for i in range(3)])
+    execute_batch(spark, prepare_batch(config, props(), schemas=registry), props())
+    DeltaTable(config.table_uri).update(predicate="kafka_offset = 5", updates={"region": "'us'"})
+    sample = sample_of(spark, config)
+    assert (sample["verified"], sample["values_compared"]) == (2, True)  # batch 1's range is compared too: clean
+    assert [(m["batch_id"], m["start"], m["end"], m["differing_records"]) for m in sample["mismatches"]] == [
+        (2, 4, 7, 1)]
+    assert sample["mismatches"][0]["differences"] == [{"offset": 5, "kafka": "output", "table": "output",
+                                                       "columns": ["region"], "reason": "values differ: region"}]

@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from pyspark.sql import functions as F
 
 from tests import helpers
 from tests.integration.test_crash_points import recover, tidemark_run
 from tidemark import crash, settings
+from tidemark.audit import audit_tables
 from tidemark.batch.backfill import BackfillRequest, prepare_backfill
 from tidemark.batch.execute import execute_batch
 from tidemark.batch.prepare import prepare_batch
@@ -112,6 +114,15 @@ def test_inserts_updates_and_deletes_across_batches_and_replays_change_nothing(k
                                 owner="test")
     execute_batch(spark, backfill, props())
     assert table(config.table_uri) == ref.rows
+
+    # The audit: no key twice, no coordinate twice, nothing outside the committed ranges.
+    report = audit_tables(topic, config.table_uri, config.dead_letter_uri, settings.ledger_uri(), keys=["id"])
+    assert report.ok and report.records == 3, report.to_dict()
+    twice = spark.read.format("delta").load(config.table_uri).where("id = 1")
+    twice.withColumn("kafka_offset", F.lit(10**6).cast("bigint")).write.format("delta").mode("append") \
+        .save(config.table_uri)  # damage: key 1 twice
+    damaged = audit_tables(topic, config.table_uri, config.dead_letter_uri, settings.ledger_uri(), keys=["id"])
+    assert not damaged.ok and damaged.duplicate_key_rows == 1 and damaged.duplicate_keys == [{"id": 1, "rows": 2}]
 
 
 def test_a_kill_between_the_merge_commit_and_the_ledger_commit_applies_the_batch_once(kafka_bootstrap, spark,

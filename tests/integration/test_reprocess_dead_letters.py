@@ -1,7 +1,11 @@
 """`tidemark dead-letters reprocess` (issue 27 item 3) through the real CLI on the warm path (the Spark
 Connect server): dead letters of a JSON pipeline whose schema is then widened are decoded again; the job is
 killed -9 between its output commit and its dead-letter update, the same command run again finishes the
-entry (every record once in the output, not also a dead letter), and a further run changes nothing."""
+entry (every record once in the output, not also a dead letter), and a further run changes nothing.
+
+Avro dead letters (issue 42) go through the same code with the Avro format: the reserve step reads the
+subject's schemas from the registry again, and the Spark job's steps run here in-process on the test's
+session (the CLI's launch is the JSON test's)."""
 
 from __future__ import annotations
 
@@ -17,7 +21,11 @@ from tidemark.audit import audit_tables
 from tidemark.batch.execute import execute_batch
 from tidemark.batch.prepare import prepare_batch
 from tidemark.config import parse_pipeline
+from tidemark.dead_letters import reserve
 from tidemark.ledger import Ledger
+from tidemark.offsets import TopicPartition
+from tidemark.schema_registry import RegistryClient
+from tidemark_spark import reprocess as reprocess_job
 
 pytestmark = pytest.mark.integration
 
@@ -64,7 +72,7 @@ def test_dead_letters_are_reprocessed_once_after_a_kill_and_a_second_run_changes
     execute_batch(spark, prepare_batch(config, props), props, "read_committed")
     assert dead_letters(config) == {0: "missing required field 'note'", 1: "missing required field 'note'",
                                     2: "missing required field 'note'",
-                                    3: "field 'order_id': not a valid bigint; missing required field 'note'",
+                                    3: "field 'order_id': 'abc' is not a valid bigint; missing required field 'note'",
                                     4: f"{NOT_JSON_ERROR}; missing required field 'note'"}
     ledger = Ledger(settings.ledger_uri())
     before = ledger.state(topic)
@@ -88,7 +96,7 @@ def test_dead_letters_are_reprocessed_once_after_a_kill_and_a_second_run_changes
     assert "ledger entry 2 (kind 'reprocess'): 3 records written" in finished.stdout, finished.stdout
     good = [(0, o, o, "n", 1) for o in range(4)] + [(1, o, 100 + o, None, 1) for o in range(3)]
     assert output(config) == good
-    assert dead_letters(config) == {3: "field 'order_id': not a valid bigint", 4: NOT_JSON_ERROR}
+    assert dead_letters(config) == {3: "field 'order_id': 'abc' is not a valid bigint", 4: NOT_JSON_ERROR}
     entry = [r for r in ledger.rows(topic) if r.kind == "reprocess"]
     assert [(r.batch_id, r.status, r.record_count, r.dead_letter_count, r.reason) for r in entry] == [
         (2, "committed", 3, 2, "note made optional")]
@@ -101,9 +109,53 @@ def test_dead_letters_are_reprocessed_once_after_a_kill_and_a_second_run_changes
     assert again.returncode == 0, again.stderr[-3000:]
     assert "0 records written" in again.stdout and "2 left as dead letters" in again.stdout, again.stdout
     assert output(config) == good
-    assert dead_letters(config) == {3: "field 'order_id': not a valid bigint", 4: NOT_JSON_ERROR}
+    assert dead_letters(config) == {3: "field 'order_id': 'abc' is not a valid bigint", 4: NOT_JSON_ERROR}
     assert (helpers.table_version(config.table_uri), helpers.table_version(config.dead_letter_uri)) == versions
     after = ledger.state(topic)
     assert after.positions == before.positions and after.high_water == before.high_water  # no offset moved
     assert after.pending_batch_id is None and after.last_batch_id == 3
+    assert audit_tables(topic, config.table_uri, config.dead_letter_uri, settings.ledger_uri()).ok
+
+
+ORDER_V1 = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
+    {"name": "order_id", "type": "long"}, {"name": "amount", "type": "double"}]}
+ORDER_V2 = {**ORDER_V1, "fields": [*ORDER_V1["fields"], {"name": "region", "type": ["null", "string"],
+                                                          "default": None}]}
+
+
+def test_avro_dead_letters_decode_once_their_schema_is_registered_under_the_subject(kafka_bootstrap, schema_registry,
+                                                                                   spark, lake):
+    """The producer registered its v2 under a misspelt subject: its records' schema id is not a version of the
+    pipeline's subject, so they are dead letters. Once v2 is registered under the subject (the same schema: the
+    same id), reprocessing writes them to the output with the added column; a record that is not Avro stays."""
+    topic = helpers.create_topic(helpers.unique("reprocess-avro"), partitions=2)
+    subject, registry = f"{topic}-value", RegistryClient(schema_registry)
+    v1 = helpers.register_schema(subject, ORDER_V1)
+    v2 = helpers.register_schema(f"{topic}-vlaue", ORDER_V2)
+    helpers.produce_values(topic, [helpers.avro_value(v1, ORDER_V1, {"order_id": i, "amount": 1.0}) for i in range(3)])
+    helpers.produce_values(topic, [helpers.avro_value(v2, ORDER_V2, {"order_id": 10, "amount": 2.5, "region": "eu"}),
+                                   helpers.avro_value(v2, ORDER_V2, {"order_id": 11, "amount": 3.5, "region": None}),
+                                   b"\x00\x00"], partition=1)
+    config = parse_pipeline({"name": topic, "topics": [topic], "table": topic, "value_format": "avro"}, "test")
+    props = {"bootstrap.servers": helpers.bootstrap()}
+    execute_batch(spark, prepare_batch(config, props, schemas=registry), props)
+    not_a_version = f"schema id {v2} is not a version of subject '{subject}'"
+    short = "value of 2 bytes is shorter than the 5-byte Confluent header"
+    errors = dead_letters(config)
+    assert sorted(errors) == [0, 1, 2] and not_a_version in errors[0] and not_a_version in errors[1] \
+        and short in errors[2], errors
+
+    assert helpers.register_schema(subject, ORDER_V2) == v2  # the fix
+    ledger = Ledger(settings.ledger_uri())
+    plan = reserve(config, ledger, registry, batch_id=None, reason="v2 registered under its subject", owner="test")
+    assert (plan.entry_id, plan.selected, plan.format.add_columns) == (2, {f"{topic}:1": 3}, True)
+    assert reprocess_job.execute(spark, plan) == {TopicPartition(topic, 1): (2, 1)}
+
+    rows = helpers.query(config.table_uri, "SELECT kafka_partition AS p, kafka_offset AS o, order_id, amount, region, "
+                                           "ingest_batch_id AS b FROM t ORDER BY p, o")
+    assert [tuple(r.values()) for r in rows] == [(0, o, o, 1.0, None, 1) for o in range(3)] + [
+        (1, 0, 10, 2.5, "eu", 1), (1, 1, 11, 3.5, None, 1)]
+    assert list(dead_letters(config)) == [2] and short in dead_letters(config)[2]
+    entry = [r for r in ledger.rows(topic) if r.kind == "reprocess"]
+    assert [(r.batch_id, r.status, r.record_count, r.dead_letter_count) for r in entry] == [(2, "committed", 2, 1)]
     assert audit_tables(topic, config.table_uri, config.dead_letter_uri, settings.ledger_uri()).ok

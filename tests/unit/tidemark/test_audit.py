@@ -108,3 +108,31 @@ def test_duplicates_are_found_window_by_window_in_order_and_the_list_stops_at_th
     assert total == 5
     assert [(d["partition"], d["offset"]) for d in listed] == [(0, 0), (0, 9), (1, 1), (1, 2)]
     assert _duplicates(builder, limit=10, window=1000)[1] == 5
+
+
+def test_every_kind_of_damage_fails_the_audit_and_tidemark_audit_help_names_it(capsys):
+    """``DAMAGE_KINDS`` is what ``ok`` judges; the help of ``tidemark audit`` must name every kind of it (the
+    offsets in both the output and the dead letters, and the sampled ranges that differ, were missing)."""
+    import dataclasses
+
+    import pytest
+
+    from tidemark.audit import DAMAGE_KINDS, AuditReport
+    from tidemark_cli.main import build_parser
+
+    clean = AuditReport("p", "/lake/t", checked_ranges=1, records=2, duplicates=[], duplicated_offsets=0,
+                        missing=[], outside=[], outside_rows=0, sample={"verified": 1, "not_retained": 0,
+                                                                         "mismatches": []})
+    damage = {"duplicated_offsets": {"duplicated_offsets": 1}, "missing": {"missing": [Missing("t", 0, 0, 2, 2, 1, 1)]},
+              "outside_rows": {"outside_rows": 1}, "in_both_rows": {"in_both_rows": 1},
+              "sample_mismatches": {"sample": {**clean.sample, "mismatches": [{"topic": "t", "partition": 0}]}},
+              "duplicate_key_rows": {"keys": ["id"], "duplicate_key_rows": 1}}
+    assert clean.ok and set(damage) == set(DAMAGE_KINDS)
+    for kind, change in damage.items():
+        assert not dataclasses.replace(clean, **change).ok, kind
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["audit", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    for kind, words in DAMAGE_KINDS.items():
+        assert words in shown, (kind, shown)

@@ -4,8 +4,8 @@ fastavro, a real Avro implementation) and the Confluent wire format."""
 from __future__ import annotations
 
 import io
-import struct
 import json
+import struct
 
 import pytest
 from fastavro import parse_schema, schemaless_reader, schemaless_writer

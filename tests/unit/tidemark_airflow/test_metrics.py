@@ -4,6 +4,7 @@ socket as Airflow's StatsD client sends them ([metrics] statsd_on)."""
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -87,6 +88,11 @@ def test_after_a_batch_the_hold_warning_is_logged_and_the_batch_and_lag_are_sent
     rows = [{"topic": "orders", "partition": 0, "lag": 2, "held_by_open_transactions": 9, "held_since": since}]
     observe_run(FakeRun(tmp_path, rows), batch_id=7)
     assert "pipeline 'orders': orders:0 has 9 offset(s) held back by a transaction open for 5m" in caplog.text
+    # a log record at level warning, as docs/OPERATIONS.md says (no "WARNING:" in its text: that is tidemark lag's)
+    held = [r for r in caplog.records if "held back by a transaction" in r.getMessage()]
+    assert [r.levelname for r in held] == ["WARNING"] and not held[0].getMessage().startswith("WARNING")
+    operations = " ".join((Path(__file__).resolve().parents[3] / "docs" / "OPERATIONS.md").read_text().split())
+    assert "in the run's log the same words are a log record at level warning" in operations
     sent = statsd(16)  # 8 measurements (no table yet: no freshness), each under two names
     assert [line for line in sent if ".orders" in line and "hold_age" not in line] == [
         "airflow.tidemark.partition_lag.orders.orders.0:2|g",

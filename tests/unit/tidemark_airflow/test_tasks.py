@@ -64,8 +64,9 @@ def test_the_scheduled_audit_passes_a_clean_table_and_fails_at_once_on_damage(tm
     assert audit("p") == {"ok": True, "checked_ranges": 1, "records": 3, "duplicated_offsets": 0, "outside_rows": 0,
                           "in_both_rows": 0}
     write_deltalake(str(tmp_path / "lake" / "out"), rows.slice(1, 1), mode="append")
-    with pytest.raises(AirflowFailException, match=r"AuditDamageError: .*DAMAGE.*1 duplicated offsets"):
+    with pytest.raises(AirflowFailException, match=r"AuditDamageError: .*DAMAGE.*1 duplicated offsets") as failed:
         audit("p")
+    assert str(failed.value).count("pipeline 'p'") == 1, str(failed.value)  # it used to say it twice
 
 
 class ReportingRun:

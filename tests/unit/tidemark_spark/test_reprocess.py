@@ -29,7 +29,7 @@ def test_the_job_is_launched_with_its_plan_and_its_settings_file_only(spark, mon
     plan = ReprocessPlan("p", 3, config.table_uri, config.dead_letter_uri, run.ledger_uri, [OffsetRange("t", 0, 2, 8)])
     seen = {}
 
-    def call(command, env):
+    def call(command, env, stdout=None):
         seen.update(command=command, settings=open(env[SETTINGS_FILE_ENV_VAR]).read(), env=env)
         return 0
 
