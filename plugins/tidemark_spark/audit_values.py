@@ -26,7 +26,6 @@ import datetime as dt
 import json
 import logging
 import os
-import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -251,31 +250,13 @@ def main(argv: list[str] | None = None) -> int:
 def launch(run, check: ValueCheck) -> list[dict]:
     """Run the job on the pipeline's Spark master (``run``: a ``tidemark.run.PipelineRun``), as ``tidemark
     dead-letters reprocess`` runs its job, and return its answer. Raises SampleJobError when it fails."""
-    from tidemark.settings import spark_jars
-    from tidemark_spark.submit import (
-        DEFAULT_CONF,
-        call_spark_submit,
-        core_archive,
-        is_spark_connect,
-        job_environment,
-        local_spark_env,
-    )
+    from tidemark_spark.submit import launch_job
 
-    master = run.spark_master
-    with tempfile.TemporaryDirectory(prefix="tidemark-audit-") as folder, run.job_environment() as extra:
+    with tempfile.TemporaryDirectory(prefix="tidemark-audit-") as folder:
         result = Path(folder) / "answer.json"
-        arguments = [SCRIPT, "--check", check.to_json(), "--result", str(result)]
-        env = job_environment(master, extra)
         sys.stdout.flush()
-        if is_spark_connect(master):
-            code = subprocess.call([sys.executable, *arguments], env=env, stdout=_STDERR)
-        else:
-            command = [str(Path(local_spark_env()["SPARK_HOME"]) / "bin" / "spark-submit"), "--master", master,
-                       "--name", f"tidemark-audit-{check.pipeline}", "--jars", ",".join(spark_jars()),
-                       "--py-files", core_archive()]
-            for key, value in {**DEFAULT_CONF, **run.config.spark_conf}.items():
-                command += ["--conf", f"{key}={value}"]
-            code = call_spark_submit([*command, *arguments], env, master, run.config.spark_conf, stdout=_STDERR)
+        code = launch_job(run, SCRIPT, ["--check", check.to_json(), "--result", str(result)],
+                          f"tidemark-audit-{check.pipeline}", stdout=_STDERR)
         if code != JobExit.OK or not result.is_file():
             error = SampleJobError(f"the Spark job comparing the audit's sample with Kafka exited with {code} (its "
                                    f"log is above); nothing was changed: run the audit again", pipeline=check.pipeline)

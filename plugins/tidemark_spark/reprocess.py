@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import logging
-import subprocess
 import sys
 from pathlib import Path
 
@@ -157,27 +156,9 @@ def main(argv: list[str] | None = None) -> int:
 def launch(run: PipelineRun, plan: ReprocessPlan) -> int:
     """Run the job on the pipeline's Spark master, as ``tidemark run`` runs the ingest job: spark-submit in
     client mode, or a client of the Spark Connect server. Returns its exit code (``JobExit``)."""
-    from tidemark.settings import spark_jars
-    from tidemark_spark.submit import (
-        DEFAULT_CONF,
-        call_spark_submit,
-        core_archive,
-        is_spark_connect,
-        job_environment,
-        local_spark_env,
-    )
+    from tidemark_spark.submit import launch_job
 
-    master = run.spark_master
-    with run.job_environment() as extra:
-        env = job_environment(master, extra)
-        if is_spark_connect(master):
-            return subprocess.call([sys.executable, SCRIPT, "--plan", plan.to_json()], env=env)
-        command = [str(Path(local_spark_env()["SPARK_HOME"]) / "bin" / "spark-submit"), "--master", master,
-                   "--name", f"tidemark-reprocess-{plan.pipeline}", "--jars", ",".join(spark_jars()),
-                   "--py-files", core_archive()]
-        for key, value in {**DEFAULT_CONF, **run.config.spark_conf}.items():
-            command += ["--conf", f"{key}={value}"]
-        return call_spark_submit([*command, SCRIPT, "--plan", plan.to_json()], env, master, run.config.spark_conf)
+    return launch_job(run, SCRIPT, ["--plan", plan.to_json()], f"tidemark-reprocess-{plan.pipeline}")
 
 
 if __name__ == "__main__":

@@ -173,3 +173,20 @@ def launch(run: PipelineRun, plan: BatchPlan) -> int:
     with run.job_environment() as env:
         return run_ingest_job(plan, run.spark_master, run.config.isolation_level, run.config.spark_conf, env,
                               run.store)
+
+
+def launch_job(run: PipelineRun, script: str, arguments: list[str], name: str, stdout=None) -> int:
+    """Run a job script beside the ingest job (``tidemark dead-letters reprocess``, the audit's sample) on the
+    pipeline's Spark master, as ``tidemark run`` runs the ingest job: a client of the Spark Connect server, or
+    spark-submit in client mode with the cached jars, the core's archive and the pipeline's Spark settings.
+    Returns its exit code; ``stdout``: where its output goes (``subprocess``'s meaning)."""
+    master = run.spark_master
+    with run.job_environment() as extra:
+        env = job_environment(master, extra)
+        if is_spark_connect(master):
+            return subprocess.call([sys.executable, script, *arguments], env=env, stdout=stdout)
+        command = [str(Path(local_spark_env()["SPARK_HOME"]) / "bin" / "spark-submit"), "--master", master,
+                   "--name", name, "--jars", ",".join(spark_jars()), "--py-files", core_archive()]
+        for key, value in {**DEFAULT_CONF, **run.config.spark_conf}.items():
+            command += ["--conf", f"{key}={value}"]
+        return call_spark_submit([*command, script, *arguments], env, master, run.config.spark_conf, stdout=stdout)

@@ -128,12 +128,10 @@ def execute_batch(spark, plan: BatchPlan, properties: Mapping[str, str], isolati
     crash.crash_point(crash.AFTER_LEDGER_COMMIT)
 
 
-def write_counted_first(rows, plan: BatchPlan) -> dict[TopicPartition, Tally]:
-    """Values that can be bad, and re-reads that are deduplicated (backfills, replays): cache the
-    batch, count good and bad records per partition and check them against the frozen ranges before
-    anything is written, then write the dead letters and the output (the commit point). A batch left
-    with no record (everything already in the output) makes no commit at all, as an empty
-    incremental run makes none. Returns the counts for the reconciliation."""
+def _cached_and_counted(rows, plan: BatchPlan) -> tuple[object, dict[TopicPartition, Tally], int]:
+    """The batch cached, its good and bad records counted per partition and checked against the frozen ranges
+    (before anything is written); under ``on_bad_record: fail`` a bad record fails it here. Returns the cached
+    rows (the caller unpersists them), the counts and the number of bad records."""
     with kafka_errors(plan):
         rows = rows.persist()
     try:
@@ -143,12 +141,26 @@ def write_counted_first(rows, plan: BatchPlan) -> dict[TopicPartition, Tally]:
         bad = sum(t.bad for t in tallies.values())
         log.info("pipeline '%s': batch %d read %d records (%d bad) from %d offsets", plan.pipeline, plan.batch_id,
                  sum(t.records for t in tallies.values()), bad, plan.total_offsets)
+        if bad and plan.format.on_bad_record == "fail":
+            raise _bad_records_error(plan, rows)
+    except BaseException:
+        rows.unpersist()
+        raise
+    return rows, tallies, bad
+
+
+def write_counted_first(rows, plan: BatchPlan) -> dict[TopicPartition, Tally]:
+    """Values that can be bad, and re-reads that are deduplicated (backfills, replays): cache the
+    batch, count good and bad records per partition and check them against the frozen ranges before
+    anything is written, then write the dead letters and the output (the commit point). A batch left
+    with no record (everything already in the output) makes no commit at all, as an empty
+    incremental run makes none. Returns the counts for the reconciliation."""
+    rows, tallies, bad = _cached_and_counted(rows, plan)
+    try:
         if not any(t.records for t in tallies.values()):
             log.info("pipeline '%s': batch %d: every record of its ranges is already in the output or the dead "
                      "letters; no table is written", plan.pipeline, plan.batch_id)
             return tallies
-        if bad and plan.format.on_bad_record == "fail":
-            raise _bad_records_error(plan, rows)
         if bad:
             spark_io.write_dead_letters(rows, plan)
             log.info("pipeline '%s': %d dead letters written to %s", plan.pipeline, bad, plan.dead_letter_uri)
@@ -175,15 +187,8 @@ def write_keyed(spark, rows, plan: BatchPlan, store: ObjectStore | None = None) 
         raise SchemaChangeError(f"widening a keyed table's columns ({', '.join(fmt.widen)}) is not supported yet; "
                                 f"nothing was written. Write to a new table, or keep the column's type.",
                                 pipeline=plan.pipeline)
-    with kafka_errors(plan):
-        rows = rows.persist()
+    rows, tallies, bad = _cached_and_counted(rows, plan)
     try:
-        with kafka_errors(plan):
-            tallies = spark_io.tally(rows)
-        check_read(plan, tallies)
-        bad = sum(t.bad for t in tallies.values())
-        if bad and fmt.on_bad_record == "fail":
-            raise _bad_records_error(plan, rows)
         applied = Ledger(plan.ledger_uri, store).state(plan.pipeline).high_water
         newest = spark_keyed.newest_changes(rows, spec, applied)
         exists = storage.open_table(plan.table_uri, store) is not None

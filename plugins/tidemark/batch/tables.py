@@ -71,11 +71,10 @@ def dead_letters_settled(table_uri: str, dead_letter_uri: str | None, pipeline: 
     return total_offsets > 0 and sum(count_batch_records(table_uri, batch_id, store).values()) == total_offsets
 
 
-def output_version(table_uri: str, pipeline: str, batch_id: int, store: ObjectStore | None = None,
-                   depth: int = 100) -> int | None:
-    """The output table's Delta version whose commit holds the batch (its ``userMetadata`` names the
-    pipeline and batch id, ``BatchPlan.commit_metadata``); None if none of the last ``depth`` commits
-    does (a batch that found every record already in the output commits nothing new)."""
+def _batch_commit(table_uri: str, pipeline: str, batch_id: int, store: ObjectStore | None, depth: int
+                  ) -> tuple[int, dict] | None:
+    """(version, held metadata) of the table's commit that holds the batch (its ``userMetadata`` names the
+    pipeline and batch id, ``BatchPlan.commit_metadata``), among the last ``depth`` commits; None if none."""
     table = storage.open_table(table_uri, store)
     if table is None:
         return None
@@ -85,23 +84,24 @@ def output_version(table_uri: str, pipeline: str, batch_id: int, store: ObjectSt
         except (ValueError, AttributeError):
             continue
         if held.get("pipeline") == pipeline and held.get("batch_id") == batch_id:
-            return commit.get("version")
+            return commit.get("version"), held
     return None
+
+
+def output_version(table_uri: str, pipeline: str, batch_id: int, store: ObjectStore | None = None,
+                   depth: int = 100) -> int | None:
+    """The output table's Delta version whose commit holds the batch; None if none of the last ``depth``
+    commits does (a batch that found every record already in the output commits nothing new)."""
+    found = _batch_commit(table_uri, pipeline, batch_id, store, depth)
+    return None if found is None else found[0]
 
 
 def merged_records(table_uri: str, pipeline: str, batch_id: int, store: ObjectStore | None = None,
                    depth: int = 100) -> dict[TopicPartition, int] | None:
-    """The good records a keyed table's commit of the batch applied per partition, from its ``userMetadata``
-    (``BatchPlan.commit_metadata``); None when none of the last ``depth`` commits holds the batch."""
-    table = storage.open_table(table_uri, store)
-    if table is None:
+    """The good records a keyed table's commit of the batch applied per partition, from its ``userMetadata``;
+    None when none of the last ``depth`` commits holds the batch with its counts."""
+    found = _batch_commit(table_uri, pipeline, batch_id, store, depth)
+    if found is None or "records" not in found[1]:
         return None
-    for commit in table.history(depth):
-        try:
-            held = json.loads(commit.get("userMetadata") or "{}").get(METADATA_KEY) or {}
-        except (ValueError, AttributeError):
-            continue
-        if held.get("pipeline") == pipeline and held.get("batch_id") == batch_id and "records" in held:
-            return {TopicPartition(k.rpartition(":")[0], int(k.rpartition(":")[2])): int(n)
-                    for k, n in held["records"].items()}
-    return None
+    return {TopicPartition(k.rpartition(":")[0], int(k.rpartition(":")[2])): int(n)
+            for k, n in found[1]["records"].items()}

@@ -18,7 +18,7 @@ from tidemark.run import SETTINGS_FILE_ENV_VAR, PipelineRun
 @pytest.mark.parametrize("spark", [{"conn_type": "spark", "host": "local[2]"},
                                    {"conn_type": "spark_connect", "host": "127.0.0.1", "port": 15002}])
 def test_the_job_is_launched_with_its_plan_and_its_settings_file_only(spark, monkeypatch, tmp_path):
-    from tidemark_spark import reprocess
+    from tidemark_spark import reprocess, submit
 
     monkeypatch.setenv("TIDEMARK_LAKE_ROOT", str(tmp_path))
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(spark))
@@ -33,7 +33,7 @@ def test_the_job_is_launched_with_its_plan_and_its_settings_file_only(spark, mon
         seen.update(command=command, settings=open(env[SETTINGS_FILE_ENV_VAR]).read(), env=env)
         return 0
 
-    monkeypatch.setattr(reprocess.subprocess, "call", call)
+    monkeypatch.setattr(submit.subprocess, "call", call)
     assert reprocess.launch(run, plan) == 0
     command = seen["command"]
     assert command[-3:] == [reprocess.SCRIPT, "--plan", plan.to_json()]
