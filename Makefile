@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export KAFKA_PORT ?= 9092
 
 .DEFAULT_GOAL := help
-.PHONY: help setup venv jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down storage-up storage-down registry-up registry-down demo test test-unit lint soak chaos bench bench-s3 bench-skew bench-scale bench-profile bench-read-path bench-cds bench-json bench-avro bench-small bench-tls bench-ledger bench-ledger-size bench-audit bench-maintenance bench-fleet bench-page connect-up connect-down airflow airflow-down browser redis lock clean
+.PHONY: help setup venv jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down storage-up storage-down registry-up registry-down demo test test-unit lint soak chaos bench bench-s3 bench-skew bench-scale bench-profile bench-read-path bench-cds bench-json bench-avro bench-small bench-tls bench-ledger bench-ledger-size bench-audit bench-maintenance bench-fleet bench-page bench-keyed connect-up connect-down airflow airflow-down browser redis lock clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -100,7 +100,7 @@ chaos: setup redis ## CHAOS_FAULTS (100) random faults (Celery worker, Spark dri
 lint: venv ## ruff, and the import contracts (the core imports no adapter, no Airflow; no import loops: lint-imports)
 	scripts/lint.sh
 
-bench: setup ## Tidemark vs AvailableNow, plain batch, consumer perf; the DAG under a running scheduler; ledger growth; skew; a profile of the raw path; scale; then bench-json, bench-avro, bench-small, bench-tls, bench-ledger, bench-fleet (BENCH_SKIP leaves parts out); not in make test
+bench: setup ## Tidemark vs AvailableNow, plain batch, consumer perf; the DAG under a running scheduler; ledger growth; skew; a profile of the raw path; scale; then bench-json, bench-avro, bench-small, bench-tls, bench-ledger, bench-fleet, bench-keyed (BENCH_SKIP leaves parts out); not in make test
 	scripts/bench.sh
 
 bench-s3: setup ## one batch (BENCH_RECORDS=2000000) to the local disk vs to the local S3 server; bench/results/object_storage.json
@@ -151,6 +151,9 @@ bench-fleet: setup ## a fleet of 50 pipelines x 10,000 records (BENCH_FLEET_PIPE
 
 bench-page: setup ## the Tidemark page's response time as the ledger grows to 10,000 batches; bench/results/console.json
 	scripts/with_broker.sh bench $${BENCH_KAFKA_PORT:-19292} .venv/bin/python -m bench.console
+
+bench-keyed: setup ## a keyed table: 2M changes over 200,000 keys into 1M rows (BENCH_KEYED_CHANGES, BENCH_KEYED_KEYS, BENCH_KEYED_TABLE_ROWS), Tidemark's MERGE batch vs AvailableNow with an idempotent foreachBatch MERGE, a replay of the whole range, the same changes into 5M rows (BENCH_KEYED_BIG_ROWS); a private broker on BENCH_KEYED_KAFKA_PORT (19492); BENCH_KEYED_RESUME=1 continues a stopped run; bench/results/keyed.json
+	scripts/bench_keyed.sh
 
 EXECUTOR ?= local
 airflow: setup ## a real local Airflow 3 on PostgreSQL (api-server, scheduler, dag-processor, triggerer) with the broker and the demo pipeline; prints the URL and the login. EXECUTOR=celery: the CeleryExecutor, Redis (apt-get installs redis-server when missing) and two Celery workers. Creates a 3-partition topic per listed topic of every pipeline file; a broker it starts keeps its data in .cache/kafka-<KAFKA_PORT> unless KAFKA_HOME says otherwise (scripts/airflow.sh)

@@ -13,7 +13,9 @@
 # bench/results/ledger_contention.json and bench/results/audit.json (tidemark audit on 1M and 10M rows, unless
 # BENCH_SKIP names `audit`), and bench/results/maintenance.json (1,000 small batches before and after maintenance,
 # unless BENCH_SKIP names `maintenance`), and bench/results/fleet.json (scripts/bench_fleet.sh: 50 pipelines, one
-# scheduler tick on make airflow's stack vs 50 AvailableNow jobs, on private ports; unless BENCH_SKIP names `fleet`).
+# scheduler tick on make airflow's stack vs 50 AvailableNow jobs, on private ports; unless BENCH_SKIP names `fleet`), and bench/results/keyed.json (scripts/bench_keyed.sh: a keyed table, Tidemark's MERGE vs
+# AvailableNow with an idempotent foreachBatch MERGE, a replay, 1M vs 5M rows; unless BENCH_SKIP names `keyed`), whose
+# section and Targets rows `python -m bench.keyed --page` writes into docs/BENCHMARKS.md after bench.report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 skipped() { case ",${BENCH_SKIP:-}," in *,"$1",*) return 0 ;; esac; return 1; }
@@ -51,6 +53,11 @@ fi
 if ! skipped fleet; then
   scripts/bench_fleet.sh
 fi
+if ! skipped keyed; then  # a keyed table: MERGE vs AvailableNow, a replay, 1M vs 5M rows: bench/results/keyed.json
+  scripts/bench_keyed.sh
+fi
 # bench.run wrote docs/BENCHMARKS.md before typed_json.json, avro.json, small_batch.json and tls.json were new:
 # fold them into bench.json and write the page again (from the stored JSON).
-exec .venv/bin/python -m bench.report
+.venv/bin/python -m bench.report
+# bench/report.py writes the page without the keyed part: its section and Targets rows go in afterwards.
+exec .venv/bin/python -m bench.keyed --page
