@@ -18,6 +18,7 @@ from tidemark import ledger_migrations as migrations
 from tidemark import storage
 from tidemark.errors import LedgerConflictError, PipelineBusyError
 from tidemark.ledger_state import (
+    CHANGE_COLUMNS,
     COMMITTED,
     KIND_BATCH,
     KIND_GAP,
@@ -27,6 +28,8 @@ from tidemark.ledger_state import (
     WRITING_KINDS,
     LedgerRow,
     LedgerState,
+    RowChanges,
+    commit_source,
     derive_state,
     fingerprint,
     gap_rows,
@@ -36,7 +39,7 @@ from tidemark.ledger_state import (
 from tidemark.offsets import TopicPartition
 
 __all__ = ["COMMITTED", "KIND_BATCH", "KIND_GAP", "PLANNED", "POSITION_KINDS", "SCHEMA", "WRITING_KINDS", "Ledger",
-           "LedgerRow", "LedgerState", "derive_state", "fingerprint", "gap_rows", "now", "planned_rows"]
+           "LedgerRow", "LedgerState", "RowChanges", "derive_state", "fingerprint", "gap_rows", "now", "planned_rows"]
 
 log = logging.getLogger(__name__)
 
@@ -324,19 +327,14 @@ class Ledger:
 
         self._compare_and_commit(pipeline, expected, commit, f"taking over batch {batch_id}")
 
-    def mark_committed(self, pipeline: str, batch_id: int, counts: dict[TopicPartition, tuple[int, int]]) -> bool:
-        """Flip the batch's planned rows to committed with their (records, dead letters) counts.
+    def mark_committed(self, pipeline: str, batch_id: int, counts: dict[TopicPartition, tuple[int, int]],
+                       changes: RowChanges | None = None) -> bool:
+        """Flip the batch's planned rows to committed with their (records, dead letters) counts, and a keyed
+        batch's ``changes`` (rows inserted, updated, deleted) on its first row (``ledger_state.changes_row``).
         Idempotent: returns False when nothing was left to flip. The merge reads only the pipeline's
         partition, and a merge that loses a race to another commit is run again on the new version
         (_retrying): it only flips rows still planned, so running it again is safe."""
-        source = pa.table({
-            "pipeline": [pipeline] * len(counts),
-            "batch_id": [batch_id] * len(counts),
-            "topic": [tp.topic for tp in counts],
-            "partition": pa.array([tp.partition for tp in counts], pa.int32()),
-            "record_count": pa.array([c for c, _ in counts.values()], pa.int64()),
-            "dead_letter_count": pa.array([d for _, d in counts.values()], pa.int64()),
-        })
+        source = commit_source(pipeline, batch_id, counts, changes)
         changed: list[bool] = []
         _retrying(pipeline, f"marking batch {batch_id} committed",
                   lambda: changed.append(self._flip_committed(pipeline, source)))
@@ -358,7 +356,7 @@ class Ledger:
                             commit_properties=CommitProperties(max_commit_retries=_REBASES))
                 .when_matched_update(
                     updates={"status": f"'{COMMITTED}'", "record_count": "s.record_count",
-                             "dead_letter_count": "s.dead_letter_count",
+                             "dead_letter_count": "s.dead_letter_count", **{c: f"s.{c}" for c in CHANGE_COLUMNS},
                              "committed_at": f"CAST('{stamp}' AS TIMESTAMP)"},
                     predicate=f"t.status = '{PLANNED}'")
                 .execute()

@@ -11,8 +11,9 @@ version    shape
 1          no version property; ``dead_letter_count`` and ``topic_id`` may be missing (added by
            later releases; their rows read null)
 2          the columns ``V2_COLUMNS`` and the property ``"2"``
-3          ``V2_COLUMNS`` and ``frozen_schemas`` (``V3_COLUMNS``: every column of ``ledger.SCHEMA``),
-           the property ``"3"``
+3          ``V2_COLUMNS`` and ``frozen_schemas`` (``V3_COLUMNS``), the property ``"3"``
+4          ``V3_COLUMNS`` and ``rows_inserted``, ``rows_updated``, ``rows_deleted`` (``V4_COLUMNS``: every
+           column of ``ledger.SCHEMA``), the property ``"4"``
 =========  ======================================================================================
 
 Each step of ``MIGRATIONS`` takes the table from ``from_version`` to ``to_version``: its function
@@ -46,7 +47,7 @@ log = logging.getLogger(__name__)
 VERSION_PROPERTY = "tidemark.ledger.schemaVersion"
 UNVERSIONED = 1
 """The version of a ledger without the property."""
-CURRENT_VERSION = 3
+CURRENT_VERSION = 4
 _ATTEMPTS = 20
 
 V2_COLUMNS = ("pipeline", "batch_id", "kind", "status", "topic", "partition", "start_offset", "end_offset",
@@ -55,6 +56,10 @@ V2_COLUMNS = ("pipeline", "batch_id", "kind", "status", "topic", "partition", "s
 V3_COLUMNS = (*V2_COLUMNS, "frozen_schemas")
 """The columns of a version 3 ledger, in order: the batch's frozen schemas (Avro) were added."""
 V3_ADDED = (pa.field("frozen_schemas", pa.string()),)
+V4_COLUMNS = (*V3_COLUMNS, "rows_inserted", "rows_updated", "rows_deleted")
+"""The columns of a version 4 ledger, in order: what a keyed batch's MERGE did to the table's rows was added."""
+V4_ADDED = (pa.field("rows_inserted", pa.int64()), pa.field("rows_updated", pa.int64()),
+            pa.field("rows_deleted", pa.int64()))
 V1_OPTIONAL = (pa.field("dead_letter_count", pa.int64()), pa.field("topic_id", pa.string()))
 """Nullable columns that releases before version 2 added over time: a version 1 ledger may lack them."""
 
@@ -158,9 +163,21 @@ def _v2_to_v3(table: DeltaTable) -> None:
         log.info("ledger %s: added the column frozen_schemas", table.table_uri)
 
 
+def _v3_to_v4(table: DeltaTable) -> None:
+    """Add ``rows_inserted``, ``rows_updated`` and ``rows_deleted`` (one commit); existing rows read null in them
+    (appends, and keyed batches committed before them)."""
+    from deltalake.schema import Field
+
+    missing = missing_columns(_column_names(table), V4_ADDED)
+    if missing:
+        table.alter.add_columns([Field.from_arrow(f) for f in missing])
+        log.info("ledger %s: added the columns %s", table.table_uri, ", ".join(f.name for f in missing))
+
+
 MIGRATIONS: list[Migration] = [
     Migration(1, 2, _v1_to_v2),
     Migration(2, 3, _v2_to_v3),
+    Migration(3, 4, _v3_to_v4),
 ]
 
 

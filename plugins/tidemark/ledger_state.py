@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import pyarrow as pa
 
@@ -56,6 +57,12 @@ SCHEMA = pa.schema([
     # planned, registry or not.
     # Added in schema version 3 (ledger_migrations); null for other formats and older rows.
     pa.field("frozen_schemas", pa.string()),
+    # What a keyed batch's MERGE did to the table's rows (Delta's operation metrics of its commit): the
+    # batch's totals, on the batch's first row only (``changes_row``), null on its other rows, on appends
+    # and on older rows. Added in schema version 4.
+    pa.field("rows_inserted", pa.int64()),
+    pa.field("rows_updated", pa.int64()),
+    pa.field("rows_deleted", pa.int64()),
 ])
 # A new column, or any other change to the table's shape, is a new schema version: see ledger_migrations.
 
@@ -78,6 +85,9 @@ class LedgerRow:
     committed_at: dt.datetime | None = None
     topic_id: str | None = None
     frozen_schemas: str | None = None
+    rows_inserted: int | None = None
+    rows_updated: int | None = None
+    rows_deleted: int | None = None
 
     @property
     def tp(self) -> TopicPartition:
@@ -86,6 +96,52 @@ class LedgerRow:
     @property
     def range(self) -> OffsetRange:
         return OffsetRange(self.topic, self.partition, self.start_offset, self.end_offset)
+
+
+class RowChanges(NamedTuple):
+    """What one keyed batch did to its table's rows: rows inserted, updated and deleted (Delta's operation
+    metrics of the batch's commit). One per batch, not per partition: one MERGE applies the whole batch."""
+
+    inserted: int
+    updated: int
+    deleted: int
+
+
+CHANGE_COLUMNS = ("rows_inserted", "rows_updated", "rows_deleted")
+
+
+def changes_row(tps: Iterable[TopicPartition]) -> TopicPartition | None:
+    """The partition whose ledger row carries a batch's RowChanges: the first by topic and partition (its other
+    rows hold null), so that summing the column over any set of rows counts each batch once."""
+    return min(tps, default=None)
+
+
+def batch_changes(rows: Iterable[LedgerRow]) -> RowChanges | None:
+    """A batch's RowChanges from its rows (the sum of what they carry, whichever row that is); None when no row
+    carries any (an append, a reset, a gap, or a batch committed before schema version 4)."""
+    rows = [r for r in rows if r.rows_inserted is not None]
+    if not rows:
+        return None
+    return RowChanges(*(sum(getattr(r, c) or 0 for r in rows) for c in CHANGE_COLUMNS))
+
+
+def commit_source(pipeline: str, batch_id: int, counts: Mapping[TopicPartition, tuple[int, int]],
+                  changes: RowChanges | None = None) -> pa.Table:
+    """The rows ``Ledger.mark_committed`` merges into the batch's planned rows: per partition its (records, dead
+    letters), and the batch's ``changes`` on the ``changes_row`` (null elsewhere, and everywhere without)."""
+    carrier = changes_row(counts) if changes is not None else None
+    picked = [changes if tp == carrier else None for tp in counts]
+    columns = {
+        "pipeline": [pipeline] * len(counts),
+        "batch_id": [batch_id] * len(counts),
+        "topic": [tp.topic for tp in counts],
+        "partition": pa.array([tp.partition for tp in counts], pa.int32()),
+        "record_count": pa.array([c for c, _ in counts.values()], pa.int64()),
+        "dead_letter_count": pa.array([d for _, d in counts.values()], pa.int64()),
+    }
+    for i, name in enumerate(CHANGE_COLUMNS):
+        columns[name] = pa.array([None if p is None else p[i] for p in picked], pa.int64())
+    return pa.table(columns)
 
 
 @dataclass

@@ -85,6 +85,12 @@ METRICS = (
     MetricSpec("tidemark.batch_dead_letters", "count", PIPELINE, "records a committed batch wrote as dead letters"),
     MetricSpec("tidemark.batch_duration", "timing", PIPELINE,
                "a committed batch's time from freezing its ranges to its ledger commit (milliseconds)"),
+    MetricSpec("tidemark.batch_rows_inserted", "count", PIPELINE,
+               "rows a committed keyed batch's MERGE inserted into the table (keyed pipelines only)"),
+    MetricSpec("tidemark.batch_rows_updated", "count", PIPELINE,
+               "rows a committed keyed batch's MERGE updated (keyed pipelines only)"),
+    MetricSpec("tidemark.batch_rows_deleted", "count", PIPELINE,
+               "rows a committed keyed batch's MERGE deleted (keyed pipelines only)"),
 )
 
 
@@ -139,12 +145,16 @@ def pipeline_measurements(pipeline: str, rows: Iterable[Mapping], freshness_seco
     return out
 
 
-def batch_measurements(pipeline: str, records: int, dead_letters: int,
-                       duration_seconds: float | None) -> list[Measurement]:
-    """What one committed batch wrote, and how long it took from freezing to commit."""
+def batch_measurements(pipeline: str, records: int, dead_letters: int, duration_seconds: float | None,
+                       rows_changed: tuple[int, int, int] | None = None) -> list[Measurement]:
+    """What one committed batch wrote, and how long it took from freezing to commit; for a keyed batch also
+    ``rows_changed``, the rows its MERGE inserted, updated and deleted (``ledger_state.RowChanges``)."""
     tags = {"pipeline": pipeline}
     out = [Measurement("tidemark.batch_records", "count", records, tags),
            Measurement("tidemark.batch_dead_letters", "count", dead_letters, tags)]
     if duration_seconds is not None:
         out.append(Measurement("tidemark.batch_duration", "timing", round(duration_seconds * 1000, 3), tags))
+    if rows_changed is not None:
+        out += [Measurement(f"tidemark.batch_rows_{what}", "count", n, tags)
+                for what, n in zip(("inserted", "updated", "deleted"), rows_changed, strict=True)]
     return out

@@ -1,6 +1,6 @@
-"""The charts of the Tidemark page: lag, records and duration per batch over a pipeline's newest ledger
-entries, computed here (pure) and drawn as inline SVG by the template (``templates/charts.html``): no
-script and no CDN, so the page works offline and behind any proxy.
+"""The charts of the Tidemark page: lag, records and duration per batch (and, for a keyed table, rows
+changed) over a pipeline's newest ledger entries, computed here (pure) and drawn as inline SVG by the
+template (``templates/charts.html``): no script and no CDN, so the page works offline and behind any proxy.
 
 What the ledger can honestly give as lag: it does not record Kafka's latest offset at plan time, but a
 batch is planned from the committed position up to the latest offset Kafka had (the last stable offset
@@ -36,6 +36,7 @@ class Mark:
     y: float
     width: float
     committed_at: str | None
+    detail: str = ""  # said after the value in the tooltip (e.g. "2 inserted, 1 updated, 0 deleted")
 
 
 @dataclass(frozen=True)
@@ -82,14 +83,16 @@ def number(value: float, unit: str = "") -> str:
 
 
 def _chart(id: str, title: str, unit: str, note: str, style: str, entries: Sequence[dict],
-           values: Sequence[tuple[float, str]], empty: str) -> Chart:
+           values: Sequence[tuple[float, str]], empty: str, details: Sequence[str] | None = None) -> Chart:
     """Lay the entries (oldest first) out left to right, their values scaled to the axis."""
     top = nice_ceiling(max((v for v, _ in values), default=0))
     plot_width, plot_height = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     slot = min(plot_width / max(len(entries), 1), MAX_SLOT)  # a few batches: narrow bars from the left
+    details = details or [""] * len(entries)
     marks = [Mark(batch_id=e["batch_id"], kind=e["kind"], value=v, text=text, x=LEFT + i * slot + slot * 0.15,
-                  y=TOP + plot_height * (1 - v / top), width=slot * 0.7, committed_at=e.get("committed_at"))
-             for i, (e, (v, text)) in enumerate(zip(entries, values, strict=True))]
+                  y=TOP + plot_height * (1 - v / top), width=slot * 0.7, committed_at=e.get("committed_at"),
+                  detail=detail)
+             for i, (e, (v, text), detail) in enumerate(zip(entries, values, details, strict=True))]
     ticks = [(TOP + plot_height * (1 - f), number(top * f, unit)) for f in (0, 0.5, 1)]
     return Chart(id=id, title=title, unit=unit, note=note, style=style, marks=marks, ticks=ticks,
                  empty=empty if not marks else "")
@@ -129,6 +132,24 @@ def duration_chart(entries: Sequence[dict]) -> Chart:
                   "No committed batch or backfill yet.")
 
 
+def has_changes(entry: dict) -> bool:
+    """Whether a ledger entry says what its MERGE did to the rows (a keyed batch or backfill)."""
+    return entry.get("rows_inserted") is not None
+
+
+def changes_chart(entries: Sequence[dict]) -> Chart:
+    shown = [e for e in committed(entries) if has_changes(e)]
+    totals = [e["rows_inserted"] + e["rows_updated"] + e["rows_deleted"] for e in shown]
+    return _chart("chart-changes", "Rows changed per batch", "rows",
+                  "Rows each committed batch's MERGE inserted, updated or deleted in the keyed table (Delta's "
+                  "operation metrics), the three in each tooltip; a replay of applied changes changes none.",
+                  "bars", shown, [(t, f"{t:,}") for t in totals], "No committed keyed batch yet.",
+                  [f"{e['rows_inserted']:,} inserted, {e['rows_updated']:,} updated, {e['rows_deleted']:,} deleted"
+                   for e in shown])
+
+
 def charts(entries: Sequence[dict], cap: int | None) -> list[Chart]:
-    """The page's charts from ``PipelineRun.recent_entries`` (newest first) and the pipeline's cap."""
-    return [lag_chart(entries, cap), records_chart(entries), duration_chart(entries)]
+    """The page's charts from ``PipelineRun.recent_entries`` (newest first) and the pipeline's cap; a keyed
+    pipeline's (one whose entries say what their MERGE did to the rows) also its rows changed per batch."""
+    shown = [lag_chart(entries, cap), records_chart(entries), duration_chart(entries)]
+    return [*shown, changes_chart(entries)] if any(has_changes(e) for e in entries) else shown

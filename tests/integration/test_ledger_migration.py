@@ -1,4 +1,4 @@
-"""Ledgers written by older releases (tests/fixtures/ledger_v1*, see the README there) through the
+"""Ledgers written by older releases (tests/fixtures/ledger_v1*, ledger_v3, see the README there) through the
 migration chain, on real Delta tables with delta-rs: reads leave them alone, the first write migrates
 them without changing any pipeline's state, concurrent migrators both succeed, and a ledger from a newer
 release is refused untouched. Needs neither Kafka nor Spark."""
@@ -15,7 +15,7 @@ from deltalake import DeltaTable
 
 from tidemark import ledger_migrations as m
 from tidemark.errors import ConfigError, PipelineBusyError
-from tidemark.ledger import COMMITTED, PLANNED, SCHEMA, Ledger, LedgerRow, fingerprint, planned_rows
+from tidemark.ledger import COMMITTED, PLANNED, SCHEMA, Ledger, LedgerRow, RowChanges, fingerprint, planned_rows
 from tidemark.offsets import OffsetRange
 from tidemark.offsets import TopicPartition as TP
 
@@ -26,12 +26,17 @@ PIPELINES = ("orders", "clicks")
 ORDERS_ID = "Yw3IsFJ9Q7uR1mQ3pZ0xAg"
 
 
-@pytest.fixture(params=["ledger_v1", "ledger_v1_no_topic_id"])
+@pytest.fixture(params=["ledger_v1", "ledger_v1_no_topic_id", "ledger_v3"])
 def old_ledger(request, tmp_path) -> str:
-    """A copy of a version 1 ledger: as the release before schema versions wrote it, and without topic_id."""
+    """A copy of an older ledger: version 1 as the release before schema versions wrote it, and without topic_id;
+    version 3 as the last release before the keyed row changes wrote it (the same rows)."""
     target = tmp_path / request.param
     shutil.copytree(FIXTURES / request.param, target)
     return str(target)
+
+
+def fixture_version(uri: str) -> int:
+    return 3 if uri.endswith("ledger_v3") else 1
 
 
 def files(uri: str) -> dict[str, bytes]:
@@ -46,9 +51,14 @@ def operations_since(uri: str, version: int) -> list[str]:
 
 
 def steps(uri: str) -> list[str]:
-    """The commits migrating a version 1 fixture makes: to version 2 (adding topic_id when it lacks it), then
-    to version 3 (adding frozen_schemas)."""
-    return [*(["ADD COLUMN"] if "no_topic_id" in uri else []), "SET TBLPROPERTIES", "ADD COLUMN", "SET TBLPROPERTIES"]
+    """The commits migrating a fixture makes: from version 1 to version 2 (adding topic_id when it lacks it), to
+    version 3 (adding frozen_schemas), then (from version 3 too) to version 4 (adding the three rows_* columns in
+    one commit)."""
+    to_v4 = ["ADD COLUMN", "SET TBLPROPERTIES"]
+    if fixture_version(uri) == 3:
+        return to_v4
+    return [*(["ADD COLUMN"] if "no_topic_id" in uri else []), "SET TBLPROPERTIES", "ADD COLUMN", "SET TBLPROPERTIES",
+            *to_v4]
 
 
 def snapshot(ledger: Ledger) -> dict[str, tuple]:
@@ -61,8 +71,8 @@ def assert_current(uri: str) -> None:
     assert [f.name for f in table.schema().fields] == SCHEMA.names
 
 
-def test_the_fixtures_are_version_1_ledgers_with_the_expected_state(old_ledger):
-    assert m.schema_version(DeltaTable(old_ledger)) == 1
+def test_the_fixtures_are_older_ledgers_with_the_expected_state(old_ledger):
+    assert m.schema_version(DeltaTable(old_ledger)) == fixture_version(old_ledger)
     ledger = Ledger(old_ledger)
     orders, clicks = ledger.state("orders"), ledger.state("clicks")
     assert orders.positions == {TP("orders", 0): 4, TP("orders", 1): 7}  # batch 1, then the reset of :0
@@ -121,8 +131,13 @@ def test_the_other_writes_migrate_first_too(old_ledger, write):
         ledger.take_over("orders", 3, "run-new", expected=state.fingerprint)
         assert ledger.state("orders").pending_owner == "run-new"
     else:
-        assert ledger.mark_committed("orders", 3, {TP("orders", 0): (8, 0), TP("orders", 1): (2, 0)})
+        assert ledger.mark_committed("orders", 3, {TP("orders", 1): (2, 0), TP("orders", 0): (8, 0)},
+                                     RowChanges(inserted=5, updated=2, deleted=1))
         assert ledger.state("orders").positions == {TP("orders", 0): 12, TP("orders", 1): 9}
+        # Version 4's columns: the batch's row changes on its first row; every older row reads null in them.
+        changes = {(r.batch_id, r.partition): (r.rows_inserted, r.rows_updated, r.rows_deleted)
+                   for r in ledger.rows("orders")}
+        assert changes.pop((3, 0)) == (5, 2, 1) and set(changes.values()) == {(None, None, None)}
     assert_current(old_ledger)
 
 
@@ -179,7 +194,8 @@ def test_two_processes_writing_an_old_ledger_at_once_both_succeed(old_ledger):
     ledger = Ledger(old_ledger)
     assert ledger.state("clicks").pending_ranges == [OffsetRange("clicks", 0, 100, 110)]
     assert ledger.state("payments").pending_ranges == [OffsetRange("payments", 0, 100, 110)]
-    assert operations_since(old_ledger, 0).count("SET TBLPROPERTIES") == len(m.MIGRATIONS)  # each step once
+    assert operations_since(old_ledger, 0).count("SET TBLPROPERTIES") == len(  # each step once
+        m.pending_steps(fixture_version(old_ledger)))
 
 
 def test_a_ledger_from_a_newer_release_is_refused_and_left_untouched(tmp_path):

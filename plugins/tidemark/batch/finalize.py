@@ -12,7 +12,7 @@ import logging
 
 from tidemark import crash
 from tidemark.batch.plan import BatchPlan
-from tidemark.batch.tables import Tally, batch_tallies, merged_records
+from tidemark.batch.tables import Tally, batch_tallies, keyed_commit
 from tidemark.errors import ReconciliationError
 from tidemark.ledger import Ledger
 from tidemark.offsets import TopicPartition, describe_ranges
@@ -99,17 +99,20 @@ def finalize_batch(plan: BatchPlan, tallies: dict[TopicPartition, Tally] | None 
 def _finalize_keyed(plan: BatchPlan, tallies: dict[TopicPartition, Tally] | None, store: ObjectStore | None) -> bool:
     """A keyed table's rows are one per key, not one per record: the good records the batch applied come from
     what Spark counted before the MERGE (``tallies``) or, after a crash, from the MERGE commit's metadata; the
-    dead letters from their table, checked against the counts as for an append."""
+    dead letters from their table, checked against the counts as for an append. The rows the MERGE inserted,
+    updated and deleted come from its commit's operation metrics, found by the same one history scan (left
+    null in the ledger when the commit has none)."""
     dead = {tp: t.records for tp, t in batch_tallies(plan.dead_letter_uri, plan.batch_id, store).items()}
+    commit = keyed_commit(plan.table_uri, plan.pipeline, plan.batch_id, store)
     if tallies is not None:
         good = {tp: t.records - t.bad for tp, t in tallies.items()}
+    elif commit is None or commit.records is None:
+        raise ReconciliationError(
+            f"batch {plan.batch_id}: the keyed table {plan.table_uri} holds the batch's marker but no commit of "
+            f"the batch with its counts among its last 100; the ledger was not committed. Investigate before "
+            f"re-running.", pipeline=plan.pipeline)
     else:
-        good = merged_records(plan.table_uri, plan.pipeline, plan.batch_id, store)
-        if good is None:
-            raise ReconciliationError(
-                f"batch {plan.batch_id}: the keyed table {plan.table_uri} holds the batch's marker but no commit of "
-                f"the batch with its counts among its last 100; the ledger was not committed. Investigate before "
-                f"re-running.", pipeline=plan.pipeline)
+        good = commit.records
     for r in plan.ranges:
         expected = tallies.get(r.tp).bad if tallies is not None and r.tp in tallies else dead.get(r.tp, 0)
         if dead.get(r.tp, 0) != expected or good.get(r.tp, 0) + dead.get(r.tp, 0) > r.size:
@@ -118,9 +121,11 @@ def _finalize_keyed(plan: BatchPlan, tallies: dict[TopicPartition, Tally] | None
                 f"{dead.get(r.tp, 0)} for [{r.start}, {r.end}); the ledger was not committed. Investigate before "
                 f"re-running.", pipeline=plan.pipeline)
     counts = {r.tp: (good.get(r.tp, 0) + dead.get(r.tp, 0), dead.get(r.tp, 0)) for r in plan.ranges}
+    changes = commit.changes if commit is not None else None
     crash.crash_soon(crash.DURING_LEDGER_COMMIT)
-    changed = Ledger(plan.ledger_uri, store).mark_committed(plan.pipeline, plan.batch_id, counts)
-    log.info("pipeline '%s': keyed batch %d %s in the ledger (%d records, %d dead letters)", plan.pipeline,
+    changed = Ledger(plan.ledger_uri, store).mark_committed(plan.pipeline, plan.batch_id, counts, changes)
+    log.info("pipeline '%s': keyed batch %d %s in the ledger (%d records, %d dead letters; rows %s)", plan.pipeline,
              plan.batch_id, "committed" if changed else "was already committed", sum(c for c, _ in counts.values()),
-             sum(d for _, d in counts.values()))
+             sum(d for _, d in counts.values()),
+             "unknown" if changes is None else "{} inserted, {} updated, {} deleted".format(*changes))
     return changed

@@ -22,7 +22,7 @@ from tidemark.errors import (
 )
 from tidemark.freshness import hold_started
 from tidemark.ledger import COMMITTED, KIND_BATCH, KIND_GAP, PLANNED, WRITING_KINDS, Ledger, LedgerRow, LedgerState
-from tidemark.ledger_state import KIND_REPROCESS
+from tidemark.ledger_state import CHANGE_COLUMNS, KIND_REPROCESS, batch_changes
 from tidemark.storage import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -100,7 +100,8 @@ def partition_status_or_ledger(config: PipelineConfig, kafka_properties: Mapping
 def history(pipeline: str, limit: int, ledger_uri: str | None = None, *,
             store: ObjectStore | None = None) -> list[dict]:
     """The pipeline's newest ``limit`` ledger rows, newest first (the ``tidemark offsets history --json``
-    contract)."""
+    contract). A keyed batch's ``rows_inserted``, ``rows_updated`` and ``rows_deleted`` are the batch's totals,
+    on its first row only (``ledger_state.changes_row``); null on its other rows and on append pipelines."""
     return [history_entry(r) for r in Ledger(ledger_uri or settings.ledger_uri(), store).recent(pipeline, limit)]
 
 
@@ -108,6 +109,7 @@ def history_entry(row: LedgerRow) -> dict:
     return {"batch_id": row.batch_id, "kind": row.kind, "status": row.status, "topic": row.topic,
             "partition": row.partition, "start_offset": row.start_offset, "end_offset": row.end_offset,
             "record_count": row.record_count, "dead_letter_count": row.dead_letter_count,
+            "rows_inserted": row.rows_inserted, "rows_updated": row.rows_updated, "rows_deleted": row.rows_deleted,
             "dag_run_id": row.dag_run_id, "reason": row.reason, "committed_at": _iso(row.committed_at)}
 
 
@@ -115,7 +117,8 @@ def recent_entries(pipeline: str, count: int, ledger_uri: str | None = None, *,
                    store: ObjectStore | None = None) -> list[dict]:
     """The pipeline's newest ``count`` ledger entries (batches, backfills, resets, gaps), newest first,
     each with its ranges, counts, owner (DAG run or CLI), reason, and how long it took from freezing to
-    commit."""
+    commit; a keyed batch also with the rows its MERGE inserted, updated and deleted (``rows_*``, null
+    otherwise)."""
     rows = Ledger(ledger_uri or settings.ledger_uri(), store).recent_batches(pipeline, count)
     entries: dict[int, list[LedgerRow]] = {}
     for row in rows:
@@ -128,6 +131,7 @@ def recent_entries(pipeline: str, count: int, ledger_uri: str | None = None, *,
         dead = [r.dead_letter_count or 0 for r in group]
         committed_at = max((r.committed_at for r in group if r.committed_at), default=None)
         planned_at = min((r.planned_at for r in group if r.planned_at), default=None)
+        changes = batch_changes(group)
         listing.append({
             "batch_id": batch_id, "kind": first.kind, "status": first.status, "owner": first.dag_run_id,
             "reason": first.reason, "planned_at": _iso(planned_at), "committed_at": _iso(committed_at),
@@ -135,6 +139,7 @@ def recent_entries(pipeline: str, count: int, ledger_uri: str | None = None, *,
                                  if committed_at and planned_at else None),
             "offsets": sum(r.end_offset - r.start_offset for r in group),
             "records": sum(counts) - sum(dead) if counts else None, "dead_letters": sum(dead) if counts else None,
+            **dict(zip(CHANGE_COLUMNS, changes or (None, None, None), strict=True)),
             "ranges": [{"topic": r.topic, "partition": r.partition, "start": r.start_offset, "end": r.end_offset}
                        for r in group],
         })

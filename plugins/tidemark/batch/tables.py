@@ -5,10 +5,12 @@ Delta version whose commit holds it. Shared by recovery, execute, finalize and s
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tidemark import storage
 from tidemark.batch.plan import METADATA_KEY
+from tidemark.ledger_state import RowChanges
 from tidemark.offsets import TopicPartition
 from tidemark.storage import ObjectStore
 
@@ -72,8 +74,8 @@ def dead_letters_settled(table_uri: str, dead_letter_uri: str | None, pipeline: 
 
 
 def _batch_commit(table_uri: str, pipeline: str, batch_id: int, store: ObjectStore | None, depth: int
-                  ) -> tuple[int, dict] | None:
-    """(version, held metadata) of the table's commit that holds the batch (its ``userMetadata`` names the
+                  ) -> tuple[dict, dict] | None:
+    """(commit info, held metadata) of the table's commit that holds the batch (its ``userMetadata`` names the
     pipeline and batch id, ``BatchPlan.commit_metadata``), among the last ``depth`` commits; None if none."""
     table = storage.open_table(table_uri, store)
     if table is None:
@@ -84,7 +86,7 @@ def _batch_commit(table_uri: str, pipeline: str, batch_id: int, store: ObjectSto
         except (ValueError, AttributeError):
             continue
         if held.get("pipeline") == pipeline and held.get("batch_id") == batch_id:
-            return commit.get("version"), held
+            return commit, held
     return None
 
 
@@ -93,15 +95,46 @@ def output_version(table_uri: str, pipeline: str, batch_id: int, store: ObjectSt
     """The output table's Delta version whose commit holds the batch; None if none of the last ``depth``
     commits does (a batch that found every record already in the output commits nothing new)."""
     found = _batch_commit(table_uri, pipeline, batch_id, store, depth)
-    return None if found is None else found[0]
+    return None if found is None else found[0].get("version")
 
 
-def merged_records(table_uri: str, pipeline: str, batch_id: int, store: ObjectStore | None = None,
-                   depth: int = 100) -> dict[TopicPartition, int] | None:
-    """The good records a keyed table's commit of the batch applied per partition, from its ``userMetadata``;
-    None when none of the last ``depth`` commits holds the batch with its counts."""
-    found = _batch_commit(table_uri, pipeline, batch_id, store, depth)
-    if found is None or "records" not in found[1]:
+def row_changes(commit: Mapping) -> RowChanges | None:
+    """What a keyed batch's commit did to the table's rows, from its commit info (pure): a MERGE's operation
+    metrics (``numTargetRowsInserted``, ``...Updated``, ``...Deleted``: strings in the Delta log); the append that
+    created the table inserted ``numOutputRows``. None when the commit has no such metrics (Delta's
+    ``spark.databricks.delta.history.metricsEnabled`` off, or another operation)."""
+    metrics = commit.get("operationMetrics") or {}
+    try:
+        if commit.get("operation") == "MERGE":
+            return RowChanges(*(int(metrics[f"numTargetRows{n}"]) for n in ("Inserted", "Updated", "Deleted")))
+        if commit.get("operation") == "WRITE":
+            return RowChanges(int(metrics["numOutputRows"]), 0, 0)
+    except (KeyError, TypeError, ValueError):
         return None
-    return {TopicPartition(k.rpartition(":")[0], int(k.rpartition(":")[2])): int(n)
-            for k, n in found[1]["records"].items()}
+    return None
+
+
+@dataclass(frozen=True)
+class KeyedCommit:
+    """A keyed table's commit of one batch, as finalize reads it back."""
+
+    records: dict[TopicPartition, int] | None
+    """The good records the batch applied per partition (its ``userMetadata``); None when it lacks them."""
+    changes: RowChanges | None
+    """Rows inserted, updated and deleted (``row_changes``)."""
+
+
+def keyed_commit(table_uri: str, pipeline: str, batch_id: int, store: ObjectStore | None = None,
+                 depth: int = 100) -> KeyedCommit | None:
+    """The keyed table's commit of the batch among its last ``depth`` (one history scan); None when none holds
+    it. Delta commits even a MERGE of no change (its marker must land), so a batch that reached its commit
+    point has one."""
+    found = _batch_commit(table_uri, pipeline, batch_id, store, depth)
+    if found is None:
+        return None
+    commit, held = found
+    records = None
+    if "records" in held:
+        records = {TopicPartition(k.rpartition(":")[0], int(k.rpartition(":")[2])): int(n)
+                   for k, n in held["records"].items()}
+    return KeyedCommit(records, row_changes(commit))

@@ -1,11 +1,12 @@
 """The ledger (tidemark.ledger): state derived from its rows (positions, pending batch, gaps, topic
-incarnations), and a ledger written before the topic_id column."""
+incarnations), a ledger written before the topic_id column, and a keyed batch's row changes."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 
 from tidemark.ledger import COMMITTED, PLANNED, SCHEMA, Ledger, LedgerRow, derive_state, gap_rows, planned_rows
+from tidemark.ledger_state import RowChanges, batch_changes, changes_row, commit_source
 from tidemark.offsets import OffsetRange
 from tidemark.offsets import TopicPartition as TP
 
@@ -117,3 +118,32 @@ def test_a_ledger_without_the_topic_id_column_is_read_and_gains_it_on_append(tmp
         (1, COMMITTED, 5, None), (2, COMMITTED, 9, "id-a")]
     assert ledger.state("p").positions == {A0: 9}
     assert PLANNED not in {r.status for r in rows}
+
+
+# --- what a keyed batch's MERGE did to the rows: one set per batch, on its first row --------------
+
+def test_a_batchs_row_changes_ride_on_its_first_partition_and_are_counted_once():
+    b1, a3 = TP("b", 1), TP("a", 3)
+    assert changes_row([b1, a3, TP("b", 0)]) == a3 and changes_row([]) is None
+    source = commit_source("p", 7, {b1: (5, 0), a3: (4, 1)}, RowChanges(inserted=2, updated=1, deleted=3))
+    assert source.select(["topic", "partition", "rows_inserted", "rows_updated", "rows_deleted"]).to_pylist() == [
+        {"topic": "b", "partition": 1, "rows_inserted": None, "rows_updated": None, "rows_deleted": None},
+        {"topic": "a", "partition": 3, "rows_inserted": 2, "rows_updated": 1, "rows_deleted": 3}]
+    plain = commit_source("p", 7, {b1: (5, 0)})  # an append: null everywhere
+    assert plain.column("rows_inserted").null_count == 1 and plain.column("record_count").to_pylist() == [5]
+    rows = [LedgerRow("p", 7, "batch", COMMITTED, tp.topic, tp.partition, 0, 5, rows_inserted=i, rows_updated=u,
+                      rows_deleted=d) for tp, (i, u, d) in ((a3, (2, 1, 3)), (b1, (None, None, None)))]
+    assert batch_changes(rows) == RowChanges(2, 1, 3)
+    assert batch_changes([row(1, 0, 0, 5)]) is None  # an append's, a reset's, or one committed before version 4
+
+
+def test_mark_committed_stores_a_keyed_batchs_changes_and_leaves_an_appends_null(tmp_path):
+    ledger = Ledger(str(tmp_path / "offsets"))
+    ranges = [OffsetRange("t", 1, 0, 5), OffsetRange("t", 0, 0, 7)]
+    for batch_id, changes in ((1, RowChanges(6, 0, 0)), (2, None)):
+        ledger.append(planned_rows("p", batch_id, ranges, "run"), expected=ledger.state("p").fingerprint)
+        assert ledger.mark_committed("p", batch_id, {r.tp: (5, 0) for r in ranges}, changes)
+    assert not ledger.mark_committed("p", 1, {r.tp: (5, 0) for r in ranges}, RowChanges(9, 9, 9))  # idempotent
+    stored = {(r.batch_id, r.partition): (r.rows_inserted, r.rows_updated, r.rows_deleted) for r in ledger.rows("p")}
+    assert stored == {(1, 0): (6, 0, 0), (1, 1): (None, None, None), (2, 0): (None, None, None),
+                      (2, 1): (None, None, None)}

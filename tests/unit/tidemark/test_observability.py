@@ -11,6 +11,7 @@ import pytest
 
 from tidemark.config import parse_pipeline
 from tidemark.errors import ConfigError
+from tidemark.ledger_state import RowChanges
 from tidemark.observability import (
     METRICS,
     batch_measurements,
@@ -101,9 +102,19 @@ def test_batch_measurements_and_legacy_names_carry_the_tags_values():
     assert part.legacy_name == "tidemark.partition_lag.orders.orders.0"
 
 
+def test_a_keyed_batch_also_sends_the_rows_its_merge_inserted_updated_and_deleted():
+    sent = batch_measurements("customers", 12, 1, None, RowChanges(inserted=4, updated=6, deleted=2))
+    assert [(m.name, m.kind, m.value) for m in sent] == [
+        ("tidemark.batch_records", "count", 12), ("tidemark.batch_dead_letters", "count", 1),
+        ("tidemark.batch_rows_inserted", "count", 4), ("tidemark.batch_rows_updated", "count", 6),
+        ("tidemark.batch_rows_deleted", "count", 2)]
+    assert sent[-1].legacy_name == "tidemark.batch_rows_deleted.customers"
+    assert not any("rows" in m.name for m in batch_measurements("orders", 12, 1, None))  # an append: none
+
+
 def test_every_metric_sent_is_listed_and_documented_with_its_type_and_tags():
     sent = {m.name: (m.kind, tuple(m.tags)) for m in
-            [*pipeline_measurements("orders", ROWS, 1.0, NOW), *batch_measurements("orders", 1, 0, 1.0)]}
+            [*pipeline_measurements("orders", ROWS, 1.0, NOW), *batch_measurements("orders", 1, 0, 1.0, (1, 2, 3))]}
     assert sent == {spec.name: (spec.kind, spec.tags) for spec in METRICS}
     doc = OPERATIONS.read_text()
     for spec in METRICS:

@@ -61,3 +61,14 @@ def test_a_pipeline_without_committed_batches_says_so():
                                             (2600, 3000), (0.4, 0.4), (0.45, 0.5)])
 def test_nice_ceiling(value, top):
     assert nice_ceiling(value) == top
+
+
+def test_a_keyed_pipeline_gets_a_chart_of_the_rows_each_merge_changed():
+    keyed = [{**entry(3), "rows_inserted": 0, "rows_updated": 0, "rows_deleted": 0},  # a replay: nothing changed
+             {**entry(2, status="planned"), "rows_inserted": None, "rows_updated": None, "rows_deleted": None},
+             {**entry(1), "rows_inserted": 1200, "rows_updated": 30, "rows_deleted": 4}]
+    *_, changes = charts(keyed, cap=None)
+    assert changes.id == "chart-changes" and changes.unit == "rows"
+    assert [(m.batch_id, m.value, m.text, m.detail) for m in changes.marks] == [
+        (1, 1234, "1,234", "1,200 inserted, 30 updated, 4 deleted"), (3, 0, "0", "0 inserted, 0 updated, 0 deleted")]
+    assert [c.id for c in charts(ENTRIES, cap=None)] == ["chart-lag", "chart-records", "chart-duration"]  # appends

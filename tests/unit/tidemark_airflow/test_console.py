@@ -323,3 +323,48 @@ def test_an_unfinished_reprocess_entry_is_shown_as_one_not_as_a_pending_batch(cl
     # orders' frozen batch 5 is still a batch in flight
     orders = client.get("/").text.split('data-pipeline="orders"', 1)[1].split("</tr>", 1)[0]
     assert '<td data-field="in_flight">5</td>' in orders
+
+
+def test_a_keyed_pipeline_shows_the_rows_each_merge_inserted_updated_and_deleted(client, console_lake, tmp_path,
+                                                                                  capsys):
+    """Issue 39 item 8: a keyed batch's rows inserted, updated and deleted (one set per batch, carried by its first
+    row) in the entries, the history (JSON and the CLI's table), the page's history table and its chart; an append
+    pipeline's page and table stay as they were."""
+    from tidemark.ledger import RowChanges
+    from tidemark_cli.main import main
+
+    (tmp_path / "pipelines" / "customers.yaml").write_text(
+        "name: customers\ntopics: [customers]\ntable: customers\nvalue_format: json\n"
+        "value_schema: {id: bigint}\nkeyed: {keys: [id]}\nkafka_timeout_seconds: 1\n")
+    c0, c1 = TopicPartition("customers", 0), TopicPartition("customers", 1)
+    for batch_id, changes in ((1, RowChanges(3, 0, 0)), (2, RowChanges(1, 2, 1))):
+        ranges = [OffsetRange("customers", p, 10 * (batch_id - 1), 10 * batch_id) for p in (1, 0)]
+        console_lake.append(planned_rows("customers", batch_id, ranges, f"scheduled__{batch_id}"),
+                            expected=console_lake.state("customers").fingerprint)
+        assert console_lake.mark_committed("customers", batch_id, {c1: (5, 0), c0: (4, 1)}, changes)
+
+    entries = {e["batch_id"]: e for e in client.get("/api/pipelines/customers").json()["entries"]}
+    assert [(b, e["rows_inserted"], e["rows_updated"], e["rows_deleted"]) for b, e in entries.items()] == [
+        (2, 1, 2, 1), (1, 3, 0, 0)]  # the batch's totals, once: not once per partition
+    history = client.get("/api/pipelines/customers/history").json()
+    assert [(r["batch_id"], r["partition"], r["rows_inserted"], r["rows_updated"], r["rows_deleted"])
+            for r in history] == [(2, 0, 1, 2, 1), (2, 1, None, None, None), (1, 0, 3, 0, 0), (1, 1, None, None, None)]
+
+    detail = client.get("/pipelines/customers").text
+    assert "<th>Rows inserted</th><th>Rows updated</th><th>Rows deleted</th>" in detail
+    row = detail.split('<tr data-batch="2">', 1)[1].split("</tr>", 1)[0]
+    assert [f'<td class="num" data-field="rows_{c}">{n}</td>' in row
+            for c, n in (("inserted", 1), ("updated", 2), ("deleted", 1))] == [True] * 3
+    chart = detail.split('id="chart-changes"', 1)[1].split("</figure>", 1)[0]
+    assert 'data-batch="2" data-kind="batch" data-value="4"' in chart
+    assert "batch 2: 4 rows (1 inserted, 2 updated, 1 deleted), committed" in chart
+    orders = client.get("/pipelines/orders").text
+    assert "Rows inserted" not in orders and "chart-changes" not in orders
+
+    assert main(["offsets", "history", "customers"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split()[7:11] == ["RECORD_COUNT", "ROWS_INSERTED", "ROWS_UPDATED", "ROWS_DELETED"]
+    assert table[1].split()[:11] == ["2", "batch", "committed", "customers", "0", "10", "20", "4", "1", "2", "1"]
+    assert table[2].split()[:11] == ["2", "batch", "committed", "customers", "1", "10", "20", "5", "-", "-", "-"]
+    assert main(["offsets", "history", "orders"]) == 0
+    assert "ROWS_INSERTED" not in capsys.readouterr().out  # an append pipeline's table is unchanged

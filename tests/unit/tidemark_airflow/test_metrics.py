@@ -102,6 +102,22 @@ def test_after_a_batch_the_hold_warning_is_logged_and_the_batch_and_lag_are_sent
         "airflow.tidemark.batch_duration.orders:3500.000000|ms"]
 
 
+def test_a_keyed_batch_also_sends_the_rows_its_merge_inserted_updated_and_deleted(statsd, tmp_path):
+    from tidemark_airflow.metrics import observe_run
+
+    class Keyed(FakeRun):
+        def recent_entries(self, count):
+            return [{"batch_id": 7, "records": 40, "dead_letters": 2, "duration_seconds": None,
+                     "rows_inserted": 5, "rows_updated": 3, "rows_deleted": 0}]
+
+    observe_run(Keyed(tmp_path, []), batch_id=7)
+    sent = statsd(16)  # lag, holds and hold age of no partition, records, dead letters, three row counts: 8 x 2
+    assert [line for line in sent if "batch_rows" in line] == [
+        "airflow.tidemark.batch_rows_inserted:5|c", "airflow.tidemark.batch_rows_inserted.orders:5|c",
+        "airflow.tidemark.batch_rows_updated:3|c", "airflow.tidemark.batch_rows_updated.orders:3|c",
+        "airflow.tidemark.batch_rows_deleted:0|c", "airflow.tidemark.batch_rows_deleted.orders:0|c"]
+
+
 def test_a_failure_to_read_is_a_warning_not_a_failed_task(caplog, tmp_path):
     from tidemark_airflow.metrics import observe_run
 
