@@ -26,7 +26,8 @@
 #                                  Kafka Connect's {"schema": ..., "payload": ...}
 #   CDC_FORMAT (json)              json, or avro: Apicurio's AvroConverter against the Schema Registry at
 #                                  CDC_REGISTRY_URL (default http://127.0.0.1:$REGISTRY_PORT/apis/registry/v2,
-#                                  REGISTRY_PORT 8081; `make registry-up`), Confluent's wire format
+#                                  REGISTRY_PORT 8081; `make registry-up`), Confluent's wire format, and
+#                                  schema.name.adjustment.mode=avro on the connector
 #   CDC_START_TIMEOUT (120 s)      how long `up` waits for the connector to stream
 # The connector (name tidemark-<prefix>): plugin.name=pgoutput, slot and publication tidemark_<prefix> made
 # by the connector, snapshot.mode=initial, tombstones.on.delete=true, decimal.handling.mode=string,
@@ -176,6 +177,8 @@ write_config() {  # the worker's and the connector's properties, under $home/con
     echo "tombstones.on.delete=true"
     echo "decimal.handling.mode=string"
     echo "time.precision.mode=adaptive_time_microseconds"
+    # Avro names hold letters, digits and _ only: a topic prefix such as cdc-1 would make invalid ones
+    [ "$format" != avro ] || echo "schema.name.adjustment.mode=avro"
     echo "topic.creation.default.replication.factor=1"
     echo "topic.creation.default.partitions=1"
   } >"$home/config/connector.properties.new"

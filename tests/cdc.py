@@ -14,6 +14,10 @@ the primary key: an update's ``before`` is null and a delete's ``before`` holds 
 null); ``replica_identity="full"`` gives whole old rows in both. Under the all_tables publication a table
 without a primary key refuses UPDATE and DELETE unless its replica identity is FULL.
 
+Avro: ``Debezium.avro_connector`` runs a connector of a test's own on the same worker, with Apicurio's
+AvroConverter set on the connector (Kafka Connect takes converters per connector), against the session's Schema
+Registry: no second stack to start, and a snapshot of the test's table (``r`` events) when it starts.
+
 Register the fixture ``debezium`` in a conftest: ``from tests.cdc import debezium  # noqa: F401``."""
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ import os
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,11 +100,13 @@ class Debezium:
             self.sql(f"ALTER TABLE {name} REPLICA IDENTITY FULL")
         return self.topic(name)
 
-    def read(self, topic: str, count: int, timeout: float = 60) -> list[Change]:
+    def read(self, topic: str, count: int, timeout: float = 60, raw: bool = False) -> list[Change]:
         """The first ``count`` records of the (single-partition) topic, tombstones included, waiting up to
-        ``timeout`` seconds for Connect to create the topic and for the records to arrive."""
+        ``timeout`` seconds for Connect to create the topic and for the records to arrive. ``raw``: keys and
+        values as bytes (Avro), not JSON."""
         from kafka import KafkaConsumer, TopicPartition
 
+        decode = (lambda b: b) if raw else _json
         deadline = time.monotonic() + timeout
         consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False,
                                  auto_offset_reset="earliest", request_timeout_ms=10000)
@@ -117,19 +125,85 @@ class Debezium:
                     pytest.fail(f"timed out after {timeout:.0f} s: {len(changes)} of {count} records in {topic}: "
                                 f"{changes}")
                 for records in consumer.poll(timeout_ms=500).values():
-                    changes.extend(Change(r.offset, _json(r.key), _json(r.value), r.timestamp) for r in records)
+                    changes.extend(Change(r.offset, decode(r.key), decode(r.value), r.timestamp) for r in records)
             return changes[:count]
         finally:
             consumer.close()
 
-    def connector_status(self) -> str:
+    def connector_status(self, name: str | None = None) -> str:
         import requests
 
         try:
-            return requests.get(f"{self.env['CDC_CONNECT_URL']}/connectors/{self.env['CDC_CONNECTOR']}/status",
-                                timeout=5).text
+            connector = name or self.env["CDC_CONNECTOR"]
+            return requests.get(f"{self.env['CDC_CONNECT_URL']}/connectors/{connector}/status", timeout=5).text
         except Exception as exc:  # only for messages
             return f"no answer ({exc})"
+
+    @contextmanager
+    def avro_connector(self, table: str, registry_url: str, timeout: float = 60) -> Iterator[str]:
+        """A Debezium connector of the caller's own on the stack's worker: the stack's connector settings (read
+        from Connect), capturing ``public.<table>`` only (its own publication and replication slot), with
+        Apicurio's AvroConverter for keys and values against the Schema Registry at ``registry_url`` (its
+        Confluent-compatible API; the converter uses the native v2 API beside it), in the Confluent wire
+        format, and ``schema.name.adjustment.mode=avro`` (its topic prefix, ``avro-<table>``, holds a '-', which
+        an Avro name cannot). Starting, it snapshots the rows the table holds (op ``r``), then streams; yields its
+        topic. Deleted afterwards, with its slot and publication."""
+        import requests
+
+        url, name = self.env["CDC_CONNECT_URL"], f"tidemark-avro-{table}"
+        slot = f"tidemark_avro_{table}"
+        config = requests.get(f"{url}/connectors/{self.env['CDC_CONNECTOR']}/config", timeout=10).json()
+        config |= {"name": name, "topic.prefix": f"avro-{table}", "slot.name": slot, "publication.name": slot,
+                   "publication.autocreate.mode": "filtered", "table.include.list": f"public.{table}",
+                   "slot.drop.on.stop": "true", "schema.name.adjustment.mode": "avro",
+                   **avro_converters(_native_registry(registry_url))}
+        requests.put(f"{url}/connectors/{name}/config", json=config, timeout=30).raise_for_status()
+        try:
+            self._await_running(name, timeout)
+            yield f"avro-{table}.public.{table}"
+        finally:
+            requests.delete(f"{url}/connectors/{name}", timeout=30)
+            self._drop_slot(slot, timeout)
+            self.sql(f"DROP PUBLICATION IF EXISTS {slot}")
+
+    def _await_running(self, name: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            status = self.connector_status(name)
+            if status.count('"state":"RUNNING"') >= 2:  # the connector and its one task
+                return
+            if '"state":"FAILED"' in status or time.monotonic() >= deadline:
+                pytest.fail(f"connector {name} does not run: {status[:3000]}")
+            time.sleep(0.3)
+
+    def _drop_slot(self, slot: str, timeout: float) -> None:
+        """Drop the replication slot once its connector let it go (``slot.drop.on.stop`` drops it first, mostly)."""
+        deadline = time.monotonic() + timeout
+        while self.sql("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s AND active", (slot,)):
+            if time.monotonic() >= deadline:
+                pytest.fail(f"replication slot {slot} is still in use {timeout:.0f} s after its connector was deleted")
+            time.sleep(0.3)
+        self.sql("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+
+
+def avro_converters(registry_url: str) -> dict[str, str]:
+    """Apicurio's AvroConverter (2.6) for keys and values, as `scripts/cdc.sh` sets it with CDC_FORMAT=avro: the
+    Confluent wire format (magic byte 0, the 4-byte id, the Avro body; no headers), schemas registered under
+    ``<topic>-key`` / ``<topic>-value``, the id being the content id, which the Confluent-compatible API of
+    Apicurio 3 serves as the schema id."""
+    settings = {"converter": "io.apicurio.registry.utils.converter.AvroConverter",
+                "converter.apicurio.registry.url": registry_url,
+                "converter.apicurio.registry.auto-register": "true",
+                "converter.apicurio.registry.find-latest": "true",
+                "converter.apicurio.registry.as-confluent": "true",
+                "converter.apicurio.registry.headers.enabled": "false",
+                "converter.apicurio.registry.use-id": "contentId"}
+    return {f"{part}.{k}": v for part in ("key", "value") for k, v in settings.items()}
+
+
+def _native_registry(url: str) -> str:
+    """Apicurio's v2 API beside its Confluent-compatible one (CDC_REGISTRY_URL, when set, names it)."""
+    return os.environ.get("CDC_REGISTRY_URL") or url.split("/apis/", 1)[0] + "/apis/registry/v2"
 
 
 def _json(raw: bytes | None) -> Any:

@@ -106,8 +106,18 @@ def _space(full_name: str) -> str:
     return full_name.rpartition(".")[0]
 
 
+def _is_avro_name(part: str) -> bool:
+    """Avro's rule for a name and each part of a namespace, which its Java library (Spark's) enforces: a
+    letter or _, then letters, digits and _."""
+    return (part[:1].isalpha() or part[:1] == "_") and part.replace("_", "a").isalnum()
+
+
 def _define(schema: dict, namespace: str, names: Names) -> str:
     full = _full_name(schema, namespace)
+    invalid = [p for p in full.split(".") if not _is_avro_name(p)]
+    if invalid:  # Spark would refuse the schema when the job decodes: say so before it starts
+        raise ValueError(f"Avro name '{full}' is not valid: '{invalid[0]}' must start with a letter or _ and hold only "
+                         f"letters, digits and _ (from a Debezium connector: set schema.name.adjustment.mode=avro)")
     if names.get(full, schema) is not schema:
         raise ValueError(f"Avro type '{full}' is defined twice")
     names[full] = schema

@@ -50,9 +50,10 @@ class KeyedConfig(BaseModel):
     delete_values: list[str] = Field(default_factory=list)
 
     envelope: Literal["none", "debezium"] = "none"
-    """``debezium``: values are Debezium change events (``op``, ``before``, ``after``, ``source``), with or
-    without the JSON converter's ``schema``/``payload`` wrapper; the row is the after image (the before
-    image's key for a delete), ordered by ``source.lsn`` or ``source.pos``, then ``source.ts_ms``."""
+    """``debezium``: values are Debezium change events (``op``, ``before``, ``after``, ``source``): JSON with or
+    without the JSON converter's ``schema``/``payload`` wrapper, or Avro (the row's columns are the after
+    image's fields); the row is the after image (the before image's key for a delete), ordered by
+    ``source.lsn`` or ``source.pos``, then ``source.ts_ms``."""
 
 
 @dataclass(frozen=True)
@@ -103,10 +104,15 @@ def check(config: KeyedConfig, fields: Iterable[str], source: str = "value_schem
     clash = [n for n in (*config.keys, *config.order_by) if n.lower() in RESERVED_COLUMNS]
     if clash:
         raise ValueError(f"keyed: {', '.join(clash)} is a column Tidemark adds, not a field of the value")
+    taken = sorted(n for n in names if n.lower() in CDC_COLUMNS)
+    if config.envelope == "debezium" and taken:
+        raise ValueError(f"the {source} has a field {', '.join(repr(n) for n in taken)}, a column that envelope "
+                         f"'debezium' adds ({', '.join(CDC_COLUMNS)}): rename it")
 
 
 def check_pipeline(keyed: KeyedConfig | None, value_format: str, fields: Iterable[str]) -> None:
-    """The ``keyed`` block against the rest of a pipeline file (Avro fields are checked at plan time)."""
+    """The ``keyed`` block against the rest of a pipeline file (Avro fields are checked at plan time, by
+    ``schemas.batch_format``)."""
     if keyed is None:
         return
     if value_format == "raw":

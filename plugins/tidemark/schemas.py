@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from tidemark import avro_resolution, avro_schemas
+from tidemark import avro_resolution, avro_schemas, debezium, keyed
 from tidemark.errors import SchemaChangeError, SchemaRegistryError
 from tidemark.records import BATCH_COLUMNS, DATE_COLUMN, KAFKA_COLUMNS, RESERVED_COLUMNS, Field, RecordFormat
 from tidemark.schema_registry import SchemaSource
@@ -55,9 +55,13 @@ class FrozenSchemas:
     def from_json(cls, text: str) -> FrozenSchemas:
         return cls(**json.loads(text))
 
-    def fields(self) -> tuple[Field, ...]:
-        """The value reader schema's top-level fields, as columns."""
-        return avro_schemas.reader_fields(avro_schemas.parse(self.reader))
+    def fields(self, envelope: str = "none") -> tuple[Field, ...]:
+        """The value reader schema's top-level fields, as columns; of a Debezium envelope (``envelope``
+        ``debezium``), its row's fields. Raises ValueError when the schema is no such envelope."""
+        schema = avro_schemas.parse(self.reader)
+        if envelope == "debezium":
+            schema = debezium.avro_envelope(schema).row
+        return avro_schemas.reader_fields(schema)
 
     def spark_type(self) -> str:
         """The key reader schema as one column's Spark type (a struct for a record)."""
@@ -222,6 +226,28 @@ KEY_COLUMN = "key"
 """The decoded key's column (``key_format: avro``); ``kafka_key`` keeps the key's bytes."""
 
 
+def _avro_fields(config: PipelineConfig, frozen: FrozenSchemas, source: str) -> tuple[Field, ...]:
+    """The columns of Avro values: the reader schema's fields, or a Debezium envelope's row's; with the keyed
+    block's fields among them. Raises SchemaRegistryError saying what to change."""
+    if not (config.keyed and config.keyed.envelope == "debezium"):
+        fields = frozen.fields()
+    else:
+        try:
+            fields = frozen.fields("debezium")
+        except ValueError as exc:
+            raise SchemaRegistryError(
+                f"keyed.envelope 'debezium' reads Debezium change events, and the value reader schema ({source}) "
+                f"is not one: {exc}. Point the pipeline at a Debezium connector's topic (Kafka Connect's "
+                f"AvroConverter writes the envelope), or remove envelope for plain Avro records",
+                pipeline=config.name) from None
+    if config.keyed:
+        try:
+            keyed.check(config.keyed, [f.name for f in fields], source)
+        except ValueError as exc:
+            raise SchemaRegistryError(f"{exc}; change the keyed block or the schema", pipeline=config.name) from None
+    return fields
+
+
 def batch_format(config: PipelineConfig, frozen: BatchSchemas | None, store=None) -> RecordFormat:
     """The pipeline's record format for one batch: the fields (the JSON ``value_schema``, or the
     frozen Avro reader schema's, and the decoded key) checked against the output table under
@@ -238,8 +264,8 @@ def batch_format(config: PipelineConfig, frozen: BatchSchemas | None, store=None
     if config.value_format == "raw" and config.key_format == "raw":
         return base
     if frozen.value is not None:
-        fields = frozen.value.fields()
         source = f"subject '{frozen.value.subject}' version {frozen.value.reader_version}"
+        fields = _avro_fields(config, frozen.value, source)
     else:
         fields = base.fields
         source = "value_schema"

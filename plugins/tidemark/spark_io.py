@@ -68,7 +68,7 @@ def error_chain(exc: BaseException, limit: int = 5) -> str:
 class JvmFailure(NamedTuple):
     """What a failure raised through py4j or Spark Connect was, on the JVM side."""
 
-    kind: Literal["kafka_auth", "kafka", "bad_record", "concurrent_write", "missing_bucket"]
+    kind: Literal["kafka_auth", "kafka", "bad_record", "concurrent_write", "concurrent_rewrite", "missing_bucket"]
     cause: str
     """The Java error's class and first message line (never the stack): what the user reads."""
 
@@ -87,6 +87,9 @@ def jvm_failure(exc: BaseException) -> JvmFailure | None:
     for code in _CONCURRENT_WRITE_ERRORS:
         if code in text:
             return JvmFailure("concurrent_write", code)
+    for code in _CONCURRENT_REWRITE_ERRORS:
+        if code in text:
+            return JvmFailure("concurrent_rewrite", code)
     match = re.search(r"org\.apache\.kafka\.common\.errors\.(\w+): ([^\n]*)", text)
     if match:
         cause = f"{match.group(1)}: {match.group(2).strip()}"
@@ -294,16 +297,33 @@ def _append_once(frame: DataFrame, table_uri: str, plan: BatchPlan, partition_by
                           f"finds it there and commits the ledger, or reads it again.")
 
 
+def _widened(session, table_uri: str, widen: Mapping[str, str]) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    existing = session.read.format("delta").load(table_uri)
+    return existing.select(*[F.col(c).cast(widen[c]).alias(c) if c in widen else F.col(c) for c in existing.columns])
+
+
 def with_widened_table(frame: DataFrame, table_uri: str, widen: Mapping[str, str]) -> DataFrame:
     """The table's rows with the ``widen`` columns cast to their wider types, followed by ``frame``: what
     the table holds after a commit that widens those columns. Every old value is exact in its new type
     (``type_changes.is_widening``); a column either side lacks is null in the other's rows."""
-    from pyspark.sql import functions as F
+    return _widened(frame.sparkSession, table_uri, widen).unionByName(frame, allowMissingColumns=True)
 
-    existing = frame.sparkSession.read.format("delta").load(table_uri)
-    widened = existing.select(*[F.col(c).cast(widen[c]).alias(c) if c in widen else F.col(c)
-                                for c in existing.columns])
-    return widened.unionByName(frame, allowMissingColumns=True)
+
+def widen_in_place(spark, table_uri: str, widen: Mapping[str, str], partition_by: list[str] | None,
+                   metadata: str) -> list[str]:
+    """Widen the table's ``widen`` columns that are not at their type yet, in one overwrite commit with
+    ``metadata`` and no marker (a keyed table's, before its MERGE); the columns it widened."""
+    from tidemark.type_changes import normalize_type
+
+    held = {f.name: normalize_type(f.dataType.simpleString())
+            for f in spark.read.format("delta").load(table_uri).schema.fields}
+    todo = {c: t for c, t in widen.items() if c in held and held[c] != normalize_type(t)}
+    if todo:
+        (_widened(spark, table_uri, todo).write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+         .partitionBy(*(partition_by or [])).option("userMetadata", metadata).save(table_uri))
+    return sorted(todo)
 
 
 def append_marked(frame: DataFrame, table_uri: str, *, app_id: str, version: int, metadata: str, pipeline: str,
@@ -343,6 +363,10 @@ def append_marked(frame: DataFrame, table_uri: str, *, app_id: str, version: int
 
 _CONCURRENT_WRITE_ERRORS = ("DELTA_CONCURRENT_TRANSACTION", "DELTA_PROTOCOL_CHANGED", "DELTA_METADATA_CHANGED")
 """Delta's refusals of a commit that lost to a concurrent one (the same marker; or both creating the table)."""
+_CONCURRENT_REWRITE_ERRORS = ("DELTA_CONCURRENT_DELETE_READ", "DELTA_CONCURRENT_DELETE_DELETE",
+                              "DELTA_CONCURRENT_APPEND")
+"""Delta's refusals of a MERGE whose files a concurrent commit removed or added to (an OPTIMIZE, say): run on the
+table's new version, the MERGE commits."""
 
 
 def write_dead_letters(rows: DataFrame, plan: BatchPlan) -> None:

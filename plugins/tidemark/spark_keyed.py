@@ -4,7 +4,8 @@ tables*).
 
 * ``shape`` (called by ``spark_records.to_rows``) adds each record's operation (``OP``: upsert, delete,
   or skip for Debezium's own tombstone) and makes a record without its key, or without its ordering, bad;
-* ``debezium_json`` decodes Debezium's JSON change events (with or without the converter's wrapper);
+* ``debezium_json`` and ``debezium_avro`` read Debezium's change events (JSON with or without the
+  converter's wrapper; Avro decoded with the batch's frozen envelope schema);
 * ``merge`` reduces the batch's good changes to the newest per key, drops those at offsets the table
   already applied, and MERGEs the rest.
 """
@@ -12,9 +13,11 @@ tables*).
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from tidemark.debezium import avro_envelope
 from tidemark.errors import KeyOrderingError
 from tidemark.keyed import DEBEZIUM_OPS, KeyedSpec
 from tidemark.offsets import TopicPartition
@@ -23,6 +26,8 @@ from tidemark.spark_exact import json_field, json_read_type
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
+
+log = logging.getLogger(__name__)
 
 OP = "__tidemark_op"
 """A change's operation: ``u`` (insert or update), ``d`` (delete) or ``s`` (changes nothing)."""
@@ -73,13 +78,10 @@ def shape(fmt: RecordFormat, fields: dict[str, Column], errors: list[Column]) ->
 
 
 def debezium_json(rows: DataFrame, fmt: RecordFormat) -> tuple[DataFrame, dict, list, dict]:
-    """Debezium change events as JSON: the row from ``after`` (``before`` for a delete), the operation, and
-    the ordering (``cdc_position``: ``source.lsn`` or ``source.pos``; ``cdc_ts_ms``). Debezium's own
-    tombstone (null value after a delete) changes nothing; an event without a usable ``op``, image or
-    ordering is bad."""
+    """Debezium change events as JSON, with or without the converter's ``schema``/``payload`` wrapper: the
+    declared fields of the row (``_debezium_changes``), each converted as a JSON value's field is."""
     from pyspark.sql import functions as F
 
-    spec = KeyedSpec.from_dict(fmt.keyed or {})
     row = ", ".join(f"`{f.name}`: {json_read_type(f.type)}" for f in fmt.fields)
     parts = {"before": f"struct<{row}>", "after": f"struct<{row}>", "op": "string",
              "source": "struct<lsn: bigint, pos: bigint, ts_ms: bigint>"}
@@ -90,13 +92,52 @@ def debezium_json(rows: DataFrame, fmt: RecordFormat) -> tuple[DataFrame, dict, 
     p = F.col("_parsed")
     env = F.when(p["payload"].isNotNull(), p["payload"]).otherwise(F.struct(*[p[n].alias(n) for n in parts]))
     rows = rows.withColumn("_env", env)
-    e, tombstone = F.col("_env"), F.col("value").isNull()
-    image = F.when(e["op"] == "d", e["before"]).otherwise(e["after"])
+    e = F.col("_env")
+    image = _image(e)
     converted = {f.name: json_field(f.name, image[f.name], f.type) for f in fmt.fields}
-    fields = {n: c.value for n, c in converted.items()}
     position = F.coalesce(e["source"]["lsn"], e["source"]["pos"])
-    why = (F.when(tombstone, F.lit(None).cast("string"))
-           .when(p.isNull() | e["op"].isNull(), F.lit("not a Debezium change event (no 'op' field)"))
+    fields, errors, extra = _debezium_changes(fmt, e, {n: c.value for n, c in converted.items()}, position)
+    tombstone = F.col("value").isNull()
+    errors += [F.when(~tombstone & c.bad, c.message) for c in converted.values() if c.bad is not None]
+    return rows, fields, errors, extra
+
+
+def debezium_avro(rows: DataFrame, fmt: RecordFormat, decoded: Column) -> tuple[DataFrame, dict, list, dict]:
+    """Debezium change events as Avro, already decoded (by ``spark_records``, into ``_parsed``) with the batch's
+    frozen envelope schema: the row's fields are the after image's (``fmt.fields``), the ordering the fields
+    the schema's ``source`` has (``debezium.avro_envelope``). ``decoded``: the value decoded (why one did not is
+    the Avro decoder's error, not repeated here)."""
+    from pyspark.sql import functions as F
+
+    envelope = avro_envelope(json.loads((fmt.avro or {})["reader"]))
+    e = F.col("_parsed")
+    image = _image(e)
+    position = F.coalesce(*[e["source"][n].cast("bigint") for n in envelope.position])
+    fields, errors, extra = _debezium_changes(fmt, e, {f.name: image[f.name] for f in fmt.fields}, position, decoded)
+    return rows, fields, errors, extra
+
+
+def _image(e: Column) -> Column:
+    """The row a change event carries: ``after``, or for a delete, ``before`` (whose key is the deleted row's)."""
+    from pyspark.sql import functions as F
+
+    return F.when(e["op"] == "d", e["before"]).otherwise(e["after"])
+
+
+def _debezium_changes(fmt: RecordFormat, e: Column, fields: dict[str, Column], position: Column,
+                      decoded: Column | None = None) -> tuple[dict, list, dict]:
+    """The row's ``fields``, the operation and the ordering (``cdc_position``: ``position``; ``cdc_ts_ms``:
+    ``source.ts_ms``) of the change events in ``e``, and why one is bad: no usable ``op``, image or ordering,
+    or a null key field. Debezium's own tombstone (null value after a delete) changes nothing and is no error,
+    nor is a value that did not decode (``decoded`` false: its decoder says why)."""
+    from pyspark.sql import functions as F
+
+    spec = KeyedSpec.from_dict(fmt.keyed or {})
+    tombstone = F.col("value").isNull()
+    unread = tombstone if decoded is None else tombstone | ~decoded
+    image = _image(e)
+    why = (F.when(unread, F.lit(None).cast("string"))
+           .when(e["op"].isNull(), F.lit("not a Debezium change event (no 'op' field)"))
            .when(~e["op"].isin(*DEBEZIUM_OPS), F.concat(F.lit("Debezium operation '"), e["op"], F.lit(
                "' is not a row change (c, u, r or d)")))
            .when(image.isNull(), F.concat(F.lit("Debezium '"), e["op"], F.lit("' event without its "),
@@ -104,15 +145,13 @@ def debezium_json(rows: DataFrame, fmt: RecordFormat) -> tuple[DataFrame, dict, 
                                           F.lit(" image")))
            .when(position.isNull(), F.lit("Debezium event without source.lsn or source.pos: no usable ordering")))
     errors = [why]
-    for c in converted.values():
-        if c.bad is not None:
-            errors.append(F.when(~tombstone & c.bad, c.message))
     for k in spec.keys:
-        errors.append(F.when(~tombstone & image.isNotNull() & fields[k].isNull(),
+        errors.append(F.when(~unread & image.isNotNull() & fields[k].isNull(),
                              F.lit(f"key field '{k}' is missing or null")))
-    fields |= {"cdc_op": e["op"], "cdc_position": position, "cdc_ts_ms": e["source"]["ts_ms"]}
+    fields = {**fields, "cdc_op": e["op"], "cdc_position": position,
+              "cdc_ts_ms": e["source"]["ts_ms"].cast("bigint")}
     op = F.when(tombstone, F.lit("s")).when(e["op"] == "d", F.lit("d")).otherwise(F.lit("u"))
-    return rows, fields, errors, {OP: op}
+    return fields, errors, {OP: op}
 
 
 def _ordering(spec: KeyedSpec, side: str) -> list[str]:
@@ -178,30 +217,72 @@ def _two_partitions(pipeline: str, key: dict, where: str) -> str:
             f"a field that orders them (keyed.order_by: [updated_at], say). Nothing was written.")
 
 
+MERGE_ATTEMPTS = 5
+"""How many times a MERGE that lost to a concurrent rewrite of its files (an OPTIMIZE) runs on the new version."""
+
+
+def _merge_retrying(spark, sql: str, table_uri: str, pipeline: str, version: int) -> None:
+    """Run the MERGE; one that lost to a commit that removed or added files it read (an OPTIMIZE beside the batch)
+    runs again on the table's new version: nothing of it was committed, and the marker makes a MERGE that some
+    other run committed meanwhile a no-op."""
+    from tidemark.errors import ConcurrentBatchWriteError
+    from tidemark.spark_io import jvm_failure
+
+    for attempt in range(1, MERGE_ATTEMPTS + 1):
+        try:
+            spark.sql(sql).collect()
+            return
+        except Exception as exc:
+            failure = jvm_failure(exc)
+            if failure is None or failure.kind != "concurrent_rewrite":
+                raise
+            if attempt == MERGE_ATTEMPTS:
+                raise ConcurrentBatchWriteError(
+                    f"batch {version}: the MERGE into {table_uri} lost to concurrent commits {MERGE_ATTEMPTS} times "
+                    f"({failure.cause}); nothing of it was committed, and the next attempt runs it again",
+                    pipeline=pipeline) from None
+            log.warning("MERGE into %s lost to a concurrent commit (%s, an OPTIMIZE?); attempt %d of %d runs it "
+                        "again on the new version", table_uri, failure.cause, attempt, MERGE_ATTEMPTS)
+
+
+def _merge_sql(table_uri: str, view: str, spec: KeyedSpec, columns: list[str], add_columns: bool) -> str:
+    """The MERGE of the changes in ``view``. Delta adds a column in a MERGE only through ``UPDATE SET *`` and
+    ``INSERT *`` (with ``autoMerge``), which take every column of the source: when columns are added, the source
+    is the output columns alone, a delete told apart by a null ``ingest_batch_id`` (a delete writes no row)."""
+    on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in spec.keys)
+    newer = _newer(spec)
+    if add_columns:
+        kept = ", ".join(f"`{c}`" for c in columns if c != "ingest_batch_id")
+        source = f"(SELECT {kept}, IF({OP} = 'd', NULL, ingest_batch_id) AS ingest_batch_id FROM {view})"
+        delete, upsert = "s.ingest_batch_id IS NULL", "s.ingest_batch_id IS NOT NULL"
+        update, insert = "UPDATE SET *", "INSERT *"
+    else:
+        source, delete, upsert = view, f"s.{OP} = 'd'", f"s.{OP} = 'u'"
+        update = "UPDATE SET " + ", ".join(f"t.`{c}` = s.`{c}`" for c in columns)
+        insert = (f"INSERT ({', '.join(f'`{c}`' for c in columns)}) VALUES ("
+                  + ", ".join(f"s.`{c}`" for c in columns) + ")")
+    return (f"MERGE INTO delta.`{table_uri}` AS t USING {source} AS s ON {on} "
+            f"WHEN MATCHED AND {delete} AND {newer} THEN DELETE WHEN MATCHED AND {upsert} AND {newer} THEN {update} "
+            f"WHEN NOT MATCHED AND {upsert} THEN {insert}")
+
+
 def merge(spark, newest: DataFrame, spec: KeyedSpec, table_uri: str, columns: list[str], *, app_id: str,
           version: int, metadata: str, add_columns: bool) -> None:
     """One Delta MERGE (SQL, so that it runs on Spark Connect too) of the newest changes into the table, its
     commit carrying the marker (``txnAppId`` / ``txnVersion`` as SQL confs, which Delta reads for DML) and
     ``metadata``; Delta skips it when the table's marker is at or above ``version``. Inserts and updates take
-    every column; a delete removes the row."""
+    every column; a delete removes the row. ``add_columns``: the changes have columns the table lacks, which
+    the commit adds (schema evolution)."""
     view = f"tidemark_changes_{abs(hash((app_id, version)))}"
     newest.select(*columns, OP).createOrReplaceTempView(view)
-    on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in spec.keys)
-    newer = _newer(spec)
-    names = ", ".join(f"`{c}`" for c in columns)
-    sql = (f"MERGE INTO delta.`{table_uri}` AS t USING {view} AS s ON {on} "
-           f"WHEN MATCHED AND s.{OP} = 'd' AND {newer} THEN DELETE "
-           f"WHEN MATCHED AND s.{OP} = 'u' AND {newer} THEN UPDATE SET "
-           + ", ".join(f"t.`{c}` = s.`{c}`" for c in columns)
-           + f" WHEN NOT MATCHED AND s.{OP} = 'u' THEN INSERT ({names}) VALUES ("
-           + ", ".join(f"s.`{c}`" for c in columns) + ")")
+    sql = _merge_sql(table_uri, view, spec, columns, add_columns)
     confs = {TXN_APP_ID: app_id, TXN_VERSION: str(version), USER_METADATA: metadata,
              "spark.databricks.delta.schema.autoMerge.enabled": "true" if add_columns else "false"}
     before = {k: spark.conf.get(k, None) for k in confs}
     for k, v in confs.items():
         spark.conf.set(k, v)
     try:
-        spark.sql(sql).collect()
+        _merge_retrying(spark, sql, table_uri, app_id, version)
     finally:
         for k, v in before.items():
             if v is None:

@@ -184,11 +184,12 @@ def to_rows(raw: DataFrame, fmt: RecordFormat, batch_id: int, ingested_at: dt.da
 
 
 def _decode_value(rows: DataFrame, fmt: RecordFormat, errors: list[Column]) -> tuple[DataFrame, dict, dict]:
-    """The value's fields (JSON, Debezium's JSON envelope, Avro; none for raw values), appending to ``errors``
-    why a value is bad; and the columns a Debezium envelope adds."""
+    """The value's fields (JSON, Avro, Debezium's envelope in either; none for raw values), appending to
+    ``errors`` why a value is bad; and the columns a Debezium envelope adds."""
     from pyspark.sql import functions as F
 
-    if fmt.value_format == "json" and (fmt.keyed or {}).get("envelope") == "debezium":
+    debezium = (fmt.keyed or {}).get("envelope") == "debezium"
+    if fmt.value_format == "json" and debezium:
         rows, fields, changes, extra = spark_keyed.debezium_json(rows, fmt)
         errors += changes
         return rows, fields, extra
@@ -200,6 +201,12 @@ def _decode_value(rows: DataFrame, fmt: RecordFormat, errors: list[Column]) -> t
         converted = _json_fields(F.col("_parsed"), fmt)
         errors.append(_json_error(text, F.col("_parsed"), fmt, converted))
         return rows, {name: c.value for name, c in converted.items()}, {}
+    if fmt.value_format == "avro" and debezium:  # Debezium's own tombstone is no bad value: it changes nothing
+        rows = rows.withColumn("_parsed", _avro_decoded(fmt.avro or {}))
+        errors.append(F.when(F.col("value").isNotNull(), _avro_error(fmt.avro or {})))
+        rows, fields, changes, extra = spark_keyed.debezium_avro(rows, fmt, F.col("_parsed")[_DECODED].isNotNull())
+        errors += changes
+        return rows, fields, extra
     if fmt.value_format == "avro":
         rows = rows.withColumn("_parsed", _avro_decoded(fmt.avro or {}))
         errors.append(_avro_error(fmt.avro or {}))

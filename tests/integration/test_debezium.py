@@ -1,6 +1,7 @@
 """A keyed table kept current from a real Debezium PostgreSQL connector (issue 39): inserts, updates and deletes
-made in SQL reach the Delta table through Kafka Connect and Tidemark, batch after batch; the reference is
-PostgreSQL's own table, read back with SQL. A replay of every committed offset changes nothing."""
+made in SQL reach the Delta table through Kafka Connect and Tidemark, batch after batch, as JSON and as Avro
+through the Schema Registry; the reference is PostgreSQL's own table, read back with SQL. A replay of every
+committed offset changes nothing."""
 
 from __future__ import annotations
 
@@ -17,12 +18,13 @@ from tidemark.batch.prepare import prepare_batch
 from tidemark.batch.reset import ResetRequest, reset_offsets
 from tidemark.config import parse_pipeline
 from tidemark.ledger import Ledger
+from tidemark.schema_registry import RegistryClient
 
 pytestmark = pytest.mark.integration
 
 
-def run(spark, config, props) -> None:
-    plan = prepare_batch(config, props)
+def run(spark, config, props, schemas=None) -> None:
+    plan = prepare_batch(config, props, schemas=schemas)
     if not plan.is_empty:
         execute_batch(spark, plan, props)
 
@@ -69,3 +71,55 @@ def test_sql_changes_reach_the_keyed_table_through_debezium(debezium: Debezium, 
     assert delta_rows(config.table_uri) == expected and helpers.table_version(config.table_uri) <= version + 1
     assert audit_tables(table, config.table_uri, config.dead_letter_uri, settings.ledger_uri(), keys=["id"]).ok
     assert sum(r.record_count for r in Ledger(settings.ledger_uri()).rows(table) if r.kind == "batch") == 11 + 11
+
+
+def test_avro_change_events_through_the_schema_registry(debezium: Debezium, schema_registry, spark, lake):
+    """Debezium's Avro envelope (Apicurio's AvroConverter, Confluent wire format) decoded with the schemas frozen
+    from the registry: a snapshot (r), inserts, updates, a delete and its tombstone, and a column added in
+    PostgreSQL, which adds the table's column; the table's columns are the after image's fields."""
+    table = debezium.unique_table("accounts")
+    debezium.create_table(table, "id int PRIMARY KEY, name text, balance numeric(12,2), updated_at timestamptz")
+    debezium.sql(f"INSERT INTO {table} VALUES (1, 'ada', 10.50, '2024-05-01 10:00:00.123456+00'), "
+                 f"(2, 'bob', 0, '2024-05-01 10:00:01+00'), (3, 'cy', NULL, NULL)")
+    with debezium.avro_connector(table, schema_registry) as topic:
+        debezium.read(topic, 3, raw=True)  # the snapshot: r, r, r
+        config = parse_pipeline({"name": table, "topics": [topic], "table": table, "value_format": "avro",
+                                 "key_format": "avro", "keyed": {"keys": ["id"], "envelope": "debezium"}}, "test")
+        props, registry = {"bootstrap.servers": debezium.bootstrap}, RegistryClient(schema_registry)
+        run(spark, config, props, registry)
+        assert avro_rows(config.table_uri) == accounts(debezium, table) and len(accounts(debezium, table)) == 3
+        types = dict(spark.read.format("delta").load(config.table_uri).dtypes)
+        assert {c: types[c] for c in ("id", "name", "balance", "updated_at", "cdc_op", "cdc_position")} == {
+            "id": "int", "name": "string", "balance": "string", "updated_at": "string", "cdc_op": "string",
+            "cdc_position": "bigint"}
+
+        debezium.sql(f"INSERT INTO {table} VALUES (4, 'dee', 99999999.99, '2024-05-03 00:00:00+00')")
+        debezium.sql(f"UPDATE {table} SET name = 'ada l', balance = 11.25 WHERE id = 1")
+        debezium.sql(f"DELETE FROM {table} WHERE id = 2")
+        debezium.sql(f"ALTER TABLE {table} ADD COLUMN tier text")
+        debezium.sql(f"UPDATE {table} SET tier = 'gold' WHERE id = 3")
+        debezium.read(topic, 3 + 5, raw=True)  # c, u, d, the tombstone, u
+        run(spark, config, props, registry)
+    expected = accounts(debezium, table, "tier")
+    assert avro_rows(config.table_uri, "tier") == expected and sorted(expected) == [1, 3, 4]
+    rows = spark.read.format("delta").load(config.table_uri).select("id", "key.id", "cdc_op").orderBy("id")
+    assert [tuple(r) for r in rows.collect()] == [(1, 1, "u"), (3, 3, "u"), (4, 4, "c")]
+    assert helpers.query_or_none(config.dead_letter_uri) is None  # no dead letter; the tombstone changed nothing
+    batches = sorted((r.batch_id, r.record_count) for r in Ledger(settings.ledger_uri()).rows(table)
+                     if r.kind == "batch")
+    assert [count for _, count in batches] == [3, 5]  # the snapshot; c, u, d, the tombstone, u
+    assert audit_tables(table, config.table_uri, config.dead_letter_uri, settings.ledger_uri(), keys=["id"]).ok
+
+
+def accounts(debezium: Debezium, table: str, *extra: str) -> dict[int, tuple]:
+    """PostgreSQL's rows as Debezium writes them (decimal.handling.mode=string: the numeric's text)."""
+    columns = ", ".join(["id", "name", "balance::text", "updated_at", *extra])
+    return {r[0]: (r[1], r[2], r[3] and r[3].astimezone(dt.UTC), *r[4:])
+            for r in debezium.sql(f"SELECT {columns} FROM {table}")}
+
+
+def avro_rows(uri: str, *extra: str) -> dict[int, tuple]:
+    """The Delta table's rows, the ISO-8601 text of a timestamptz (Debezium's ZonedTimestamp) read back."""
+    rows = helpers.query(uri, f"SELECT {', '.join(['id', 'name', 'balance', 'updated_at', *extra])} FROM t")
+    return {r["id"]: (r["name"], r["balance"], r["updated_at"] and dt.datetime.fromisoformat(r["updated_at"]),
+                      *(r[c] for c in extra)) for r in rows}

@@ -4,6 +4,8 @@ real batch path (Kafka, Spark, Delta) and maintained by delta-rs (tidemark.maint
 - an OPTIMIZE that commits while a batch's Delta transaction is open (the batch's Spark tasks held at a gate
   until the OPTIMIZE is in), and one planned before a batch committed and committing after it: Delta's
   conflict rules let both commit, and every record is in the output once;
+- the same beside a keyed table's MERGE batches (issue 39): a MERGE that loses to the OPTIMIZE runs again on the
+  new version, an OPTIMIZE that loses to MERGEs runs again, and every key is in the table once, as the reference;
 - after OPTIMIZE (Z-ordered), VACUUM (the replaced files really deleted) and checkpoints, a batch whose output
   committed before its ledger is rolled forward exactly once, a retried batch is still recognised as
   committed (its marker is read from delta-rs' checkpoint by Spark), and the next batch goes on."""
@@ -152,3 +154,83 @@ def test_marker_and_recovery_still_work_after_optimize_vacuum_and_checkpoints(ka
     ingest(spark, config, 6, 12)
     assert ledger.state(topic).last_batch_id == 3
     assert_exactly_once(config, 18)
+
+
+def test_optimize_beside_keyed_merge_batches_keeps_every_key_once(kafka_bootstrap, spark, lake, tmp_path, monkeypatch,
+                                                                 caplog):
+    """Issue 39 item 7: a Z-ORDER by the keys that commits while a MERGE batch's transaction is open (its
+    source held at a gate until the OPTIMIZE is in), and a compaction planned before a MERGE batch and
+    committing after it; the table equals the reference built from the changes, and the audit is clean."""
+    from tests.integration.test_keyed_tables import Reference, change, keyed_pipeline, produce, table
+    from tidemark import spark_keyed
+
+    topic = helpers.create_topic(helpers.unique("maint_keyed"), partitions=2)
+    config, ref = keyed_pipeline(topic), Reference()
+    produce(topic, ref, [change(k, f"n{k}", k) for k in range(8)], partition=0)
+    produce(topic, ref, [change(k, f"n{k}", k) for k in range(10, 18)], partition=1)
+    execute_batch(spark, prepare_batch(config, props()), props())  # the first batch creates the table: 2 files
+    gate, waiting = tmp_path / "gate", tmp_path / "waiting"
+
+    from pyspark.sql import functions as F
+
+    @F.udf("boolean")
+    def held(_):
+        import os
+        import time
+
+        open(str(waiting), "a").close()
+        while not os.path.exists(str(gate)):  # the MERGE's source waits for the OPTIMIZE to commit
+            time.sleep(0.05)
+        return True
+
+    merge = spark_keyed.merge
+    with monkeypatch.context() as patched:
+        patched.setattr(spark_keyed, "merge", lambda session, newest, *a, **k: merge(
+            session, newest.where(held(F.col("kafka_offset"))), *a, **k))
+        patched.setattr(spark.sparkContext, "pythonExec", sys.executable)
+        produce(topic, ref, [change(1, "u1", 100), change(2, "TOMBSTONE"), change(20, "new", 1)], partition=0)
+        produce(topic, ref, [change(11, "u11", 110), change(12, "x", op="delete")], partition=1)
+        plan = prepare_batch(config, props())
+        failures: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                execute_batch(spark, plan, props())
+            except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+                failures.append(exc)
+
+        writer = threading.Thread(target=run)
+        writer.start()
+        helpers.wait_until(waiting.exists, 120, "the MERGE's Spark job to start")
+        optimized = maintenance.optimize(config.table_uri, None, topic, ["id"])
+        gate.touch()
+        writer.join(300)
+        assert not writer.is_alive() and failures == [], failures
+    assert optimized["numFilesAdded"] >= 1 and optimized["files_after"] == 1
+    assert "lost to a concurrent commit" in caplog.text, "the MERGE must have met the OPTIMIZE's commit"
+    assert table(config.table_uri) == ref.rows
+    history = commits(config.table_uri)
+    merged = [v for v, c in history.items() if c["operation"] == "MERGE"]
+    zorder = max(v for v, c in history.items() if c["operation"] == "OPTIMIZE")
+    assert len(merged) == 1 and zorder < merged[0], "one MERGE, committed on the OPTIMIZE's version"
+    assert json.loads(history[merged[0]]["userMetadata"])["tidemark"]["batch_id"] == plan.batch_id
+
+    # A compaction planned before the next MERGE batch and committed after it: the MERGE rewrote the file the
+    # compaction planned to replace, so delta-rs refuses its commit and maintenance runs it again on the new
+    # version.
+    stale, opened = DeltaTable(config.table_uri), []
+    produce(topic, ref, [change(3, "u3", 300), change(21, "new2", 2), change(4, "TOMBSTONE")], partition=0)
+    execute_batch(spark, prepare_batch(config, props()), props())
+    produce(topic, ref, [change(13, "u13", 130)], partition=1)
+    execute_batch(spark, prepare_batch(config, props()), props())
+    open_table = maintenance.storage.open_table
+    with monkeypatch.context() as patched:
+        patched.setattr(maintenance.storage, "open_table", lambda uri, store: (
+            stale if not opened.append(uri) and len(opened) == 1 else open_table(uri, store)))
+        compacted = maintenance.optimize(config.table_uri, None, topic, ["id"])
+    assert compacted["attempts"] == 2, "the stale OPTIMIZE lost to the MERGE batches and ran again"
+    last = commits(config.table_uri)[DeltaTable(config.table_uri).version()]
+    assert last["operation"] == "OPTIMIZE" and last["readVersion"] == last["version"] - 1
+    assert table(config.table_uri) == ref.rows
+    report = audit_tables(topic, config.table_uri, config.dead_letter_uri, settings.ledger_uri(), keys=["id"])
+    assert report.ok and report.records == len(ref.rows), report.to_dict()

@@ -38,8 +38,8 @@ from tidemark.errors import (
     KafkaUnavailableError,
     PipelineBusyError,
     PlanMismatchError,
-    SchemaChangeError,
     StorageLocationError,
+    TidemarkError,
 )
 from tidemark.ledger import Ledger
 from tidemark.offsets import OffsetRange, TopicPartition, describe_ranges
@@ -70,10 +70,12 @@ def kafka_errors(plan: BatchPlan):
     that names the batch and says what happens next."""
     try:
         yield
+    except TidemarkError:
+        raise
     except Exception as exc:
         failure = spark_io.jvm_failure(exc)
         fields = {"pipeline": plan.pipeline, "batch_id": plan.batch_id}
-        if failure is None or failure.kind in ("bad_record", "concurrent_write"):
+        if failure is None or failure.kind in ("bad_record", "concurrent_write", "concurrent_rewrite"):
             raise
         if failure.kind == "kafka_auth":
             raise KafkaAuthenticationError(
@@ -183,15 +185,13 @@ def write_keyed(spark, rows, plan: BatchPlan, store: ObjectStore | None = None) 
     from tidemark.records import output_columns
 
     spec, fmt = KeyedSpec.from_dict(plan.format.keyed or {}), plan.format
-    if fmt.widen:
-        raise SchemaChangeError(f"widening a keyed table's columns ({', '.join(fmt.widen)}) is not supported yet; "
-                                f"nothing was written. Write to a new table, or keep the column's type.",
-                                pipeline=plan.pipeline)
     rows, tallies, bad = _cached_and_counted(rows, plan)
     try:
         applied = Ledger(plan.ledger_uri, store).state(plan.pipeline).high_water
         newest = spark_keyed.newest_changes(rows, spec, applied)
         exists = storage.open_table(plan.table_uri, store) is not None
+        if fmt.widen and exists:
+            _widen_keyed(spark, plan)
         if spec.by_kafka_position:
             with kafka_errors(plan):
                 spark_keyed.check_one_partition_per_key(spark, newest, spec, plan.table_uri, exists, plan.pipeline)
@@ -216,6 +216,22 @@ def write_keyed(spark, rows, plan: BatchPlan, store: ObjectStore | None = None) 
     finally:
         rows.unpersist()
     return tallies
+
+
+def _widen_keyed(spark, plan: BatchPlan) -> None:
+    """A keyed table's widened columns (``schema_changes``: a widening the plan found) are widened before its
+    MERGE, which cannot change a column's type: one overwrite commit of the table with those columns cast,
+    without the batch's marker, changing no value. A crash after it leaves a widened table and the batch not
+    applied; the retry finds the columns widened and only MERGEs."""
+    import json
+
+    metadata = json.dumps({"tidemark_widening": {"pipeline": plan.pipeline, "before_batch": plan.batch_id,
+                                                 "columns": plan.format.widen}})
+    with kafka_errors(plan):
+        widened = spark_io.widen_in_place(spark, plan.table_uri, plan.format.widen, plan.partition_by, metadata)
+    if widened:
+        log.info("pipeline '%s': batch %d widened %s of %s before its MERGE", plan.pipeline, plan.batch_id,
+                 ", ".join(f"{c} to {plan.format.widen[c]}" for c in widened), plan.table_uri)
 
 
 def _read_rows(spark, plan: BatchPlan, properties: Mapping[str, str], isolation_level: str):

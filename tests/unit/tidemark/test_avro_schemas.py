@@ -355,6 +355,11 @@ def test_reader_fields_errors_name_the_field(fields, message):
     (json.dumps(one({"type": "fixed", "name": "F"})), "fixed 'F': 'size' must be an integer"),
     (json.dumps(one({"type": "array"})), "an Avro array needs 'items'"),
     (json.dumps(one([["int"]])), "cannot contain a union directly"),
+    # Avro's Java library (Spark's) refuses such names; a Debezium topic prefix with a '-' gives them
+    (json.dumps({**record("Envelope"), "namespace": "cdc-1.public.t"}),
+     "Avro name 'cdc-1.public.t.Envelope' is not valid: 'cdc-1' must start with a letter or _ and hold only letters, "
+     "digits and _ .from a Debezium connector: set schema.name.adjustment.mode=avro."),
+    (json.dumps(one({"type": "fixed", "name": "2x", "size": 2})), "Avro name '2x' is not valid"),
 ])
 def test_parse_refuses_what_is_not_a_value_schema(text, message):
     with pytest.raises(ValueError, match=message):
