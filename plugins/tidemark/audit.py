@@ -70,7 +70,7 @@ DAMAGE_KINDS = {  # the report's attribute -> the words ``tidemark audit --help`
     "missing": "committed ranges missing records",
     "outside_rows": "rows outside every committed range",
     "in_both_rows": "offsets both in the output and the dead letters",
-    "sample_mismatches": "sampled ranges that differ from what Kafka still holds",
+    "sample_mismatches": "sampled ranges (keyed tables: sampled keys) that differ from what Kafka still holds",
     "duplicate_key_rows": "keys held by more than one row (keyed tables)",
 }
 """Every kind of damage the audit reports: ``AuditReport.ok`` is true when none is found, and the CLI's help
@@ -91,7 +91,8 @@ class AuditReport:
     in_both: list[dict] = field(default_factory=list)
     in_both_rows: int = 0
     sample: dict | None = None
-    """``--verify-sample``: ranges read again from Kafka and compared by checksum (``tidemark.audit_sample``)."""
+    """``--verify-sample``: ranges read again from Kafka and compared (``tidemark.audit_sample``), or a keyed
+    table's keys compared with their newest change in what Kafka still holds (``tidemark.audit_keyed``)."""
     keys: list[str] | None = None
     """A keyed table's key columns: its rows are one per key, so a range's records are not counted in it."""
     duplicate_keys: list[dict] = field(default_factory=list)
@@ -147,9 +148,7 @@ def summary(report: AuditReport) -> str:
 
 def verdict(report: AuditReport) -> str:
     """What was checked and the verdict, without the pipeline's name (an error that names it takes this)."""
-    sample = report.sample
-    checked = ("" if sample is None else f"; {sample['verified']} sampled ranges read again from Kafka "
-               f"({sample['not_retained']} no longer retained), {len(sample['mismatches'])} differing")
+    checked = _sample_checked(report.sample)
     if report.ok and report.keys:
         return (f"ok: {report.checked_ranges} committed ranges merged into {report.table}, {report.records} rows, "
                 f"each key ({', '.join(report.keys)}) once, no Kafka coordinate twice{checked}")
@@ -161,6 +160,18 @@ def verdict(report: AuditReport) -> str:
             f"offsets both in the output and the dead letters"
             + (f", {report.duplicate_key_rows} keys held by more than one row" if report.keys else "")
             + f"{checked} (see the lists above)")
+
+
+def _sample_checked(sample: dict | None) -> str:
+    """What ``--verify-sample`` checked, for the verdict ('' without it)."""
+    if sample is None:
+        return ""
+    if "keys_read" in sample:  # a keyed table's sample (tidemark.audit_keyed)
+        return (f"; {sample['verified']} sampled keys (of {sample['keys_read']} with a change Kafka still holds; "
+                f"{sample['not_retained']} committed ranges no longer retained) compared with their newest change, "
+                f"{len(sample['mismatches'])} differing")
+    return (f"; {sample['verified']} sampled ranges read again from Kafka ({sample['not_retained']} no longer "
+            f"retained), {len(sample['mismatches'])} differing")
 
 
 # The ledger's ranges of one pipeline that wrote (or are writing) records.

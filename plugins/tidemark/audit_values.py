@@ -75,6 +75,14 @@ class ValueCheck:
     kafka_timeout_seconds: int = 30
     max_offsets_per_task: int | None = None
     detail_limit: int = DETAIL_LIMIT
+    sample_keys: int = 0
+    """A keyed table's check (``tidemark.audit_keyed``): ``ranges`` are every committed offset Kafka still holds,
+    reduced to the newest change per key, of which this many keys are compared with the table's rows; 0: the
+    sampled ranges are compared record by record."""
+    seed: int = 0
+    """Which keys a keyed check picks (the same seed, the same keys)."""
+    table_version: int | None = None
+    """The output's version a keyed check compares with (the snapshot whose marker bounded what is read)."""
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__, sort_keys=True)

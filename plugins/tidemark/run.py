@@ -237,18 +237,21 @@ class PipelineRun:
 
     def audit(self, verify_sample: int = 0, values=None):
         """``tidemark audit``: the output table checked against the ledger (``tidemark.audit``), and
-        ``verify_sample`` retained ranges read again from Kafka (``tidemark.audit_sample``); ``values`` compares
-        a typed pipeline's sampled values in Spark (the adapters pass ``tidemark_spark.audit_values.launch``)."""
+        ``verify_sample`` retained ranges read again from Kafka (``tidemark.audit_sample``), or on a keyed table
+        ``verify_sample`` keys compared with their newest change (``tidemark.audit_keyed``); ``values`` runs the
+        Spark side of both (the adapters pass ``tidemark_spark.audit_values.launch``)."""
         from tidemark.audit import audit_tables
-        from tidemark.audit_sample import verify_sample as verify
+        from tidemark.audit_keyed import verify_keys
+        from tidemark.audit_sample import verify_sample as verify_ranges
 
-        if verify_sample and self.config.keyed:
-            raise ConfigError(f"--verify-sample does not check keyed tables yet: their rows are the newest change per "
-                              f"key, not every record of a range. Run 'tidemark audit {self.name}' without it (keys "
-                              f"held twice, coordinates, committed ranges).", pipeline=self.name)
+        if verify_sample and self.config.keyed and values is None:
+            raise ConfigError(f"--verify-sample on a keyed table compares keys with their newest change in Spark, and "
+                              f"no Spark job was given. Run 'tidemark audit {self.name} --verify-sample "
+                              f"{verify_sample}' from the command line or the audit DAG.", pipeline=self.name)
         report = audit_tables(self.name, self.config.table_uri, self.config.dead_letter_uri, self.ledger_uri,
                               self.store, keys=self.config.keyed.keys if self.config.keyed else None)
         if verify_sample:
+            verify = verify_keys if self.config.keyed else verify_ranges
             report.sample = verify(self.config, self.kafka_properties, self.ledger_uri, self.store, verify_sample,
                                    values=values)
         return report

@@ -16,7 +16,7 @@
 Exit codes, the same for every command:
     0  done
     1  the ingest job of `tidemark run` failed (nothing is lost: the next run executes the same
-       frozen batch again), or the Spark job of `audit --verify-sample` (a JSON or Avro pipeline)
+       frozen batch again), or the Spark job of `audit --verify-sample` (a JSON, Avro or keyed pipeline)
     2  refused: bad arguments, a broken pipeline file, an unknown pipeline, Kafka unreachable or
        refusing the credentials, another run holding the pipeline... The message says which and
        what to do; nothing was changed
@@ -24,8 +24,8 @@ Exit codes, the same for every command:
        stderr)
     4  `audit` found damage: duplicated offsets, committed ranges missing records, rows outside
        every committed range, offsets both in the output and the dead letters, or (with
-       --verify-sample) sampled ranges that differ from what Kafka still holds, or keys held by more
-       than one row (keyed tables) (listed in its output)
+       --verify-sample) sampled ranges (keyed tables: sampled keys) that differ from what Kafka
+       still holds, or keys held by more than one row (keyed tables) (listed in its output)
     70 an unexpected error (a bug, or a failure Tidemark has no message for yet): one line names it and
        the file that holds its trace; `--debug` (on any command) or TIDEMARK_DEBUG=1 prints the trace
 
@@ -141,12 +141,16 @@ def _add_ledger_and_audit(commands) -> None:
         "Check the live output table against the ledger for every kind of damage: duplicated offsets, committed "
         "ranges missing records (counted against the ledger's record counts, dead letters included), rows outside "
         "every committed range, offsets both in the output and the dead letters, and, with --verify-sample, "
-        "sampled ranges that differ from what Kafka still holds, and keys held by more than one row (keyed tables), "
+        "sampled ranges (keyed tables: sampled keys) that differ from what Kafka still holds, and keys held by more "
+        "than one row (keyed tables), "
         "whose ranges are not counted. Exits 0 when none, 4 when damage is found.")
     audit.add_argument("--json", action="store_true", help="one JSON object with the lists and 'ok'")
     audit.add_argument("--verify-sample", type=int, default=0, metavar="N",
                        help="also read N committed ranges still retained in Kafka again and compare them "
-                            "(raw: checksums of the bytes; JSON/Avro: decoded in Spark, value by value)")
+                            "(raw: checksums of the bytes; JSON/Avro: decoded in Spark, value by value); on a "
+                            "keyed table, compare N keys, picked at random among those with a change Kafka still "
+                            "holds, with their newest change (decoded in Spark): one equal row for an upsert, no "
+                            "row for a delete")
 
 
 def _pipeline_command(parent, name: str, summary: str, details: str) -> argparse.ArgumentParser:
@@ -260,7 +264,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     run = open_run(args.pipeline)
     try:
         report = run.audit(verify_sample=args.verify_sample, values=lambda check: launch(run, check))
-    except SampleJobError as exc:  # the Spark job of a typed pipeline's sample: its log is above
+    except SampleJobError as exc:  # the Spark job of a typed or keyed pipeline's sample: its log is above
         print(f"tidemark: error: {exc}", file=sys.stderr)
         return EXIT_JOB_FAILED
     if args.json:
@@ -273,8 +277,11 @@ def cmd_audit(args: argparse.Namespace) -> int:
                 ("rows outside every committed range", report.outside, ["topic", "partition", "offset", "batch_id"]),
                 ("offsets both in the output and the dead letters", report.in_both, ["topic", "partition", "offset"]),
                 ("keys held by more than one row", report.duplicate_keys, [*(report.keys or []), "rows"]),
-                ("sampled ranges that differ from Kafka", (report.sample or {}).get("mismatches"),
-                 ["topic", "partition", "start", "end", "batch_id", "kafka_records", "table_records"])):
+                ("sampled ranges that differ from Kafka", [] if report.keys else report.sample_mismatches,
+                 ["topic", "partition", "start", "end", "batch_id", "kafka_records", "table_records"]),
+                ("sampled keys that differ from their newest change in Kafka",
+                 [{**m, "key": json.dumps(m["key"])} for m in report.sample_mismatches] if report.keys else [],
+                 ["key", "topic", "partition", "offset", "change", "table_rows", "reason"])):
             if rows:
                 print(f"{title}:\n{render_table(rows, columns)}\n")
         for row in (report.sample or {}).get("mismatches", []):
@@ -320,13 +327,26 @@ def cmd_offsets_reset(args: argparse.Namespace) -> int:
     return 0
 
 
+HISTORY_COLUMNS = ["batch_id", "kind", "status", "topic", "partition", "start_offset", "end_offset", "record_count",
+                   "dag_run_id", "reason", "committed_at"]
+CHANGE_COLUMNS = ["rows_inserted", "rows_updated", "rows_deleted"]
+
+
+def history_columns(listing: list[dict]) -> list[str]:
+    """The history table's columns: a keyed batch's rows inserted, updated and deleted after ``record_count``
+    when the rows shown hold any (on the batch's first row), so an append pipeline's table stays as it was."""
+    if not any(r.get("rows_inserted") is not None for r in listing):
+        return HISTORY_COLUMNS
+    at = HISTORY_COLUMNS.index("record_count") + 1
+    return [*HISTORY_COLUMNS[:at], *CHANGE_COLUMNS, *HISTORY_COLUMNS[at:]]
+
+
 def cmd_offsets_history(args: argparse.Namespace) -> int:
     listing = open_run(args.pipeline).history(args.limit)
     if args.json:
         print(json.dumps(listing, indent=2))
     else:
-        print(render_table(listing, ["batch_id", "kind", "status", "topic", "partition", "start_offset",
-                                     "end_offset", "record_count", "dag_run_id", "reason", "committed_at"]))
+        print(render_table(listing, history_columns(listing)))
     return 0
 
 

@@ -8,7 +8,9 @@ batch's format, and compare them record by record with the output and dead-lette
 
 Launched like ``tidemark dead-letters reprocess`` (``launch``: spark-submit in client mode on the pipeline's
 Spark master, or a client of the Spark Connect server); Kafka properties and the object store come from the
-run's settings file, never the command line. ``compare`` is the work itself, for any SparkSession.
+run's settings file, never the command line. ``compare`` is the work itself, for any SparkSession; on a keyed
+table (a check with ``sample_keys``) the work is ``tidemark_spark.audit_keyed.compare_keys`` instead
+(``answer_check`` picks).
 
 Each record becomes one row per side: its place (output or dead letters) and an array with one 64-bit hash
 per compared column (``xxhash64`` of the column's JSON, so a long and an int of the same value agree, and a
@@ -34,8 +36,10 @@ from pathlib import Path
 from tidemark import spark_records, storage
 from tidemark.audit_values import DEAD, DEAD_LETTER_COMPARED, META_COLUMNS, OUTPUT, ValueCheck, describe
 from tidemark.errors import JobExit, TidemarkError
-from tidemark.schemas import normalize_type, table_columns
+from tidemark.schemas import table_columns
 from tidemark.spark_io import error_chain, kafka_source_options, read_ranges
+from tidemark_spark.audit_keyed import compare_keys
+from tidemark_spark.column_hashes import hashes, to_table_types
 
 log = logging.getLogger("tidemark.audit")
 
@@ -50,31 +54,6 @@ class SampleJobError(TidemarkError):
     """The Spark job of the audit's value comparison failed; nothing was written anywhere."""
 
     transient = True
-
-
-def _hashes(columns: list[str], present: set[str], casts: Mapping[str, str] | None = None):
-    """One hash per compared column: of its JSON (``{}`` for null, and for a column this side lacks), after
-    ``casts`` (column -> the table's type)."""
-    from pyspark.sql import functions as F
-
-    def value(c: str):
-        return F.col(c).cast(casts[c]) if casts and c in casts else F.col(c)
-
-    return F.array(*[F.xxhash64(F.to_json(F.struct(value(c).alias("v"))) if c in present else F.lit("{}"))
-                     for c in columns])
-
-
-def _to_table_types(rows, table: Mapping[str, str]) -> dict[str, str]:
-    """The decoded columns whose plain type differs from the table's column (a column widened after the batch
-    was written: int to long, float to double), to be cast to the table's type before they are hashed, as the
-    widening cast the table's rows. Nested types are left alone (their JSON compares field by field)."""
-    nested = ("struct", "array", "map")
-    casts = {}
-    for f in rows.schema.fields:
-        decoded, held = normalize_type(f.dataType.simpleString()), normalize_type(table.get(f.name) or "")
-        if held and decoded != held and not decoded.startswith(nested) and not held.startswith(nested):
-            casts[f.name] = table[f.name]
-    return casts
 
 
 def _within(check: ValueCheck, indexes: list[int] | None = None):
@@ -121,8 +100,8 @@ def kafka_side(spark, check: ValueCheck, properties: Mapping[str, str], output_c
         present = set(rows.columns)
         side = rows.select(index.alias("_range"), "kafka_offset",
                            F.when(good, F.lit(OUTPUT)).otherwise(F.lit(DEAD)).alias("_where"),
-                           F.when(good, _hashes(output_compared, present, _to_table_types(rows, table)))
-                           .otherwise(_hashes(list(DEAD_LETTER_COMPARED), present)).alias("_cols"),
+                           F.when(good, hashes(output_compared, present, to_table_types(rows, table)))
+                           .otherwise(hashes(list(DEAD_LETTER_COMPARED), present)).alias("_cols"),
                            _reprocessed(check).alias("_reprocessed"))
         sides = side if sides is None else sides.unionByName(side)
     return sides
@@ -143,7 +122,7 @@ def table_side(spark, check: ValueCheck, output_compared: list[str], store=None)
             held = held.where(F.col("pipeline") == check.pipeline)
         ranges = F.array_compact(F.array(*[F.when(_within(check, [i]), F.lit(i)) for i in range(len(check.ranges))]))
         side = held.select(F.explode(ranges).alias("_range"), "kafka_offset", F.lit(place).alias("_where"),
-                           _hashes(compared, set(held.columns)).alias("_cols"), F.lit(False).alias("_reprocessed"))
+                           hashes(compared, set(held.columns)).alias("_cols"), F.lit(False).alias("_reprocessed"))
         sides = side if sides is None else sides.unionByName(side)
     return sides
 
@@ -214,6 +193,12 @@ def _difference(r, compared: list[str]) -> dict:
     return describe(int(r["offset"]), r["k_where"], r["t_where"], columns, bool(r["reprocessed"]), int(r["t_n"]))
 
 
+def answer_check(spark, check: ValueCheck, properties: Mapping[str, str], store=None) -> list[dict] | dict:
+    """The job's answer: a keyed table's sampled keys (``check.sample_keys``: ``audit_keyed.compare_keys``), or
+    the sampled ranges compared record by record (``compare``)."""
+    return (compare_keys if check.sample_keys else compare)(spark, check, properties, store)
+
+
 def main(argv: list[str] | None = None) -> int:
     from tidemark.run import JobSettings
     from tidemark_spark.ingest import REMOTE_ENV_VAR, build_session, connect_session
@@ -233,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         if not remote:
             spark.sparkContext.setLogLevel("WARN")  # an audit's job log: its warnings and errors, not every task
         try:
-            answer = compare(spark, check, job.kafka_properties, job.store)
+            answer = answer_check(spark, check, job.kafka_properties, job.store)
         finally:
             spark.stop()
         Path(args.result).write_text(json.dumps(answer))
@@ -247,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     return JobExit.OK
 
 
-def launch(run, check: ValueCheck) -> list[dict]:
+def launch(run, check: ValueCheck) -> list[dict] | dict:
     """Run the job on the pipeline's Spark master (``run``: a ``tidemark.run.PipelineRun``), as ``tidemark
     dead-letters reprocess`` runs its job, and return its answer. Raises SampleJobError when it fails."""
     from tidemark_spark.submit import launch_job

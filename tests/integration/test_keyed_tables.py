@@ -3,27 +3,33 @@ batches, a kill -9 between the MERGE commit and the ledger's, a replay of commit
 replayed after newer ones, a backfill window, the dead-letter cases and Debezium change events (hand-made
 envelopes here; the real connector's stream is in test_debezium.py). Each table is checked against a
 reference built from the produced changes, independently of the product: the newest change per key (by
-Kafka position, or by ``updated_at`` where the pipeline orders by it), deleted keys absent."""
+Kafka position, or by ``updated_at`` where the pipeline orders by it), deleted keys absent; and the rows each
+batch inserted, updated and deleted, as the ledger records them from the MERGE commit, against the same
+reference's difference before and after the batch."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
 from tests import helpers
 from tests.integration.test_crash_points import recover, tidemark_run
+from tests.unit.tidemark.avro_samples import debezium_envelope
 from tidemark import crash, settings
 from tidemark.audit import audit_tables
 from tidemark.batch.backfill import BackfillRequest, prepare_backfill
 from tidemark.batch.execute import execute_batch
 from tidemark.batch.prepare import prepare_batch
 from tidemark.batch.reset import ResetRequest, reset_offsets
+from tidemark.batch.status import recent_entries
 from tidemark.config import parse_pipeline
 from tidemark.errors import KeyOrderingError
 from tidemark.ledger import Ledger
 from tidemark.offsets import TopicPartition
+from tidemark.schema_registry import RegistryClient
 
 pytestmark = pytest.mark.integration
 
@@ -55,15 +61,34 @@ class Reference:
 
     def __init__(self) -> None:
         self.rows: dict[int, tuple] = {}
+        self.before: dict[int, tuple] = {}
+        self.touched: set[int] = set()
 
     def apply(self, changes: list[tuple[bytes, bytes | None]]) -> None:
         for key, value in changes:
             k = json.loads(key)["id"]
+            self.touched.add(k)
             record = json.loads(value) if value is not None else None
             if record is None or record.get("op") == "delete":
                 self.rows.pop(k, None)
             else:
                 self.rows[k] = (record["name"], record["qty"])
+
+    def batch_changes(self) -> tuple[int, int, int]:
+        """The rows (inserted, updated, deleted) that the changes produced since the last call must change: keys
+        the table gains, keys changed and kept (a change of the same values is an update too), keys it loses."""
+        kept = self.before.keys() & self.rows.keys()
+        changes = (len(self.rows.keys() - self.before.keys()), len(kept & self.touched),
+                   len(self.before.keys() - self.rows.keys()))
+        self.before, self.touched = dict(self.rows), set()
+        return changes
+
+
+def ledger_changes(pipeline: str) -> dict[int, tuple[int | None, ...]]:
+    """Per batch and backfill entry, the rows it inserted, updated and deleted as the ledger says (the page's and
+    the metrics' reader)."""
+    return {e["batch_id"]: (e["rows_inserted"], e["rows_updated"], e["rows_deleted"])
+            for e in recent_entries(pipeline, 50) if e["kind"] in ("batch", "backfill")}
 
 
 def table(uri: str) -> dict[int, tuple]:
@@ -88,10 +113,12 @@ def test_inserts_updates_and_deletes_across_batches_and_replays_change_nothing(k
                          change(2, "TOMBSTONE")])  # within the batch: 1 updated twice, 2 inserted then deleted
     run(spark, config)
     assert table(config.table_uri) == ref.rows == {1: ("a2", 10), 3: ("c", 3)}
+    expected = {1: ref.batch_changes()}  # the first batch creates the table: inserts only
 
     produce(topic, ref, [change(3, "c", op="delete"), change(4, "d", 4), change(1, "a3", 11), change(2, "b2", 20)])
     run(spark, config)
     assert table(config.table_uri) == ref.rows == {1: ("a3", 11), 2: ("b2", 20), 4: ("d", 4)}
+    expected[2] = ref.batch_changes()
     assert helpers.query(config.table_uri, "SELECT COUNT(*) AS n, COUNT(DISTINCT id) AS k FROM t") == [{"n": 3,
                                                                                                         "k": 3}]
     ledger = Ledger(settings.ledger_uri())
@@ -104,16 +131,23 @@ def test_inserts_updates_and_deletes_across_batches_and_replays_change_nothing(k
     run(spark, config)
     assert table(config.table_uri) == ref.rows
     assert helpers.table_version(config.table_uri) <= version + 1  # at most an empty commit
+    expected[4] = ref.batch_changes()  # entry 3 is the reset
 
     # An older range replayed after newer ones (a backfill window of batch 1's offsets): key 2 was deleted then
     # inserted again, key 3 deleted; nothing moves back in time and nothing deleted comes back.
     produce(topic, ref, [change(2, "TOMBSTONE"), change(5, "e", 5)])
     run(spark, config)
     assert table(config.table_uri) == ref.rows == {1: ("a3", 11), 4: ("d", 4), 5: ("e", 5)}
+    expected[5] = ref.batch_changes()
     backfill = prepare_backfill(config, props(), BackfillRequest(offsets={TopicPartition(topic, 0): (0, 5)}),
                                 owner="test")
     execute_batch(spark, backfill, props())
     assert table(config.table_uri) == ref.rows
+    expected[6] = ref.batch_changes()
+
+    # What each MERGE did to the rows (Delta's operation metrics of its commit), as the ledger records it.
+    assert expected == {1: (2, 0, 0), 2: (2, 1, 1), 4: (0, 0, 0), 5: (1, 0, 1), 6: (0, 0, 0)}  # the reference's
+    assert ledger_changes(topic) == expected
 
     # The audit: no key twice, no coordinate twice, nothing outside the committed ranges.
     report = audit_tables(topic, config.table_uri, config.dead_letter_uri, settings.ledger_uri(), keys=["id"])
@@ -139,6 +173,7 @@ def test_a_kill_between_the_merge_commit_and_the_ledger_commit_applies_the_batch
     produce(topic, ref, [change(k, f"n{k}", k) for k in range(6)], partition=0)
     produce(topic, ref, [change(k, f"n{k}", k) for k in range(10, 14)], partition=1)
     run(spark, config)
+    expected = {1: ref.batch_changes()}
     produce(topic, ref, [change(1, "x", 100), change(2, "TOMBSTONE"), change(3, "y", op="delete")], partition=0)
     produce(topic, ref, [change(10, "z", 7), change(14, "w", 8)], partition=1)
 
@@ -156,6 +191,12 @@ def test_a_kill_between_the_merge_commit_and_the_ledger_commit_applies_the_batch
     assert state.pending_batch_id is None and state.last_batch_id == 2
     batch = [r for r in Ledger(settings.ledger_uri()).rows(topic) if r.batch_id == 2]
     assert sorted((r.partition, r.record_count) for r in batch) == [(0, 3), (1, 2)]
+    # The roll-forward read what the MERGE did from its commit, found by the same history scan as the counts: the
+    # batch's totals on its first partition's row, null on the other's.
+    expected[2] = ref.batch_changes()
+    assert expected == {1: (10, 0, 0), 2: (1, 2, 2)} and ledger_changes(topic) == expected
+    assert sorted((r.partition, r.rows_inserted, r.rows_updated, r.rows_deleted) for r in batch) == [
+        (0, *expected[2]), (1, None, None, None)]
 
 
 def test_an_ordering_field_keeps_the_newest_change_and_bad_changes_are_dead_letters(kafka_bootstrap, spark, lake):
@@ -223,3 +264,62 @@ def test_debezium_json_change_events(kafka_bootstrap, spark, lake, wrapped):
     # Debezium's own tombstone (offset 4) changed nothing and is no dead letter; the ledger counts every record.
     batch = [r for r in Ledger(settings.ledger_uri()).rows(topic) if r.kind == "batch"]
     assert [(r.record_count, r.dead_letter_count) for r in batch] == [(9, 3)]
+    assert ledger_changes(topic) == {1: (2, 0, 0)}  # the batch created the table with keys 1 and 3
+
+
+def test_debezium_avro_change_events(kafka_bootstrap, schema_registry, spark, lake):
+    """Debezium's envelope as Avro (the converter's shape: tests/unit/tidemark/avro_samples.py), decoded with the
+    schema frozen from the registry; the same dead-letter rules as JSON, and a value that is not Avro says so once."""
+    topic = helpers.create_topic(helpers.unique("keyed-dbz-avro"), partitions=1)
+    schema = debezium_envelope({"name": "id", "type": ["null", "long"], "default": None},
+                               {"name": "name", "type": ["null", "string"], "default": None},
+                               table="shop.public.things")
+    sid = helpers.register_schema(f"{topic}-value", schema)
+
+    def event(op: str, before: dict | None, after: dict | None, lsn: int | None) -> bytes:
+        source = {"version": "3.6.1.Final", "ts_ms": 1714558800000 + (lsn or 0), "snapshot": "false", "lsn": lsn}
+        return helpers.avro_value(sid, schema, {"op": op, "before": before, "after": after, "source": source,
+                                                "ts_ms": 1714558800999})
+
+    one, two = {"id": 1, "name": "a"}, {"id": 2, "name": "x"}
+    helpers.produce_pairs(topic, [
+        (b"1", event("r", None, one, 10)), (b"1", event("u", one, {"id": 1, "name": "b"}, 20)),
+        (b"2", event("c", None, two, 30)), (b"2", event("d", {"id": 2, "name": None}, None, 40)), (b"2", None),
+        (b"3", event("c", None, {"id": 3, "name": "z"}, 50)),
+        (b"x", event("t", None, None, 60)), (b"x", event("c", None, None, 70)),
+        (b"x", event("c", None, {"id": 4, "name": "w"}, None)), (b"x", event("c", None, {"id": None, "name": "n"}, 80)),
+        (b"x", b"\x00" + sid.to_bytes(4, "big") + b"\x02"), (b"x", b"\x01" + sid.to_bytes(4, "big"))])
+    config = parse_pipeline({"name": topic, "topics": [topic], "table": topic, "value_format": "avro",
+                             "keyed": {"keys": ["id"], "envelope": "debezium"}}, "test")
+    execute_batch(spark, prepare_batch(config, props(), schemas=RegistryClient(schema_registry)), props())
+    rows = helpers.query(config.table_uri, "SELECT id, name, cdc_op, cdc_position, cdc_ts_ms FROM t ORDER BY id")
+    assert [tuple(r.values()) for r in rows] == [(1, "b", "u", 20, 1714558800020), (3, "z", "c", 50, 1714558800050)]
+    errors = {r["kafka_offset"]: r["error"] for r in helpers.query(config.dead_letter_uri,
+                                                                    "SELECT kafka_offset, error FROM t")}
+    assert errors == {6: "Debezium operation 't' is not a row change (c, u, r or d)",
+                      7: "Debezium 'c' event without its after image",
+                      8: "Debezium event without source.lsn or source.pos: no usable ordering",
+                      9: "key field 'id' is missing or null",
+                      10: f"the Avro body does not decode with schema id {sid}",
+                      11: "magic byte is 1, not 0: not the Confluent wire format"}
+    batch = [r for r in Ledger(settings.ledger_uri()).rows(topic) if r.kind == "batch"]
+    assert [(r.record_count, r.dead_letter_count) for r in batch] == [(12, 6)]
+
+
+def test_a_widened_column_of_a_keyed_table_is_widened_before_the_merge(kafka_bootstrap, spark, lake):
+    """schema_changes on a keyed table: ``qty`` declared int, then bigint (a widening). The batch widens the
+    column in a commit of its own (a MERGE cannot change a type), then MERGEs a value only a bigint holds;
+    the rows already there keep their values."""
+    topic = helpers.create_topic(helpers.unique("keyed-widen"), partitions=1)
+    config, ref = keyed_pipeline(topic), Reference()
+    produce(topic, ref, [change(1, "a", 1), change(2, "b", 2), change(3, "c", 3)])
+    run(spark, config)
+    produce(topic, ref, [change(2, "b2", 3_000_000_000), change(4, "d", 4), change(3, "TOMBSTONE")])
+    run(spark, keyed_pipeline(topic, {**SCHEMA, "qty": "bigint?"}))
+    assert table(config.table_uri) == ref.rows == {1: ("a", 1), 2: ("b2", 3_000_000_000), 4: ("d", 4)}
+    assert dict(spark.read.format("delta").load(config.table_uri).dtypes)["qty"] == "bigint"
+    history = sorted(DeltaTable(config.table_uri).history(), key=lambda c: c["version"])
+    assert [c["operation"] for c in history] == ["WRITE", "WRITE", "MERGE"]
+    assert json.loads(history[1]["userMetadata"])["tidemark_widening"] == {
+        "pipeline": topic, "before_batch": 2, "columns": {"qty": "bigint"}}
+    assert Ledger(settings.ledger_uri()).state(topic).last_batch_id == 2

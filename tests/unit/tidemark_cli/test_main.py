@@ -76,3 +76,19 @@ def test_kafka_pythons_own_log_lines_reach_the_cli_only_with_tidemark_kafka_debu
     monkeypatch.setenv("TIDEMARK_KAFKA_DEBUG", debug)
     _logs_to_stderr()
     assert kafka.propagate is bool(debug)
+
+
+def test_a_keyed_tables_differing_sampled_keys_are_listed_and_exit_4(monkeypatch, capsys):
+    from tidemark.audit import AuditReport
+    from tidemark_cli import main as cli
+
+    sample = {"requested": 5, "verified": 5, "not_retained": 0, "values_compared": True, "keys_read": 9, "mismatches": [
+        {"key": {"id": 3}, "topic": "t", "partition": 0, "offset": 7, "change": "delete", "table_rows": 1,
+         "columns": [], "reason": "row present but deleted"}]}
+    report = AuditReport("p", "/lake/t", 2, 4, [], 0, [], [], 0, sample=sample, keys=["id"])
+    monkeypatch.setattr(cli, "open_run", lambda name: type("Run", (), {"audit": lambda self, **kw: report})())
+    assert cli.main(["audit", "p", "--verify-sample", "5"]) == 4
+    shown = capsys.readouterr().out
+    assert "sampled keys that differ from their newest change in Kafka:" in shown
+    assert '{"id": 3}  t      0          7       delete  1           row present but deleted' in shown
+    assert "sampled ranges that differ" not in shown and "5 sampled keys (of 9 with a change" in shown
