@@ -180,8 +180,12 @@ def audit(pipeline: str, verify_sample: int = 0, **context) -> dict:
     for name in ("duplicates", "missing", "outside", "in_both"):
         for row in found[name][:20]:
             log.error("pipeline '%s': %s: %s", pipeline, name, row)
+    what = "sampled key differs from its newest change in Kafka" if run.config.keyed else \
+        "sampled range differs from Kafka"
     for row in (report.sample or {}).get("mismatches", [])[:20]:
-        log.error("pipeline '%s': sampled range differs from Kafka: %s", pipeline, row)
+        log.error("pipeline '%s': %s: %s", pipeline, what, row)
+    for row in found.get("duplicate_keys", [])[:20]:
+        log.error("pipeline '%s': key held by more than one row: %s", pipeline, row)
     if not report.ok:
         raise AuditDamageError(verdict(report), pipeline=pipeline)  # the error names the pipeline once
     log.info("%s", summary(report))

@@ -69,6 +69,31 @@ def test_the_scheduled_audit_passes_a_clean_table_and_fails_at_once_on_damage(tm
     assert str(failed.value).count("pipeline 'p'") == 1, str(failed.value)  # it used to say it twice
 
 
+def test_the_scheduled_audit_of_a_keyed_table_names_a_key_held_twice(tmp_path, monkeypatch, caplog):
+    import pyarrow as pa
+    from airflow.sdk.exceptions import AirflowFailException
+    from deltalake import write_deltalake
+
+    from tidemark.ledger import COMMITTED, Ledger, LedgerRow, fingerprint
+    from tidemark_airflow.tasks import audit
+
+    (tmp_path / "pipelines").mkdir()
+    (tmp_path / "pipelines" / "k.yaml").write_text(
+        "name: k\ntopics: [t]\ntable: out\nvalue_format: json\nvalue_schema: {id: bigint}\nkeyed: {keys: [id]}\n")
+    monkeypatch.setenv("TIDEMARK_PIPELINES_DIR", str(tmp_path / "pipelines"))
+    monkeypatch.setenv("TIDEMARK_LAKE_ROOT", str(tmp_path / "lake"))
+    monkeypatch.delenv("TIDEMARK_LEDGER_URI", raising=False)
+    Ledger(str(tmp_path / "lake" / "_tidemark" / "offsets")).append(
+        [LedgerRow("k", 1, "batch", COMMITTED, "t", 0, 0, 3, 3, 0)], expected=fingerprint([]))
+    rows = pa.table({"id": pa.array([7, 7], pa.int64()), "kafka_topic": ["t"] * 2,
+                     "kafka_partition": pa.array([0] * 2, pa.int32()), "kafka_offset": pa.array([0, 2], pa.int64()),
+                     "ingest_batch_id": pa.array([1] * 2, pa.int64())})
+    write_deltalake(str(tmp_path / "lake" / "out"), rows)
+    with pytest.raises(AirflowFailException, match="AuditDamageError"):
+        audit("k")
+    assert "pipeline 'k': key held by more than one row: {'id': 7, 'rows': 2}" in caplog.text
+
+
 class ReportingRun:
     """What the success callbacks use of a PipelineRun; counts the reads of the pipeline's status."""
 
