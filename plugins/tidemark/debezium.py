@@ -98,3 +98,36 @@ def _record(schema: Schema, namespace: str, names: Names, field: str) -> tuple[d
         schema = next(b for b in schema if not _is_null(_deref(b, namespace, names)[0]))
     definition, _, full = _deref(schema, namespace, names)
     return definition, full or _full_name(definition, namespace)
+
+
+TIME_TYPES = {("int", "io.debezium.time.Date"): "date",
+              ("long", "io.debezium.time.MicroTimestamp"): "local-timestamp-micros",
+              ("long", "io.debezium.time.Timestamp"): "local-timestamp-millis"}
+"""Debezium's semantic time types (``connect.name`` on a plain int or long, as Kafka Connect's AvroConverter
+writes them) and the Avro logical type that reads the same number as the same instant: days since the epoch as
+a date; micro- or milliseconds since the epoch, a time without zone (PostgreSQL's ``timestamp``, MySQL's
+``datetime``), as a timestamp without time zone. Other Debezium times stay as written: ``ZonedTimestamp`` is
+an ISO-8601 string, ``MicroTime`` a long of microseconds since midnight, ``NanoTimestamp`` a long."""
+
+
+def with_time_types(schema: Schema) -> Schema:
+    """``schema`` (a parsed envelope) with the logical type of ``TIME_TYPES`` on each field whose type is one of
+    Debezium's semantic time types and has no logical type yet. The binary encoding is the same, so records
+    written with the plain type read with it; Spark reads the columns as ``date`` and ``timestamp_ntz``."""
+    if isinstance(schema, list):
+        return [with_time_types(b) for b in schema]
+    if not isinstance(schema, dict):
+        return schema
+    kind = schema.get("type")
+    logical = TIME_TYPES.get((kind, schema.get("connect.name"))) if isinstance(kind, str) else None
+    if logical is not None and "logicalType" not in schema:
+        return {**schema, "logicalType": logical}
+    out = dict(schema)
+    if isinstance(out.get("type"), dict | list):
+        out["type"] = with_time_types(out["type"])
+    if isinstance(out.get("fields"), list):
+        out["fields"] = [with_time_types(f) for f in out["fields"]]
+    for part in ("items", "values"):
+        if part in out:
+            out[part] = with_time_types(out[part])
+    return out

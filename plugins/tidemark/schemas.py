@@ -60,7 +60,7 @@ class FrozenSchemas:
         ``debezium``), its row's fields. Raises ValueError when the schema is no such envelope."""
         schema = avro_schemas.parse(self.reader)
         if envelope == "debezium":
-            schema = debezium.avro_envelope(schema).row
+            schema = debezium.avro_envelope(debezium.with_time_types(schema)).row
         return avro_schemas.reader_fields(schema)
 
     def spark_type(self) -> str:
@@ -293,6 +293,9 @@ def batch_format(config: PipelineConfig, frozen: BatchSchemas | None, store=None
         changes = compare(checked, columns)
         decision = check_changes(config.name, config.table_uri, changes, config.schema_changes, source)
         add_columns, casts, widen = bool(changes.added), decision.casts, decision.widen
-    return replace(base, fields=fields, avro=dict(frozen.value.__dict__) if frozen.value else None,
+    avro = dict(frozen.value.__dict__) if frozen.value else None
+    if avro and config.keyed and config.keyed.envelope == "debezium":  # read Debezium's times as times
+        avro["reader"] = json.dumps(debezium.with_time_types(avro_schemas.parse(avro["reader"])))
+    return replace(base, fields=fields, avro=avro,
                    key_avro=dict(frozen.key.__dict__) if frozen.key else None, key_type=key_type,
                    add_columns=add_columns, casts=casts, widen=widen)

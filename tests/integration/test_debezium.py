@@ -78,9 +78,11 @@ def test_avro_change_events_through_the_schema_registry(debezium: Debezium, sche
     from the registry: a snapshot (r), inserts, updates, a delete and its tombstone, and a column added in
     PostgreSQL, which adds the table's column; the table's columns are the after image's fields."""
     table = debezium.unique_table("accounts")
-    debezium.create_table(table, "id int PRIMARY KEY, name text, balance numeric(12,2), updated_at timestamptz")
-    debezium.sql(f"INSERT INTO {table} VALUES (1, 'ada', 10.50, '2024-05-01 10:00:00.123456+00'), "
-                 f"(2, 'bob', 0, '2024-05-01 10:00:01+00'), (3, 'cy', NULL, NULL)")
+    debezium.create_table(table, "id int PRIMARY KEY, name text, balance numeric(12,2), updated_at timestamptz, "
+                                 "born date, seen timestamp")
+    debezium.sql(f"INSERT INTO {table} VALUES (1, 'ada', 10.50, '2024-05-01 10:00:00.123456+00', '1815-12-10', "
+                 f"'2024-05-01 10:00:00.654321'), (2, 'bob', 0, '2024-05-01 10:00:01+00', NULL, NULL), "
+                 f"(3, 'cy', NULL, NULL, NULL, NULL)")
     with debezium.avro_connector(table, schema_registry) as topic:
         debezium.read(topic, 3, raw=True)  # the snapshot: r, r, r
         config = parse_pipeline({"name": table, "topics": [topic], "table": table, "value_format": "avro",
@@ -89,9 +91,15 @@ def test_avro_change_events_through_the_schema_registry(debezium: Debezium, sche
         run(spark, config, props, registry)
         assert avro_rows(config.table_uri) == accounts(debezium, table) and len(accounts(debezium, table)) == 3
         types = dict(spark.read.format("delta").load(config.table_uri).dtypes)
-        assert {c: types[c] for c in ("id", "name", "balance", "updated_at", "cdc_op", "cdc_position")} == {
-            "id": "int", "name": "string", "balance": "string", "updated_at": "string", "cdc_op": "string",
-            "cdc_position": "bigint"}
+        assert {c: types[c] for c in ("id", "name", "balance", "updated_at", "born", "seen", "cdc_op",
+                                      "cdc_position")} == {
+            "id": "int", "name": "string", "balance": "string", "updated_at": "string", "born": "date",
+            "seen": "timestamp_ntz", "cdc_op": "string", "cdc_position": "bigint"}
+        # Debezium's Date (days) and MicroTimestamp (microseconds) read back as PostgreSQL's date and timestamp
+        held = helpers.query(config.table_uri, "SELECT id, born, seen FROM t")
+        times = {r["id"]: (r["born"], r["seen"]) for r in held}
+        assert times == {r[0]: (r[1], r[2]) for r in debezium.sql(f"SELECT id, born, seen FROM {table}")}
+        assert times[1] == (dt.date(1815, 12, 10), dt.datetime(2024, 5, 1, 10, 0, 0, 654321))
 
         debezium.sql(f"INSERT INTO {table} VALUES (4, 'dee', 99999999.99, '2024-05-03 00:00:00+00')")
         debezium.sql(f"UPDATE {table} SET name = 'ada l', balance = 11.25 WHERE id = 1")

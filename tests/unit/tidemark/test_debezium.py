@@ -99,6 +99,30 @@ def test_a_debezium_avro_batch_has_the_rows_columns_and_the_cdc_columns(monkeypa
                                        "ingest_batch_id", "ingested_at"]
 
 
+def test_debeziums_time_types_are_read_as_dates_and_timestamps(monkeypatch, tmp_path):
+    """The PostgreSQL connector writes ``date`` as an int of days and ``timestamp`` as a long of micro- (or milli-)
+    seconds, marked only by ``connect.name``: the batch reads them as ``date`` and ``timestamp_ntz``; a
+    ``timestamptz`` (an ISO-8601 string) and a ``time`` (microseconds since midnight) stay as written."""
+    times = [{"name": "born", "type": ["null", {"type": "int", "connect.name": "io.debezium.time.Date"}],
+              "default": None},
+             {"name": "seen", "type": {"type": "long", "connect.name": "io.debezium.time.MicroTimestamp"}},
+             {"name": "old", "type": ["null", {"type": "long", "connect.name": "io.debezium.time.Timestamp"}],
+              "default": None},
+             {"name": "at", "type": ["null", {"type": "string", "connect.name": "io.debezium.time.ZonedTimestamp"}],
+              "default": None},
+             {"name": "opens", "type": {"type": "long", "connect.name": "io.debezium.time.MicroTime"}}]
+    config = _pipeline(monkeypatch, tmp_path)
+    fmt = batch_format(config, _frozen(debezium_envelope(ID, *times)))
+    assert {f.name: f.type for f in fmt.fields} == {"id": "int", "born": "date", "seen": "timestamp_ntz",
+                                                    "old": "timestamp_ntz", "at": "string", "opens": "bigint"}
+    reader = json.loads(fmt.avro["reader"])  # what from_avro reads with: the same encoding, the logical types on
+    value = reader["fields"][0]["type"][1]
+    assert [f["type"] for f in value["fields"]][1:3] == [
+        ["null", {"type": "int", "connect.name": "io.debezium.time.Date", "logicalType": "date"}],
+        {"type": "long", "connect.name": "io.debezium.time.MicroTimestamp", "logicalType": "local-timestamp-micros"}]
+    assert fmt.avro["writers"]["7"] == _frozen(debezium_envelope(ID, *times)).value.writers["7"]
+
+
 def test_keys_that_are_not_fields_of_the_after_image_are_refused_at_plan_time(monkeypatch, tmp_path):
     config = _pipeline(monkeypatch, tmp_path, keys=("customer_id",))
     with pytest.raises(SchemaRegistryError, match=r"keyed.keys: 'customer_id' not among the fields of the subject "
