@@ -37,11 +37,19 @@ USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 """Delta's SQL confs for the marker and metadata of DML commits (MERGE takes no writer options)."""
 
 
-def _key_from_kafka_key(keys: tuple[str, ...], types: Mapping[str, str]) -> dict[str, Column]:
-    """A tombstone's key fields: from the Kafka key as a JSON object (``{"id": 1}``), or, for a single key
-    field, from the key's text."""
+def _key_from_kafka_key(keys: tuple[str, ...], types: Mapping[str, str], fields: Mapping[str, Column],
+                        key_type: str | None) -> dict[str, Column]:
+    """A tombstone's key fields: from the decoded Avro key (``key_format: avro``: a record holding them, or for a
+    single key field the key itself), else from the Kafka key as a JSON object (``{"id": 1}``), or, for a
+    single key field, from the key's text."""
     from pyspark.sql import functions as F
 
+    if key_type is not None and "key" in fields:
+        decoded = fields["key"]
+        if key_type.startswith("struct<") and all(f"`{k}`:" in key_type for k in keys):
+            return {k: decoded[k] for k in keys}
+        if len(keys) == 1 and not key_type.startswith("struct<"):
+            return {keys[0]: decoded.cast(types[keys[0]])}
     text = F.col("kafka_key").cast("string")
     parsed = F.from_json(text, ", ".join(f"`{k}` {types[k]}" for k in keys))
     values = {k: parsed[k] for k in keys}
@@ -60,7 +68,7 @@ def shape(fmt: RecordFormat, fields: dict[str, Column], errors: list[Column]) ->
     tombstone = F.col("value").isNull()
     errors = [F.when(~tombstone, e) for e in errors]  # a tombstone is a delete, not a bad value
     types = {f.name: f.type for f in fmt.fields}
-    from_key = _key_from_kafka_key(spec.keys, types)
+    from_key = _key_from_kafka_key(spec.keys, types, fields, fmt.key_type)
     for k in spec.keys:
         fields[k] = F.when(tombstone, from_key[k]).otherwise(fields[k])
     op = F.when(tombstone, F.lit("d"))

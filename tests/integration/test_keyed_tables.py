@@ -323,3 +323,29 @@ def test_a_widened_column_of_a_keyed_table_is_widened_before_the_merge(kafka_boo
     assert json.loads(history[1]["userMetadata"])["tidemark_widening"] == {
         "pipeline": topic, "before_batch": 2, "columns": {"qty": "bigint"}}
     assert Ledger(settings.ledger_uri()).state(topic).last_batch_id == 2
+
+
+def test_a_tombstone_with_an_avro_key_deletes_the_row_of_the_decoded_key(kafka_bootstrap, schema_registry, spark,
+                                                                         lake):
+    """A compacted topic of Avro records with Avro keys (``key_format: avro``): a tombstone's key fields come
+    from the decoded key, a record holding them, not from the key's bytes."""
+    topic = helpers.create_topic(helpers.unique("keyed-avro-key"), partitions=1)
+    value = {"type": "record", "name": "Profile", "fields": [{"name": "id", "type": "long"},
+                                                             {"name": "name", "type": ["null", "string"]}]}
+    key = {"type": "record", "name": "ProfileKey", "fields": [{"name": "id", "type": "long"}]}
+    vid, kid = helpers.register_schema(f"{topic}-value", value), helpers.register_schema(f"{topic}-key", key)
+
+    def pair(k: int, name: str | None, tombstone: bool = False) -> tuple[bytes, bytes | None]:
+        return helpers.avro_value(kid, key, {"id": k}), (None if tombstone else
+                                                         helpers.avro_value(vid, value, {"id": k, "name": name}))
+
+    helpers.produce_pairs(topic, [pair(1, "a"), pair(2, "b"), pair(3, "c"), pair(2, None, tombstone=True),
+                                  pair(1, "a2")])
+    config = parse_pipeline({"name": topic, "topics": [topic], "table": topic, "value_format": "avro",
+                             "key_format": "avro", "keyed": {"keys": ["id"]}}, "test")
+    execute_batch(spark, prepare_batch(config, props(), schemas=RegistryClient(schema_registry)), props())
+    helpers.produce_pairs(topic, [pair(3, None, tombstone=True), pair(4, "d")])
+    execute_batch(spark, prepare_batch(config, props(), schemas=RegistryClient(schema_registry)), props())
+    rows = helpers.query(config.table_uri, "SELECT id, name FROM t ORDER BY id")
+    assert [(r["id"], r["name"]) for r in rows] == [(1, "a2"), (4, "d")]
+    assert helpers.query_or_none(config.dead_letter_uri) is None
