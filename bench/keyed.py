@@ -72,6 +72,7 @@ from pathlib import Path
 
 from bench import contenders, machine, stack
 from bench.measure import check, run_measured
+from bench.profile_raw import add_task
 from bench.settings import RESULTS, ROOT, BenchSettings, _int, save_result
 
 log = logging.getLogger("bench")
@@ -429,11 +430,7 @@ def event_log(folder: Path) -> dict | None:
         elif kind == "SparkListenerJobEnd" and event["Job ID"] in jobs:
             jobs[event["Job ID"]]["completed"] = event["Completion Time"]
         elif kind == "SparkListenerTaskEnd":
-            metrics = event.get("Task Metrics") or {}
-            tasks["tasks"] += 1
-            tasks["run_ms"] += metrics.get("Executor Run Time", 0)
-            tasks["cpu_ns"] += metrics.get("Executor CPU Time", 0)
-            tasks["gc_ms"] += metrics.get("JVM GC Time", 0)
+            add_task(tasks, event)
     by_what: dict[str, float] = collections.defaultdict(float)
     for job in jobs.values():
         by_what[job["what"]] += (job.get("completed", job["submitted"]) - job["submitted"]) / 1000

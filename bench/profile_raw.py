@@ -50,6 +50,18 @@ PYTHON_SPANS = {
 }
 
 
+def add_task(tasks: collections.Counter, event: dict) -> None:
+    """Add one SparkListenerTaskEnd event's metrics to ``tasks`` (tasks, run, CPU, GC and deserialize time,
+    records read)."""
+    metrics = event.get("Task Metrics") or {}
+    tasks["tasks"] += 1
+    tasks["run_ms"] += metrics.get("Executor Run Time", 0)
+    tasks["cpu_ns"] += metrics.get("Executor CPU Time", 0)
+    tasks["gc_ms"] += metrics.get("JVM GC Time", 0)
+    tasks["deserialize_ms"] += metrics.get("Executor Deserialize Time", 0)
+    tasks["records_read"] += (metrics.get("Input Metrics") or {}).get("Records Read", 0)
+
+
 def _span(job: dict) -> float:
     return round((job.get("completed", job["submitted"]) - job["submitted"]) / 1000, 2)
 
@@ -74,13 +86,7 @@ def _event_log(folder: Path) -> dict:
         elif kind == "SparkListenerJobEnd":
             jobs[event["Job ID"]]["completed"] = event["Completion Time"]
         elif kind == "SparkListenerTaskEnd":
-            metrics = event.get("Task Metrics") or {}
-            tasks["tasks"] += 1
-            tasks["run_ms"] += metrics.get("Executor Run Time", 0)
-            tasks["cpu_ns"] += metrics.get("Executor CPU Time", 0)
-            tasks["gc_ms"] += metrics.get("JVM GC Time", 0)
-            tasks["deserialize_ms"] += metrics.get("Executor Deserialize Time", 0)
-            tasks["records_read"] += (metrics.get("Input Metrics") or {}).get("Records Read", 0)
+            add_task(tasks, event)
     ordered = sorted(jobs.values(), key=lambda j: j["submitted"])
     first = ordered[0]["submitted"] if ordered else app_end
     return {"app_start_to_first_job_seconds": round((first - app_start) / 1000, 2),
