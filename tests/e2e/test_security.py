@@ -103,16 +103,25 @@ class CommandLines(threading.Thread):
         super().__init__(daemon=True)
         self.lines: set[str] = set()
         self.samples = 0
+        self.errors: list[str] = []
         self._halt = threading.Event()
         self._env = {"PATH": os.environ.get("PATH", os.defpath)}
 
     def run(self) -> None:
+        # a sample that fails (a fork refused under load, a command line that is not UTF-8) is counted and
+        # the sampling goes on: one failure ended the thread once, and the test then saw no spark-submit
         while not self._halt.is_set():
-            out = subprocess.run(["ps", "-e", "-ww", "-o", "args"], capture_output=True, text=True,
-                                 env=self._env).stdout
-            self.lines.update(out.splitlines()[1:])
-            self.samples += 1
+            try:
+                out = subprocess.run(["ps", "-e", "-ww", "-o", "args"], capture_output=True, env=self._env,
+                                     timeout=30).stdout.decode("utf-8", "replace")
+                self.lines.update(out.splitlines()[1:])
+                self.samples += 1
+            except (OSError, subprocess.SubprocessError) as error:
+                self.errors.append(repr(error))
             self._halt.wait(0.2)
+
+    def __str__(self) -> str:
+        return f"ps sampler: {self.samples} samples, {len(self.errors)} failed {self.errors[-3:]}"
 
     def stop(self) -> set[str]:
         self._halt.set()
@@ -291,7 +300,7 @@ def test_sasl_scram_end_to_end_and_the_password_appears_nowhere(sasl_stack, airf
     # 3. search everything for the canary
     lines = sampler.stop()
     submits = [line for line in lines if INGEST_SCRIPT in line and "--plan" in line and topic in line]
-    assert submits, f"the ps sampler ({sampler.samples} samples) never saw this pipeline's spark-submit"
+    assert submits, f"{sampler} never saw this pipeline's spark-submit"
     xcoms = xcom_values(airflow_home, dag_id)
     plan = json.loads(xcoms["plan/return_value"])
     plan = json.loads(plan) if isinstance(plan, str) else plan
@@ -380,7 +389,7 @@ def test_a_wrong_password_fails_clearly_without_echoing_it_and_loses_nothing(sas
 
     # 5. neither password, nor the JAAS config that holds them, in anything these runs left
     lines = sampler.stop()
-    assert any(INGEST_SCRIPT in line for line in lines), "the ps sampler never saw spark-submit"
+    assert any(INGEST_SCRIPT in line for line in lines), f"{sampler} never saw spark-submit"
     searched = {**outputs, "ps": "\n".join(lines), **event_logs(events), **xcom_values(airflow_home, bad_dag)}
     for secret in (canary, wrong, "ScramLoginModule required"):
         assert texts_with(secret, searched) == {}, secret
