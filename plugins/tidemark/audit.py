@@ -1,13 +1,21 @@
 """``tidemark audit PIPELINE``: the live output table checked against the ledger, after the fact.
 
 For every committed range of kind batch or backfill, the records that batch wrote (rows of the output
-carrying its ``ingest_batch_id`` inside its range, plus its dead letters) must number the ``record_count``
-the ledger recorded, and no Kafka coordinate may be in the output twice. Counts, not offsets, decide what
-is missing: transaction markers and compaction leave offsets with no record, and a recorded gap holds none.
+carrying its ``ingest_batch_id`` inside its range, plus its dead letters, plus those the pipeline's transform
+filtered out, the ledger's ``filtered_count``) must number the ``record_count`` the ledger recorded, and no
+Kafka coordinate may be in the output twice. Counts, not offsets, decide what is missing: transaction markers
+and compaction leave offsets with no record, and a recorded gap holds none. So a range's offsets are its output
+records + dead letters + filtered records + offsets without a record.
+
+A transformed pipeline (``transformed``) may write several rows of one record (an ``explode``), all with its
+coordinates and in one batch: its output records are counted by distinct coordinate, and a duplicate is a
+coordinate held by rows of more than one batch.
 
 Reported damage:
-  * duplicates: (topic, partition, offset) in the output more than once, with the count;
-  * missing: committed ranges whose output + dead-letter rows number fewer than the ledger recorded;
+  * duplicates: (topic, partition, offset) in the output more than once, with the count (transformed: in more
+    than one batch, with the number of batches);
+  * missing: committed ranges whose output + dead-letter + filtered records number fewer than the ledger
+    recorded;
   * outside: output rows that no ledger range of their batch covers (an offset beyond the range, or a
     batch id the ledger does not know). Rows of a batch still planned are not outside: recovery rolls it
     forward;
@@ -97,6 +105,9 @@ class AuditReport:
     """A keyed table's key columns: its rows are one per key, so a range's records are not counted in it."""
     duplicate_keys: list[dict] = field(default_factory=list)
     duplicate_key_rows: int = 0
+    filtered: int | None = None
+    """A transformed pipeline's records its transform filtered out over the checked ranges (None: no transform);
+    its output records are counted by coordinate (one record may give several rows)."""
 
     @property
     def sample_mismatches(self) -> list:
@@ -113,6 +124,7 @@ class AuditReport:
                 "outside_rows": self.outside_rows, "in_both": self.in_both, "in_both_rows": self.in_both_rows,
                 **({} if self.keys is None else {"keys": self.keys, "duplicate_keys": self.duplicate_keys,
                                                  "duplicate_key_rows": self.duplicate_key_rows}),
+                **({} if self.filtered is None else {"filtered": self.filtered}),
                 **({} if self.sample is None else {"sample": self.sample}), "ok": self.ok}
 
 
@@ -123,22 +135,24 @@ def checked_ranges(rows: list[LedgerRow]) -> list[LedgerRow]:
 
 
 def judge(pipeline: str, table: str, rows: list[LedgerRow], found: Findings,
-          keys: list[str] | None = None) -> AuditReport:
-    """The verdict: a committed range is missing records when its output and dead-letter rows number
-    fewer than its recorded ``record_count`` (a range recorded without a count, by an old release, is
-    not judged). A keyed table (``keys``) holds one row per key, the newest change: its ranges are not
-    counted, and a key held by two rows is damage instead."""
+          keys: list[str] | None = None, transformed: bool = False) -> AuditReport:
+    """The verdict: a committed range is missing records when its output records, dead letters and the records
+    the transform filtered out (``filtered_count``) number fewer than its recorded ``record_count`` (a range
+    recorded without a count, by an old release, is not judged). A keyed table (``keys``) holds one row per key,
+    the newest change: its ranges are not counted, and a key held by two rows is damage instead. A
+    ``transformed`` pipeline's report says how many records its transform filtered out."""
     ranges = checked_ranges(rows)
     missing = []
     for r in ([] if keys else ranges):
         key = (r.batch_id, r.topic, r.partition)
-        have = found.output_counts.get(key, 0) + found.dead_letter_counts.get(key, 0)
+        have = found.output_counts.get(key, 0) + found.dead_letter_counts.get(key, 0) + (r.filtered_count or 0)
         if r.record_count is not None and have < r.record_count:
             missing.append(Missing(r.topic, r.partition, r.start_offset, r.end_offset, r.record_count, have,
                                    r.batch_id))
     return AuditReport(pipeline, table, len(ranges), found.records, found.duplicates, found.duplicated_offsets,
                        missing, found.outside, found.outside_rows, found.in_both, found.in_both_rows, keys=keys,
-                       duplicate_keys=found.duplicate_keys, duplicate_key_rows=found.duplicate_key_rows)
+                       duplicate_keys=found.duplicate_keys, duplicate_key_rows=found.duplicate_key_rows,
+                       filtered=sum(r.filtered_count or 0 for r in ranges) if transformed else None)
 
 
 def summary(report: AuditReport) -> str:
@@ -152,6 +166,10 @@ def verdict(report: AuditReport) -> str:
     if report.ok and report.keys:
         return (f"ok: {report.checked_ranges} committed ranges merged into {report.table}, {report.records} rows, "
                 f"each key ({', '.join(report.keys)}) once, no Kafka coordinate twice{checked}")
+    if report.ok and report.filtered is not None:
+        return (f"ok: {report.checked_ranges} committed ranges, {report.records} rows in {report.table} "
+                f"({report.filtered} filtered by the transform), every committed offset there in exactly one "
+                f"batch{checked}")
     if report.ok:
         return (f"ok: {report.checked_ranges} committed ranges, {report.records} records in {report.table}, every "
                 f"committed offset there exactly once{checked}")
@@ -179,7 +197,7 @@ _RANGES = ("SELECT batch_id, topic, \"partition\", start_offset, end_offset FROM
            "WHERE pipeline = '{pipeline}' AND kind IN ({kinds})")
 _COUNTS = """
 WITH r AS ({ranges})
-SELECT r.batch_id AS b, r.topic AS t, r."partition" AS p, COUNT(*) AS n
+SELECT r.batch_id AS b, r.topic AS t, r."partition" AS p, {count} AS n
 FROM {table} o JOIN r ON o.ingest_batch_id = r.batch_id AND o.kafka_topic = r.topic
   AND o.kafka_partition = r."partition" AND o.kafka_offset >= r.start_offset AND o.kafka_offset < r.end_offset
 {where} GROUP BY r.batch_id, r.topic, r."partition"
@@ -193,14 +211,17 @@ x AS (SELECT o.kafka_topic AS topic, o.kafka_partition AS "partition", o.kafka_o
       WHERE r.batch_id IS NULL)
 """
 _IN_BOTH = """
-WITH b AS (SELECT o.kafka_topic AS topic, o.kafka_partition AS "partition", o.kafka_offset AS "offset"
+WITH b AS (SELECT {distinct}o.kafka_topic AS topic, o.kafka_partition AS "partition", o.kafka_offset AS "offset"
            FROM output o JOIN dead d ON o.kafka_topic = d.kafka_topic AND o.kafka_partition = d.kafka_partition
              AND o.kafka_offset = d.kafka_offset WHERE d.pipeline = '{pipeline}')
 """
 _DUPLICATES = """
-WITH d AS (SELECT kafka_topic AS topic, kafka_partition AS "partition", kafka_offset AS "offset", COUNT(*) AS "count"
-           FROM output {where} GROUP BY kafka_topic, kafka_partition, kafka_offset HAVING COUNT(*) > 1)
+WITH d AS (SELECT kafka_topic AS topic, kafka_partition AS "partition", kafka_offset AS "offset", {count} AS "count"
+           FROM output {where} GROUP BY kafka_topic, kafka_partition, kafka_offset HAVING {count} > 1)
 """
+_ROWS, _BATCHES, _COORDINATES = "COUNT(*)", "COUNT(DISTINCT ingest_batch_id)", "COUNT(DISTINCT o.kafka_offset)"
+"""How the queries count: rows; for a transformed pipeline, a coordinate's batches (duplicates) and a range's
+distinct offsets (its output records: one record may give several rows, all in its batch)."""
 _SPANS = ("SELECT kafka_topic AS t, kafka_partition AS p, MIN(kafka_offset) AS lo, MAX(kafka_offset) AS hi "
           "FROM output GROUP BY kafka_topic, kafka_partition")
 DUPLICATE_WINDOW = 1_000_000
@@ -218,14 +239,17 @@ def _counts(builder, sql: str) -> dict[_Key, int]:
     return {(int(r["b"]), r["t"], int(r["p"])): int(r["n"]) for r in _rows(builder, sql)}
 
 
-def _duplicates(builder, limit: int, window: int = DUPLICATE_WINDOW) -> tuple[list[dict], int]:
-    """Coordinates in the output more than once (the first ``limit`` of them, and how many), counted one window
-    of offsets of one partition at a time (delta-rs skips the files outside it by their statistics)."""
+def _duplicates(builder, limit: int, window: int = DUPLICATE_WINDOW, transformed: bool = False
+                ) -> tuple[list[dict], int]:
+    """Coordinates in the output more than once (``transformed``: in more than one batch) (the first ``limit`` of
+    them, and how many), counted one window of offsets of one partition at a time (delta-rs skips the files
+    outside it by their statistics)."""
     listed, total = [], 0
     for span in sorted(_rows(builder, _SPANS), key=lambda r: (r["t"], r["p"])):
         partition = f"kafka_topic = '{span['t'].replace(chr(39), chr(39) * 2)}' AND kafka_partition = {int(span['p'])}"
         for start in range(int(span["lo"]), int(span["hi"]) + 1, window):
             duplicates = _DUPLICATES.format(
+                count=_BATCHES if transformed else _ROWS,
                 where=f"WHERE {partition} AND kafka_offset >= {start} AND kafka_offset < {start + window}")
             found = int(_rows(builder, f"{duplicates} SELECT COUNT(*) AS n FROM d")[0]["n"])
             if found and len(listed) < limit:
@@ -235,12 +259,13 @@ def _duplicates(builder, limit: int, window: int = DUPLICATE_WINDOW) -> tuple[li
     return listed, total
 
 
-def _output_findings(builder, ranges: str, limit: int) -> Findings:
+def _output_findings(builder, ranges: str, limit: int, transformed: bool = False) -> Findings:
     """Counts per range, duplicates and outside rows of the output table (registered as ``output``)."""
     found = Findings()
     found.records = int(_rows(builder, "SELECT COUNT(*) AS n FROM output")[0]["n"])
-    found.output_counts = _counts(builder, _COUNTS.format(ranges=ranges, table="output", where=""))
-    found.duplicates, found.duplicated_offsets = _duplicates(builder, limit)
+    found.output_counts = _counts(builder, _COUNTS.format(ranges=ranges, table="output", where="",
+                                                          count=_COORDINATES if transformed else _ROWS))
+    found.duplicates, found.duplicated_offsets = _duplicates(builder, limit, transformed=transformed)
     outside = _OUTSIDE.format(ranges=ranges)
     found.outside = _rows(builder, f"{outside} SELECT * FROM x ORDER BY topic, \"partition\", \"offset\" "
                                    f"LIMIT {int(limit)}")
@@ -257,10 +282,11 @@ def _duplicate_keys(builder, keys: list[str], limit: int) -> tuple[list[dict], i
 
 
 def audit_tables(pipeline: str, table_uri: str, dead_letter_uri: str, ledger_uri: str,
-                 store: ObjectStore | None = None, limit: int = DAMAGE_LIMIT, keys: list[str] | None = None
-                 ) -> AuditReport:
+                 store: ObjectStore | None = None, limit: int = DAMAGE_LIMIT, keys: list[str] | None = None,
+                 transformed: bool = False) -> AuditReport:
     """Check the output at ``table_uri`` (and the dead letters) against the pipeline's ledger rows; for a keyed
-    table (``keys``), also that no key is held twice."""
+    table (``keys``), also that no key is held twice; for a ``transformed`` pipeline (one with a SQL transform),
+    the output's records are counted by coordinate, and a coordinate is damage when rows of two batches hold it."""
     from deltalake import QueryBuilder
 
     rows = Ledger(ledger_uri, store).rows(pipeline)
@@ -271,15 +297,15 @@ def audit_tables(pipeline: str, table_uri: str, dead_letter_uri: str, ledger_uri
         quoted = pipeline.replace("'", "''")
         ranges = _RANGES.format(pipeline=quoted, kinds=", ".join(f"'{k}'" for k in WRITING_KINDS))
         builder = QueryBuilder().register("ledger", ledger).register("output", output)
-        found = _output_findings(builder, ranges, limit)
+        found = _output_findings(builder, ranges, limit, transformed)
         if keys:
             found.duplicate_keys, found.duplicate_key_rows = _duplicate_keys(builder, keys, limit)
         dead = storage.open_table(dead_letter_uri, store)
         if dead is not None:
             builder.register("dead", dead)
             found.dead_letter_counts = _counts(builder, _COUNTS.format(
-                ranges=ranges, table="dead", where=f"WHERE o.pipeline = '{quoted}'"))
-            both = _IN_BOTH.format(pipeline=quoted)
+                ranges=ranges, table="dead", where=f"WHERE o.pipeline = '{quoted}'", count=_ROWS))
+            both = _IN_BOTH.format(pipeline=quoted, distinct="DISTINCT " if transformed else "")
             found.in_both = _rows(builder, f"{both} SELECT * FROM b ORDER BY topic, \"partition\", \"offset\" "
                                            f"LIMIT {int(limit)}")
             found.in_both_rows = int(_rows(builder, f"{both} SELECT COUNT(*) AS n FROM b")[0]["n"])
@@ -287,4 +313,4 @@ def audit_tables(pipeline: str, table_uri: str, dead_letter_uri: str, ledger_uri
         found.records = int(_rows(QueryBuilder().register("output", output), "SELECT COUNT(*) AS n FROM output")
                             [0]["n"])
         found.outside_rows = found.records
-    return judge(pipeline, table_uri, rows, found, keys)
+    return judge(pipeline, table_uri, rows, found, keys, transformed)

@@ -28,13 +28,14 @@ from tidemark.keyed import KeyedConfig, check_pipeline, spec
 from tidemark.maintenance_config import MaintenanceConfig
 from tidemark.observability import FreshnessAlert, LagSettings
 from tidemark.records import BATCH_COLUMNS, DATE_COLUMN, KAFKA_COLUMNS, RecordFormat, parse_field_type
+from tidemark.transform import TransformSql
+from tidemark.transform import check_pipeline as check_transform
 
 NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$"
 
 
 class PipelineConfig(BaseModel):
-    """One pipeline: Kafka topics into one Delta table. Only ``name``, ``topics`` (or
-    ``topic_pattern``) and ``table`` are required."""
+    """One pipeline: Kafka topics into one Delta table. Only ``name``, ``topics`` or ``topic_pattern``, ``table``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -45,8 +46,7 @@ class PipelineConfig(BaseModel):
     """Kafka topics to ingest; give ``topics`` or ``topic_pattern``."""
 
     topic_pattern: str | None = None
-    """A regular expression: every topic whose whole name matches it, resolved at each plan (topics
-    created later are picked up from ``starting_offsets``)."""
+    """A regular expression: every topic whose whole name matches it, resolved at each plan."""
 
     table: str = Field(min_length=1)
     """Output Delta table: relative to ``TIDEMARK_LAKE_ROOT``, or an absolute path or URI."""
@@ -61,18 +61,15 @@ class PipelineConfig(BaseModel):
     """Airflow Connection of the Spark master (``local[2]``, ``spark://host:7077``, ...)."""
 
     storage_conn_id: str = "aws_default"
-    """Airflow Connection of type ``aws`` for object storage (access key in ``login``, secret in
-    ``password``, ``endpoint_url`` and ``region_name`` in ``extra``), read only when the table, the
-    dead letters or the ledger are on ``s3://`` / ``s3a://``. Without ``aws_default``, credentials
-    come from the default AWS chain (an instance role, say)."""
+    """Airflow Connection of type ``aws`` for tables on ``s3://`` / ``s3a://`` (docs/CONFIGURATION.md); without
+    ``aws_default``, credentials come from the default AWS chain (an instance role, say)."""
 
     starting_offsets: str = "earliest"
     """Where a partition with no committed offset starts: ``earliest``, ``latest``, or an ISO-8601
     date-time (the first offset at or after it; the latest offset when no record is that new)."""
 
     partition_by: list[str] = Field(default_factory=list)
-    """Output partition columns: any output column, or ``kafka_date`` (the UTC date of
-    ``kafka_timestamp``, added as a column)."""
+    """Output partition columns: any output column, or ``kafka_date`` (the UTC date of ``kafka_timestamp``)."""
 
     on_data_loss: Literal["fail", "skip"] = "fail"
     """What to do when the committed offset has been deleted by retention."""
@@ -103,17 +100,15 @@ class PipelineConfig(BaseModel):
     for kafka-consumer-groups and lag monitors (the ledger stays the truth)."""
 
     value_format: Literal["raw", "json", "avro"] = "raw"
-    """``raw`` keeps the value bytes in a ``value`` column; ``json`` parses them into typed columns;
-    ``avro`` decodes the Confluent wire format (magic byte, schema id, Avro body) with schemas from a
-    Schema Registry into typed columns."""
+    """``raw`` keeps the value bytes in a ``value`` column; ``json`` parses them into typed columns; ``avro``
+    decodes the Confluent wire format with schemas from a Schema Registry into typed columns."""
 
     value_schema: dict[str, str] | None = None
     """For ``json``: field name -> Spark SQL type (``bigint``, ``double``, ``string``, ``timestamp``,
     ``decimal(10,2)``, ...); a trailing ``?`` makes a field optional."""
 
     schema_registry_conn_id: str = "schema_registry_default"
-    """For ``avro``: Airflow Connection of the Schema Registry's Confluent-compatible API (host: its
-    URL, e.g. ``http://registry:8081`` or Apicurio's ``http://registry:8080/apis/ccompat/v7``;
+    """For ``avro``: Airflow Connection of the Schema Registry's Confluent-compatible API (host: its URL;
     optional login and password for basic auth). Read by the plan task only."""
 
     value_subject: str | None = None
@@ -164,6 +159,10 @@ class PipelineConfig(BaseModel):
 
     keyed: KeyedConfig | None = None
     """Records upsert or delete the row of their key (``tidemark.keyed``); none: append."""
+
+    transform: TransformSql | None = None
+    """One Spark SQL SELECT over ``records`` (the batch's decoded records), applied before the write
+    (``tidemark.transform``); none: records land as decoded."""
 
     maintenance: MaintenanceConfig | None = None
     """Table maintenance by the DAG ``tidemark_maintenance__<name>``: ``optimize_every`` (its schedule),
@@ -222,7 +221,7 @@ class PipelineConfig(BaseModel):
         payload = ["value"] if self.value_format == "raw" else list(self.value_schema or {})
         allowed = [*KAFKA_COLUMNS, *payload, *BATCH_COLUMNS, DATE_COLUMN]
         for column in self.partition_by:
-            if column not in allowed and self.value_format != "avro":  # Avro fields: checked at plan time
+            if column not in allowed and self.value_format != "avro" and not self.transform:  # then: in the job
                 raise ValueError(f"partition_by: '{column}' is not an output column (one of {', '.join(allowed)})")
         if len(set(self.partition_by)) != len(self.partition_by):
             raise ValueError("partition_by lists a column more than once")
@@ -230,8 +229,7 @@ class PipelineConfig(BaseModel):
 
     @model_validator(mode="after")
     def _tables_are_distinct(self) -> PipelineConfig:
-        """The output, the dead letters and the ledger are three tables: one written as another would break
-        the batch's markers (both commits carry the same one) after the output commit."""
+        """Output, dead letters and ledger are three tables: one written as another would break the markers."""
         locations = (self.table_uri, self.dead_letter_uri, settings.ledger_uri())
         output, dead, ledger = (settings.same_location(u) for u in locations)
         if dead == output:
@@ -255,7 +253,8 @@ class PipelineConfig(BaseModel):
     def _maintenance_fits(self) -> PipelineConfig:
         if self.maintenance is not None:
             payload = ["value"] if self.value_format == "raw" else list(self.value_schema or {})
-            columns = None if self.value_format == "avro" else [*KAFKA_COLUMNS, *payload, *BATCH_COLUMNS]
+            fixed = self.value_format == "avro" or self.transform  # then: columns known at plan time or in the job
+            columns = None if fixed else [*KAFKA_COLUMNS, *payload, *BATCH_COLUMNS]
             self.maintenance.check(self.name, self.partition_by, columns)
         return self
 
@@ -268,8 +267,7 @@ class PipelineConfig(BaseModel):
         return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
 
     def select_topics(self, available: set[str]) -> list[str]:
-        """The pipeline's topics among those the cluster has: the listed ones (all of them, checked
-        by the caller), or every topic whose whole name matches ``topic_pattern``."""
+        """The listed topics (checked by the caller), or every topic whose whole name matches ``topic_pattern``."""
         if self.topics:
             return list(self.topics)
         pattern = re.compile(self.topic_pattern or "")
@@ -302,17 +300,19 @@ class PipelineConfig(BaseModel):
             except ValueError as exc:
                 raise ValueError(f"value_schema: {exc}") from None
         check_pipeline(self.keyed, self.value_format, self.value_schema or {})
+        check_transform(self.transform, self.keyed, self.audit.verify_sample if self.audit else 0)
         return self
 
     @property
     def record_format(self) -> RecordFormat:
         fields = tuple(parse_field_type(n, t) for n, t in (self.value_schema or {}).items())
         return RecordFormat(self.value_format, fields, self.max_value_bytes, self.on_bad_record,
-                            keyed=spec(self.keyed).to_dict() if self.keyed else None)
+                            keyed=spec(self.keyed).to_dict() if self.keyed else None, transform=self.transform,
+                            schema_changes=self.schema_changes)
 
     @property
     def uses_avro(self) -> bool:
-        """Whether values or keys are Avro (then batches freeze schemas from a Schema Registry)."""
+        """Whether values or keys are Avro (batches freeze schemas from a Schema Registry)."""
         return "avro" in (self.value_format, self.key_format)
 
     @property

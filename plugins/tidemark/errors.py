@@ -192,6 +192,12 @@ class SchemaRegistryError(ConfigError):
     holds a schema Tidemark cannot use. Terminal: fix the connection, the subject or the schema."""
 
 
+class TransformError(ConfigError):
+    """A pipeline's SQL transform cannot run: it does not parse or resolve, it drops or computes a record's
+    coordinates, its output does not fit the table, or a record fails it (an ANSI cast). Terminal: nothing
+    was written; fix the transform (``try_cast`` and friends for data that may be bad)."""
+
+
 class SchemaChangeError(ConfigError):
     """The pipeline's value schema removes or retypes a column the output table already has, and
     ``schema_changes`` is ``additive``. Terminal, checked at plan time: nothing was frozen."""

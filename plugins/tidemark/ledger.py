@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Mapping
 
 import pyarrow as pa
 
@@ -328,13 +329,15 @@ class Ledger:
         self._compare_and_commit(pipeline, expected, commit, f"taking over batch {batch_id}")
 
     def mark_committed(self, pipeline: str, batch_id: int, counts: dict[TopicPartition, tuple[int, int]],
-                       changes: RowChanges | None = None) -> bool:
-        """Flip the batch's planned rows to committed with their (records, dead letters) counts, and a keyed
-        batch's ``changes`` (rows inserted, updated, deleted) on its first row (``ledger_state.changes_row``).
+                       changes: RowChanges | None = None, filtered: Mapping[TopicPartition, int] | None = None) -> bool:
+        """Flip the batch's planned rows to committed with their (records, dead letters) counts, a keyed
+        batch's ``changes`` (rows inserted, updated, deleted) on its first row (``ledger_state.changes_row``), and
+        a transformed batch's records ``filtered`` out per partition (``filtered_count``: 0 for a partition the
+        mapping lacks, null on every row without a mapping).
         Idempotent: returns False when nothing was left to flip. The merge reads only the pipeline's
         partition, and a merge that loses a race to another commit is run again on the new version
         (_retrying): it only flips rows still planned, so running it again is safe."""
-        source = commit_source(pipeline, batch_id, counts, changes)
+        source = commit_source(pipeline, batch_id, counts, changes, filtered)
         changed: list[bool] = []
         _retrying(pipeline, f"marking batch {batch_id} committed",
                   lambda: changed.append(self._flip_committed(pipeline, source)))
@@ -357,6 +360,7 @@ class Ledger:
                 .when_matched_update(
                     updates={"status": f"'{COMMITTED}'", "record_count": "s.record_count",
                              "dead_letter_count": "s.dead_letter_count", **{c: f"s.{c}" for c in CHANGE_COLUMNS},
+                             "filtered_count": "s.filtered_count",
                              "committed_at": f"CAST('{stamp}' AS TIMESTAMP)"},
                     predicate=f"t.status = '{PLANNED}'")
                 .execute()

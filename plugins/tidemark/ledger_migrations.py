@@ -12,8 +12,10 @@ version    shape
            later releases; their rows read null)
 2          the columns ``V2_COLUMNS`` and the property ``"2"``
 3          ``V2_COLUMNS`` and ``frozen_schemas`` (``V3_COLUMNS``), the property ``"3"``
-4          ``V3_COLUMNS`` and ``rows_inserted``, ``rows_updated``, ``rows_deleted`` (``V4_COLUMNS``: every
-           column of ``ledger.SCHEMA``), the property ``"4"``
+4          ``V3_COLUMNS`` and ``rows_inserted``, ``rows_updated``, ``rows_deleted`` (``V4_COLUMNS``), the
+           property ``"4"``
+5          ``V4_COLUMNS`` and ``filtered_count`` (``V5_COLUMNS``: every column of ``ledger.SCHEMA``), the
+           property ``"5"``
 =========  ======================================================================================
 
 Each step of ``MIGRATIONS`` takes the table from ``from_version`` to ``to_version``: its function
@@ -47,7 +49,7 @@ log = logging.getLogger(__name__)
 VERSION_PROPERTY = "tidemark.ledger.schemaVersion"
 UNVERSIONED = 1
 """The version of a ledger without the property."""
-CURRENT_VERSION = 4
+CURRENT_VERSION = 5
 _ATTEMPTS = 20
 
 V2_COLUMNS = ("pipeline", "batch_id", "kind", "status", "topic", "partition", "start_offset", "end_offset",
@@ -60,6 +62,10 @@ V4_COLUMNS = (*V3_COLUMNS, "rows_inserted", "rows_updated", "rows_deleted")
 """The columns of a version 4 ledger, in order: what a keyed batch's MERGE did to the table's rows was added."""
 V4_ADDED = (pa.field("rows_inserted", pa.int64()), pa.field("rows_updated", pa.int64()),
             pa.field("rows_deleted", pa.int64()))
+V5_COLUMNS = (*V4_COLUMNS, "filtered_count")
+"""The columns of a version 5 ledger, in order: the records of each range a pipeline's SQL transform filtered out
+was added."""
+V5_ADDED = (pa.field("filtered_count", pa.int64()),)
 V1_OPTIONAL = (pa.field("dead_letter_count", pa.int64()), pa.field("topic_id", pa.string()))
 """Nullable columns that releases before version 2 added over time: a version 1 ledger may lack them."""
 
@@ -174,10 +180,22 @@ def _v3_to_v4(table: DeltaTable) -> None:
         log.info("ledger %s: added the columns %s", table.table_uri, ", ".join(f.name for f in missing))
 
 
+def _v4_to_v5(table: DeltaTable) -> None:
+    """Add ``filtered_count``; existing rows (batches committed before it, none of them transformed) read null in
+    it."""
+    from deltalake.schema import Field
+
+    missing = missing_columns(_column_names(table), V5_ADDED)
+    if missing:
+        table.alter.add_columns([Field.from_arrow(f) for f in missing])
+        log.info("ledger %s: added the column filtered_count", table.table_uri)
+
+
 MIGRATIONS: list[Migration] = [
     Migration(1, 2, _v1_to_v2),
     Migration(2, 3, _v2_to_v3),
     Migration(3, 4, _v3_to_v4),
+    Migration(4, 5, _v4_to_v5),
 ]
 
 

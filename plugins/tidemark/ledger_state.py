@@ -63,6 +63,9 @@ SCHEMA = pa.schema([
     pa.field("rows_inserted", pa.int64()),
     pa.field("rows_updated", pa.int64()),
     pa.field("rows_deleted", pa.int64()),
+    # The good records of the range that the pipeline's SQL transform gave no output row (``tidemark.transform``),
+    # per partition: null for a pipeline without a transform and on older rows. Added in schema version 5.
+    pa.field("filtered_count", pa.int64()),
 ])
 # A new column, or any other change to the table's shape, is a new schema version: see ledger_migrations.
 
@@ -88,6 +91,7 @@ class LedgerRow:
     rows_inserted: int | None = None
     rows_updated: int | None = None
     rows_deleted: int | None = None
+    filtered_count: int | None = None
 
     @property
     def tp(self) -> TopicPartition:
@@ -126,9 +130,11 @@ def batch_changes(rows: Iterable[LedgerRow]) -> RowChanges | None:
 
 
 def commit_source(pipeline: str, batch_id: int, counts: Mapping[TopicPartition, tuple[int, int]],
-                  changes: RowChanges | None = None) -> pa.Table:
+                  changes: RowChanges | None = None, filtered: Mapping[TopicPartition, int] | None = None
+                  ) -> pa.Table:
     """The rows ``Ledger.mark_committed`` merges into the batch's planned rows: per partition its (records, dead
-    letters), and the batch's ``changes`` on the ``changes_row`` (null elsewhere, and everywhere without)."""
+    letters), the batch's ``changes`` on the ``changes_row`` (null elsewhere, and everywhere without), and per
+    partition the records the transform ``filtered`` out (0 for a partition the mapping lacks; null without one)."""
     carrier = changes_row(counts) if changes is not None else None
     picked = [changes if tp == carrier else None for tp in counts]
     columns = {
@@ -141,6 +147,8 @@ def commit_source(pipeline: str, batch_id: int, counts: Mapping[TopicPartition, 
     }
     for i, name in enumerate(CHANGE_COLUMNS):
         columns[name] = pa.array([None if p is None else p[i] for p in picked], pa.int64())
+    columns["filtered_count"] = pa.array([None if filtered is None else filtered.get(tp, 0) for tp in counts],
+                                         pa.int64())
     return pa.table(columns)
 
 

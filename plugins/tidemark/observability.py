@@ -91,6 +91,8 @@ METRICS = (
                "rows a committed keyed batch's MERGE updated (keyed pipelines only)"),
     MetricSpec("tidemark.batch_rows_deleted", "count", PIPELINE,
                "rows a committed keyed batch's MERGE deleted (keyed pipelines only)"),
+    MetricSpec("tidemark.batch_records_filtered", "count", PIPELINE,
+               "records a committed batch's SQL transform filtered out (pipelines with a transform only)"),
 )
 
 
@@ -146,9 +148,11 @@ def pipeline_measurements(pipeline: str, rows: Iterable[Mapping], freshness_seco
 
 
 def batch_measurements(pipeline: str, records: int, dead_letters: int, duration_seconds: float | None,
-                       rows_changed: tuple[int, int, int] | None = None) -> list[Measurement]:
+                       rows_changed: tuple[int, int, int] | None = None,
+                       filtered: int | None = None) -> list[Measurement]:
     """What one committed batch wrote, and how long it took from freezing to commit; for a keyed batch also
-    ``rows_changed``, the rows its MERGE inserted, updated and deleted (``ledger_state.RowChanges``)."""
+    ``rows_changed``, the rows its MERGE inserted, updated and deleted (``ledger_state.RowChanges``); for a
+    transformed one the records its transform ``filtered`` out (over its partitions)."""
     tags = {"pipeline": pipeline}
     out = [Measurement("tidemark.batch_records", "count", records, tags),
            Measurement("tidemark.batch_dead_letters", "count", dead_letters, tags)]
@@ -157,4 +161,6 @@ def batch_measurements(pipeline: str, records: int, dead_letters: int, duration_
     if rows_changed is not None:
         out += [Measurement(f"tidemark.batch_rows_{what}", "count", n, tags)
                 for what, n in zip(("inserted", "updated", "deleted"), rows_changed, strict=True)]
+    if filtered is not None:
+        out.append(Measurement("tidemark.batch_records_filtered", "count", filtered, tags))
     return out

@@ -46,6 +46,10 @@ class RecordFormat:
     """Field -> its new, wider type: the output commit widens these columns (``type_changes``)."""
     keyed: dict | None = None
     """A keyed table's ``keyed.KeyedSpec`` as a dict: the batch is merged by key instead of appended."""
+    transform: str | None = None
+    """The pipeline's SQL transform (``tidemark.transform``): the output's columns are what it selects."""
+    schema_changes: str = "additive"
+    """The pipeline's ``schema_changes``: how a transform's output may change the table (checked in the job)."""
 
     @property
     def can_reject(self) -> bool:
@@ -64,7 +68,7 @@ class RecordFormat:
         return cls(data["value_format"], tuple(Field(**f) for f in data["fields"]), data["max_value_bytes"],
                    data["on_bad_record"], data.get("avro"), data.get("key_avro"), data.get("key_type"),
                    data.get("add_columns", False), data.get("casts") or {}, data.get("widen") or {},
-                   data.get("keyed"))
+                   data.get("keyed"), data.get("transform"), data.get("schema_changes", "additive"))
 
 
 def parse_field_type(name: str, declared: str) -> Field:

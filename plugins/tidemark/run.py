@@ -239,17 +239,25 @@ class PipelineRun:
         """``tidemark audit``: the output table checked against the ledger (``tidemark.audit``), and
         ``verify_sample`` retained ranges read again from Kafka (``tidemark.audit_sample``), or on a keyed table
         ``verify_sample`` keys compared with their newest change (``tidemark.audit_keyed``); ``values`` runs the
-        Spark side of both (the adapters pass ``tidemark_spark.audit_values.launch``)."""
+        Spark side of both (the adapters pass ``tidemark_spark.audit_values.launch``). A pipeline with a transform
+        is audited by coordinate and refuses a sample (ConfigError: its output is not Kafka's values)."""
         from tidemark.audit import audit_tables
         from tidemark.audit_keyed import verify_keys
         from tidemark.audit_sample import verify_sample as verify_ranges
+        from tidemark.audit_schedule import check_verify_sample
+
+        try:
+            check_verify_sample(verify_sample, self.config.transform, "--verify-sample")
+        except ValueError as exc:
+            raise ConfigError(str(exc), pipeline=self.name) from None
 
         if verify_sample and self.config.keyed and values is None:
             raise ConfigError(f"--verify-sample on a keyed table compares keys with their newest change in Spark, and "
                               f"no Spark job was given. Run 'tidemark audit {self.name} --verify-sample "
                               f"{verify_sample}' from the command line or the audit DAG.", pipeline=self.name)
         report = audit_tables(self.name, self.config.table_uri, self.config.dead_letter_uri, self.ledger_uri,
-                              self.store, keys=self.config.keyed.keys if self.config.keyed else None)
+                              self.store, keys=self.config.keyed.keys if self.config.keyed else None,
+                              transformed=self.config.transform is not None)
         if verify_sample:
             verify = verify_keys if self.config.keyed else verify_ranges
             report.sample = verify(self.config, self.kafka_properties, self.ledger_uri, self.store, verify_sample,

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from tidemark import avro_resolution, avro_schemas, debezium, keyed
-from tidemark.errors import SchemaChangeError, SchemaRegistryError
+from tidemark.errors import SchemaChangeError, SchemaRegistryError, TransformError
 from tidemark.records import BATCH_COLUMNS, DATE_COLUMN, KAFKA_COLUMNS, RESERVED_COLUMNS, Field, RecordFormat
 from tidemark.schema_registry import SchemaSource
 from tidemark.type_changes import is_widening, normalize_type, widening_hint
@@ -220,6 +220,28 @@ def check_changes(pipeline: str, table_uri: str, changes: SchemaChanges, policy:
     return Decision(widen=widen, casts={n: old for n, (old, _) in other.items()})
 
 
+def fit_transform_output(pipeline: str, table_uri: str, output: dict[str, str], columns: dict[str, str] | None,
+              policy: str) -> tuple[bool, dict[str, str]]:
+    """The transform's output columns (name -> Spark type) against the output table's under ``schema_changes``,
+    as for a value schema (``schemas.check_changes``): a new column is added; a widened type widens its column in
+    place; ``additive`` refuses a column the output no longer has, ``lenient`` leaves it null. Any other type
+    change is refused under both: cast in the SELECT instead. Returns (columns to add?, columns to widen)."""
+    if columns is None:
+        return False, {}
+    changes = compare([Field(n, t) for n, t in output.items() if n.lower() not in RESERVED_COLUMNS], columns)
+    widen = {n: new for n, (old, new) in changes.retyped.items() if is_widening(old, new)}
+    problems = [f"column '{n}' is {new} in the transform's output but {old} in the table, which is no widening: CAST "
+                f"it to {old} in the SELECT (try_cast for values that may not fit)"
+                for n, (old, new) in changes.retyped.items() if n not in widen]
+    if policy != "lenient":
+        problems += [f"column '{n}' is no longer in the transform's output (schema_changes: additive; 'lenient' "
+                     f"leaves it null in new rows)" for n in changes.removed]
+    if problems:
+        raise TransformError(f"the transform's output does not fit the output table {table_uri}: {'; '.join(problems)}."
+                             f" Nothing was read or written.", pipeline=pipeline)
+    return bool(changes.added), widen
+
+
 # --- the format a batch is executed with ---------------------------------------------------------
 
 KEY_COLUMN = "key"
@@ -277,11 +299,11 @@ def batch_format(config: PipelineConfig, frozen: BatchSchemas | None, store=None
         key_type = frozen.key.spark_type()
         source += f" and key subject '{frozen.key.subject}' version {frozen.key.reader_version}"
     names = {f.name for f in fields} | ({KEY_COLUMN} if key_type else set())
-    for column in config.partition_by:
+    for column in [] if config.transform else config.partition_by:  # a transform's columns: checked in the job
         if column not in names and column not in (*KAFKA_COLUMNS, *BATCH_COLUMNS, DATE_COLUMN, "value"):
             raise SchemaRegistryError(f"partition_by: '{column}' is not an output column ({source})",
                                       pipeline=config.name)
-    columns = table_columns(config.table_uri, store)
+    columns = None if config.transform else table_columns(config.table_uri, store)  # ditto
     add_columns, casts, widen = False, {}, {}
     envelope = set((base.keyed or {}).get("columns") or ())  # a keyed table's own columns (Debezium's cdc_*)
     if columns is not None:

@@ -118,9 +118,13 @@ def lag_chart(entries: Sequence[dict], cap: int | None) -> Chart:
 def records_chart(entries: Sequence[dict]) -> Chart:
     shown = committed(entries)
     values = [(e["records"] or 0, f"{e['records'] or 0:,}") for e in shown]
+    filtered = [e.get("records_filtered") for e in shown]
     return _chart("chart-records", "Records written per batch", "records",
-                  "Records each committed batch (blue) or backfill (amber) wrote to the table; dead letters apart.",
-                  "bars", shown, values, "No committed batch or backfill yet.")
+                  "Records each committed batch (blue) or backfill (amber) wrote to the table; dead letters apart"
+                  + ("; those a transform filtered out in each tooltip." if any(n is not None for n in filtered)
+                     else "."),
+                  "bars", shown, values, "No committed batch or backfill yet.",
+                  ["" if n is None else f"{n:,} filtered by the transform" for n in filtered])
 
 
 def duration_chart(entries: Sequence[dict]) -> Chart:

@@ -189,7 +189,8 @@ def build_audit_dag(config: PipelineConfig):
     settings = config.audit
     if settings is None:
         raise ValueError(f"pipeline '{config.name}' has no 'audit:'; it gets no audit DAG")
-    sample = f", and {settings.verify_sample} retained ranges read again from Kafka" if settings.verify_sample else ""
+    samples = 0 if config.transform is not None else settings.verify_sample  # a transform's output: not Kafka's
+    sample = f", and {samples} retained ranges read again from Kafka" if samples else ""
     with DAG(dag_id=audit_dag_id(config.name), schedule=settings.every, start_date=DEFAULT_START, catchup=False,
              max_active_runs=1, tags=["tidemark", "audit", f"pipeline:{config.name}"],
              description=f"Audit of {config.name}: the output against the ledger",
@@ -197,5 +198,5 @@ def build_audit_dag(config: PipelineConfig):
                     f"committed offset in the output exactly once{sample}). Damage fails the run.\n\n"
                     + doc_md(config)) as dag:
         PythonOperator(task_id="audit", python_callable=tasks.audit, retries=1,
-                       op_kwargs={"pipeline": config.name, "verify_sample": settings.verify_sample})
+                       op_kwargs={"pipeline": config.name, "verify_sample": samples})
     return dag

@@ -51,9 +51,9 @@ def emit(measurements: Iterable[Measurement]) -> None:
 
 def observe_run(run: PipelineRun, rows: list[dict] | None = None, batch_id: int | None = None) -> None:
     """After a run: warn about long open-transaction holds and send the pipeline's metrics (lag, holds,
-    freshness) and, for a committed batch, the batch's (records, dead letters, duration, and a keyed batch's rows
-    inserted, updated and deleted). ``rows``: the ``partition_status`` rows the report just read (read again
-    when not given)."""
+    freshness) and, for a committed batch, the batch's (records, dead letters, duration, a keyed batch's rows
+    inserted, updated and deleted, and a transformed batch's records filtered out). ``rows``: the
+    ``partition_status`` rows the report just read (read again when not given)."""
     now = dt.datetime.now(dt.UTC)
     try:
         rows = run.status() if rows is None else rows
@@ -67,7 +67,8 @@ def observe_run(run: PipelineRun, rows: list[dict] | None = None, batch_id: int 
                 changed = entry.get("rows_inserted") is not None
                 measurements += batch_measurements(
                     run.name, entry["records"], entry["dead_letters"], entry["duration_seconds"],
-                    (entry["rows_inserted"], entry["rows_updated"], entry["rows_deleted"]) if changed else None)
+                    (entry["rows_inserted"], entry["rows_updated"], entry["rows_deleted"]) if changed else None,
+                    entry.get("records_filtered"))
         emit(measurements)
     except Exception as exc:  # the run's work is done; metrics must not fail it
         log.warning("pipeline '%s': could not send its metrics (%s: %s); the data and the ledger are not "

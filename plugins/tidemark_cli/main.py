@@ -150,7 +150,7 @@ def _add_ledger_and_audit(commands) -> None:
                             "(raw: checksums of the bytes; JSON/Avro: decoded in Spark, value by value); on a "
                             "keyed table, compare N keys, picked at random among those with a change Kafka still "
                             "holds, with their newest change (decoded in Spark): one equal row for an upsert, no "
-                            "row for a delete")
+                            "row for a delete; refused on a pipeline with a transform (its output is not Kafka's)")
 
 
 def _pipeline_command(parent, name: str, summary: str, details: str) -> argparse.ArgumentParser:
@@ -334,11 +334,12 @@ CHANGE_COLUMNS = ["rows_inserted", "rows_updated", "rows_deleted"]
 
 def history_columns(listing: list[dict]) -> list[str]:
     """The history table's columns: a keyed batch's rows inserted, updated and deleted after ``record_count``
-    when the rows shown hold any (on the batch's first row), so an append pipeline's table stays as it was."""
-    if not any(r.get("rows_inserted") is not None for r in listing):
-        return HISTORY_COLUMNS
+    when the rows shown hold any (on the batch's first row), and ``filtered`` (``records_filtered``, the records a
+    transform filtered out) when any row shown holds it, so an append pipeline's table stays as it was."""
     at = HISTORY_COLUMNS.index("record_count") + 1
-    return [*HISTORY_COLUMNS[:at], *CHANGE_COLUMNS, *HISTORY_COLUMNS[at:]]
+    extra = [*(CHANGE_COLUMNS if any(r.get("rows_inserted") is not None for r in listing) else []),
+             *(["filtered"] if any(r.get("records_filtered") is not None for r in listing) else [])]
+    return [*HISTORY_COLUMNS[:at], *extra, *HISTORY_COLUMNS[at:]]
 
 
 def cmd_offsets_history(args: argparse.Namespace) -> int:
@@ -346,7 +347,7 @@ def cmd_offsets_history(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(listing, indent=2))
     else:
-        print(render_table(listing, history_columns(listing)))
+        print(render_table([{**r, "filtered": r.get("records_filtered")} for r in listing], history_columns(listing)))
     return 0
 
 

@@ -1,5 +1,5 @@
-"""Ledgers written by older releases (tests/fixtures/ledger_v1*, ledger_v3, see the README there) through the
-migration chain, on real Delta tables with delta-rs: reads leave them alone, the first write migrates
+"""Ledgers written by older releases (tests/fixtures/ledger_v1*, ledger_v3, ledger_v4, see the README there)
+through the migration chain, on real Delta tables with delta-rs: reads leave them alone, the first write migrates
 them without changing any pipeline's state, concurrent migrators both succeed, and a ledger from a newer
 release is refused untouched. Needs neither Kafka nor Spark."""
 
@@ -26,17 +26,18 @@ PIPELINES = ("orders", "clicks")
 ORDERS_ID = "Yw3IsFJ9Q7uR1mQ3pZ0xAg"
 
 
-@pytest.fixture(params=["ledger_v1", "ledger_v1_no_topic_id", "ledger_v3"])
+@pytest.fixture(params=["ledger_v1", "ledger_v1_no_topic_id", "ledger_v3", "ledger_v4"])
 def old_ledger(request, tmp_path) -> str:
     """A copy of an older ledger: version 1 as the release before schema versions wrote it, and without topic_id;
-    version 3 as the last release before the keyed row changes wrote it (the same rows)."""
+    version 3 as the last release before the keyed row changes wrote it (the same rows); version 4 as the last
+    release before filtered_count wrote it (the same rows and a keyed pipeline's)."""
     target = tmp_path / request.param
     shutil.copytree(FIXTURES / request.param, target)
     return str(target)
 
 
 def fixture_version(uri: str) -> int:
-    return 3 if uri.endswith("ledger_v3") else 1
+    return {"ledger_v3": 3, "ledger_v4": 4}.get(Path(uri).name, 1)
 
 
 def files(uri: str) -> dict[str, bytes]:
@@ -53,8 +54,11 @@ def operations_since(uri: str, version: int) -> list[str]:
 def steps(uri: str) -> list[str]:
     """The commits migrating a fixture makes: from version 1 to version 2 (adding topic_id when it lacks it), to
     version 3 (adding frozen_schemas), then (from version 3 too) to version 4 (adding the three rows_* columns in
-    one commit)."""
-    to_v4 = ["ADD COLUMN", "SET TBLPROPERTIES"]
+    one commit), then (from version 4 too) to version 5 (adding filtered_count)."""
+    to_v5 = ["ADD COLUMN", "SET TBLPROPERTIES"]
+    if fixture_version(uri) == 4:
+        return to_v5
+    to_v4 = ["ADD COLUMN", "SET TBLPROPERTIES", *to_v5]
     if fixture_version(uri) == 3:
         return to_v4
     return [*(["ADD COLUMN"] if "no_topic_id" in uri else []), "SET TBLPROPERTIES", "ADD COLUMN", "SET TBLPROPERTIES",
@@ -132,13 +136,28 @@ def test_the_other_writes_migrate_first_too(old_ledger, write):
         assert ledger.state("orders").pending_owner == "run-new"
     else:
         assert ledger.mark_committed("orders", 3, {TP("orders", 1): (2, 0), TP("orders", 0): (8, 0)},
-                                     RowChanges(inserted=5, updated=2, deleted=1))
+                                     RowChanges(inserted=5, updated=2, deleted=1), filtered={TP("orders", 1): 1})
         assert ledger.state("orders").positions == {TP("orders", 0): 12, TP("orders", 1): 9}
         # Version 4's columns: the batch's row changes on its first row; every older row reads null in them.
         changes = {(r.batch_id, r.partition): (r.rows_inserted, r.rows_updated, r.rows_deleted)
                    for r in ledger.rows("orders")}
         assert changes.pop((3, 0)) == (5, 2, 1) and set(changes.values()) == {(None, None, None)}
+        # Version 5's: the records the transform filtered out, per partition (0 where the mapping has none).
+        filtered = {(r.batch_id, r.partition): r.filtered_count for r in ledger.rows("orders")}
+        assert filtered.pop((3, 0)) == 0 and filtered.pop((3, 1)) == 1 and set(filtered.values()) == {None}
     assert_current(old_ledger)
+
+
+def test_a_version_4_ledgers_keyed_row_changes_survive_the_migration(tmp_path):
+    uri = str(tmp_path / "ledger_v4")
+    shutil.copytree(FIXTURES / "ledger_v4", uri)
+    ledger = Ledger(uri)
+    before = sorted(ledger.rows("customers"), key=repr)
+    assert [(r.batch_id, r.rows_inserted, r.rows_updated, r.rows_deleted) for r in before if r.rows_inserted] == [
+        (1, 6, 2, 1)]
+    m.migrate(DeltaTable(uri))
+    assert_current(uri)
+    assert sorted(ledger.rows("customers"), key=repr) == before  # filtered_count: null, as LedgerRow's default
 
 
 def test_two_concurrent_migrators_both_succeed(old_ledger):

@@ -22,24 +22,20 @@ Every path ends with ``finalize_batch``, which checks what the tables hold befor
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime as dt
 import logging
 from collections.abc import Mapping
 
 from tidemark import crash, spark_io, spark_records
-from tidemark.batch.finalize import check_read, finalize_batch
+from tidemark.batch import transformed
+from tidemark.batch.finalize import finalize_batch
 from tidemark.batch.plan import BatchPlan
+from tidemark.batch.read_checks import bad_records_error, cached_and_counted, kafka_errors
 from tidemark.batch.tables import Tally, dead_letters_settled, output_txn_version
 from tidemark.errors import (
-    BadRecordsError,
-    KafkaAuthenticationError,
-    KafkaUnavailableError,
     PipelineBusyError,
     PlanMismatchError,
-    StorageLocationError,
-    TidemarkError,
 )
 from tidemark.ledger import Ledger
 from tidemark.offsets import OffsetRange, TopicPartition, describe_ranges
@@ -61,36 +57,6 @@ def check_plan_is_frozen(plan: BatchPlan, store: ObjectStore | None = None) -> N
         raise PipelineBusyError.held_by(
             plan.pipeline, f"batch {plan.batch_id} now belongs to run '{state.pending_owner}', not to this run "
                            f"('{plan.owner}')", "the ingest job checks ownership before reading")
-
-
-@contextlib.contextmanager
-def kafka_errors(plan: BatchPlan):
-    """Spark contacts Kafka lazily (when the read is planned and run) and writes to the tables at the
-    end of the same job: a Kafka or storage failure there (``spark_io.jvm_failure``) becomes an error
-    that names the batch and says what happens next."""
-    try:
-        yield
-    except TidemarkError:
-        raise
-    except Exception as exc:
-        failure = spark_io.jvm_failure(exc)
-        fields = {"pipeline": plan.pipeline, "batch_id": plan.batch_id}
-        if failure is None or failure.kind in ("bad_record", "concurrent_write", "concurrent_rewrite"):
-            raise
-        if failure.kind == "kafka_auth":
-            raise KafkaAuthenticationError(
-                f"batch {plan.batch_id}: Kafka refused the credentials of the Kafka connection ({failure.cause}). "
-                f"Nothing was written or committed; the batch stays planned and is read again once the connection's "
-                f"credentials (sasl.jaas.config, or its TLS certificates and key) are fixed.", **fields) from None
-        if failure.kind == "missing_bucket":
-            raise StorageLocationError(
-                f"batch {plan.batch_id}: a table's bucket does not exist ({failure.cause}). Nothing was committed; "
-                f"fix the table's location or create the bucket, then run again.", **fields) from None
-        raise KafkaUnavailableError(
-            f"batch {plan.batch_id}: Spark could not read {describe_ranges(plan.ranges)} from Kafka within about "
-            f"{plan.kafka_timeout_seconds} s ({failure.cause}). Nothing was written or committed; the batch stays "
-            f"planned and the next attempt (an Airflow retry or the next run) reads the same frozen ranges. Check "
-            f"the Kafka connection and that the brokers are up.", **fields) from None
 
 
 def execute_batch(spark, plan: BatchPlan, properties: Mapping[str, str], isolation_level: str = "read_committed",
@@ -115,6 +81,10 @@ def execute_batch(spark, plan: BatchPlan, properties: Mapping[str, str], isolati
         rows = _read_rows(spark, plan, properties, isolation_level)
         if plan.format.keyed:
             finalize_batch(plan, tallies=write_keyed(spark, rows, plan, store), store=store)
+        elif plan.format.transform:
+            if plan.dedupe:
+                rows = spark_io.drop_already_written(spark, rows, plan, store)
+            finalize_batch(plan, tallies=transformed.write(spark, rows, plan, store), store=store)
         elif plan.dedupe:
             rows = spark_io.drop_already_written(spark, rows, plan, store)
             finalize_batch(plan, tallies=write_counted_first(rows, plan), store=store)
@@ -130,34 +100,13 @@ def execute_batch(spark, plan: BatchPlan, properties: Mapping[str, str], isolati
     crash.crash_point(crash.AFTER_LEDGER_COMMIT)
 
 
-def _cached_and_counted(rows, plan: BatchPlan) -> tuple[object, dict[TopicPartition, Tally], int]:
-    """The batch cached, its good and bad records counted per partition and checked against the frozen ranges
-    (before anything is written); under ``on_bad_record: fail`` a bad record fails it here. Returns the cached
-    rows (the caller unpersists them), the counts and the number of bad records."""
-    with kafka_errors(plan):
-        rows = rows.persist()
-    try:
-        with kafka_errors(plan):
-            tallies = spark_io.tally(rows)
-        check_read(plan, tallies)
-        bad = sum(t.bad for t in tallies.values())
-        log.info("pipeline '%s': batch %d read %d records (%d bad) from %d offsets", plan.pipeline, plan.batch_id,
-                 sum(t.records for t in tallies.values()), bad, plan.total_offsets)
-        if bad and plan.format.on_bad_record == "fail":
-            raise _bad_records_error(plan, rows)
-    except BaseException:
-        rows.unpersist()
-        raise
-    return rows, tallies, bad
-
-
 def write_counted_first(rows, plan: BatchPlan) -> dict[TopicPartition, Tally]:
     """Values that can be bad, and re-reads that are deduplicated (backfills, replays): cache the
     batch, count good and bad records per partition and check them against the frozen ranges before
     anything is written, then write the dead letters and the output (the commit point). A batch left
     with no record (everything already in the output) makes no commit at all, as an empty
     incremental run makes none. Returns the counts for the reconciliation."""
-    rows, tallies, bad = _cached_and_counted(rows, plan)
+    rows, tallies, bad = cached_and_counted(rows, plan)
     try:
         if not any(t.records for t in tallies.values()):
             log.info("pipeline '%s': batch %d: every record of its ranges is already in the output or the dead "
@@ -185,7 +134,7 @@ def write_keyed(spark, rows, plan: BatchPlan, store: ObjectStore | None = None) 
     from tidemark.records import output_columns
 
     spec, fmt = KeyedSpec.from_dict(plan.format.keyed or {}), plan.format
-    rows, tallies, bad = _cached_and_counted(rows, plan)
+    rows, tallies, bad = cached_and_counted(rows, plan)
     try:
         applied = Ledger(plan.ledger_uri, store).state(plan.pipeline).high_water
         newest = spark_keyed.newest_changes(rows, spec, applied)
@@ -239,16 +188,6 @@ def _read_rows(spark, plan: BatchPlan, properties: Mapping[str, str], isolation_
     return spark_records.to_rows(raw, plan.format, plan.batch_id, dt.datetime.now(dt.UTC))
 
 
-def _bad_records_error(plan: BatchPlan, rows) -> BadRecordsError:
-    """The error of ``on_bad_record: fail``: how many bad records and the first ones (a second read
-    of the batch, made only once the batch has failed)."""
-    bad = rows.where("error IS NOT NULL").count()
-    return BadRecordsError(
-        f"batch {plan.batch_id} has {bad} bad record(s) and on_bad_record is 'fail'; nothing was "
-        f"written. First: {'; '.join(spark_io.bad_examples(rows))}. Fix the producer, or set "
-        f"'on_bad_record: dead_letter' to divert them to {plan.dead_letter_uri}.", pipeline=plan.pipeline)
-
-
 def write_checked_in_one_pass(spark, rows, plan: BatchPlan, properties: Mapping[str, str],
                               isolation_level: str) -> spark_io.OnePass | None:
     """Values that can be bad: one pass over Kafka writes the good records (the commit point) while
@@ -264,7 +203,7 @@ def write_checked_in_one_pass(spark, rows, plan: BatchPlan, properties: Mapping[
         failure = spark_io.jvm_failure(exc)
         if failure is None or failure.kind != "bad_record":
             raise
-        raise _bad_records_error(plan, rows) from None
+        raise bad_records_error(plan, rows) from None
     if written is None:
         log.warning("pipeline '%s': batch %d was already in %s (Delta skipped the write by its marker)",
                     plan.pipeline, plan.batch_id, plan.table_uri)

@@ -60,6 +60,8 @@ def finalize_batch(plan: BatchPlan, tallies: dict[TopicPartition, Tally] | None 
     already had the batch committed."""
     if plan.format.keyed:
         return _finalize_keyed(plan, tallies, store)
+    if plan.format.transform:
+        return _finalize_transformed(plan, tallies, store)
     output = batch_tallies(plan.table_uri, plan.batch_id, store)
     dead_letters = batch_tallies(plan.dead_letter_uri, plan.batch_id, store)
     written = {tp: t.records for tp, t in output.items()}
@@ -128,4 +130,44 @@ def _finalize_keyed(plan: BatchPlan, tallies: dict[TopicPartition, Tally] | None
              plan.batch_id, "committed" if changed else "was already committed", sum(c for c, _ in counts.values()),
              sum(d for _, d in counts.values()),
              "unknown" if changes is None else "{} inserted, {} updated, {} deleted".format(*changes))
+    return changed
+
+
+def _finalize_transformed(plan: BatchPlan, tallies: dict[TopicPartition, Tally] | None,
+                          store: ObjectStore | None) -> bool:
+    """A transform's batch: one record gives 0, 1 or several rows, so the output is counted by distinct
+    coordinate. The good records come from what Spark counted before the write (``tallies``) or, after a
+    crash, from the output commit's metadata; the filtered ones are the good records without a row. The
+    output's coordinates and the dead letters are checked against the frozen ranges, as for an append."""
+    output = batch_tallies(plan.table_uri, plan.batch_id, store, distinct=True)
+    dead = batch_tallies(plan.dead_letter_uri, plan.batch_id, store)
+    check_read(plan, _stored(output, dead), source="the output and dead-letter tables hold",
+               outcome="the ledger was not committed. Investigate before re-running")
+    commit = keyed_commit(plan.table_uri, plan.pipeline, plan.batch_id, store) if tallies is None else None
+    if tallies is not None:
+        good = {tp: t.records - t.bad for tp, t in tallies.items()}
+    elif commit is None or commit.records is None:
+        raise ReconciliationError(
+            f"batch {plan.batch_id}: the output {plan.table_uri} holds the batch's marker but no commit of the batch "
+            f"with its counts among its last 100; the ledger was not committed. Investigate before re-running.",
+            pipeline=plan.pipeline)
+    else:
+        good = commit.records
+    filtered = {}
+    for r in plan.ranges:
+        kept, bad = (output[r.tp].records if r.tp in output else 0), (dead[r.tp].records if r.tp in dead else 0)
+        expected_bad = tallies[r.tp].bad if tallies is not None and r.tp in tallies else bad
+        filtered[r.tp] = good.get(r.tp, 0) - kept
+        if filtered[r.tp] < 0 or bad != expected_bad or good.get(r.tp, 0) + bad > r.size:
+            raise ReconciliationError(
+                f"{r.tp}: batch {plan.batch_id} read {good.get(r.tp, 0)} good records of [{r.start}, {r.end}) but the "
+                f"output holds {kept} distinct offsets of them and the dead-letter table {bad}; the ledger was not "
+                f"committed. Investigate before re-running.", pipeline=plan.pipeline)
+    counts = {r.tp: (good.get(r.tp, 0) + (dead[r.tp].records if r.tp in dead else 0),
+                     dead[r.tp].records if r.tp in dead else 0) for r in plan.ranges}
+    crash.crash_soon(crash.DURING_LEDGER_COMMIT)
+    changed = Ledger(plan.ledger_uri, store).mark_committed(plan.pipeline, plan.batch_id, counts, filtered=filtered)
+    log.info("pipeline '%s': batch %d %s in the ledger (%d records, %d dead letters, %d filtered by the transform)",
+             plan.pipeline, plan.batch_id, "committed" if changed else "was already committed",
+             sum(c for c, _ in counts.values()), sum(d for _, d in counts.values()), sum(filtered.values()))
     return changed

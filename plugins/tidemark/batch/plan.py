@@ -62,7 +62,8 @@ class BatchPlan(HasRanges):
 
     def commit_metadata(self, records: dict | None = None) -> str:
         """The ``userMetadata`` of the output commit: which batch and ranges it holds; for a keyed table's
-        MERGE also the good records it applied per partition (``records``), which no row count shows."""
+        MERGE, and a transform's append, also the good records it applied per partition (``records``), which no
+        row count shows."""
         held = {"pipeline": self.pipeline, "batch_id": self.batch_id, "ranges": [r.to_dict() for r in self.ranges]}
         if records is not None:
             held["records"] = {f"{tp.topic}:{tp.partition}": n for tp, n in records.items()}

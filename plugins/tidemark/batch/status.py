@@ -101,7 +101,8 @@ def history(pipeline: str, limit: int, ledger_uri: str | None = None, *,
             store: ObjectStore | None = None) -> list[dict]:
     """The pipeline's newest ``limit`` ledger rows, newest first (the ``tidemark offsets history --json``
     contract). A keyed batch's ``rows_inserted``, ``rows_updated`` and ``rows_deleted`` are the batch's totals,
-    on its first row only (``ledger_state.changes_row``); null on its other rows and on append pipelines."""
+    on its first row only (``ledger_state.changes_row``); null on its other rows and on append pipelines.
+    ``records_filtered``: the row's records the pipeline's transform filtered out (null without a transform)."""
     return [history_entry(r) for r in Ledger(ledger_uri or settings.ledger_uri(), store).recent(pipeline, limit)]
 
 
@@ -110,7 +111,8 @@ def history_entry(row: LedgerRow) -> dict:
             "partition": row.partition, "start_offset": row.start_offset, "end_offset": row.end_offset,
             "record_count": row.record_count, "dead_letter_count": row.dead_letter_count,
             "rows_inserted": row.rows_inserted, "rows_updated": row.rows_updated, "rows_deleted": row.rows_deleted,
-            "dag_run_id": row.dag_run_id, "reason": row.reason, "committed_at": _iso(row.committed_at)}
+            "records_filtered": row.filtered_count, "dag_run_id": row.dag_run_id, "reason": row.reason,
+            "committed_at": _iso(row.committed_at)}
 
 
 def recent_entries(pipeline: str, count: int, ledger_uri: str | None = None, *,
@@ -118,7 +120,8 @@ def recent_entries(pipeline: str, count: int, ledger_uri: str | None = None, *,
     """The pipeline's newest ``count`` ledger entries (batches, backfills, resets, gaps), newest first,
     each with its ranges, counts, owner (DAG run or CLI), reason, and how long it took from freezing to
     commit; a keyed batch also with the rows its MERGE inserted, updated and deleted (``rows_*``, null
-    otherwise)."""
+    otherwise), a transformed one with the records its transform filtered out (``records_filtered``, null
+    otherwise; ``records`` are those that landed in the table)."""
     rows = Ledger(ledger_uri or settings.ledger_uri(), store).recent_batches(pipeline, count)
     entries: dict[int, list[LedgerRow]] = {}
     for row in rows:
@@ -132,13 +135,15 @@ def recent_entries(pipeline: str, count: int, ledger_uri: str | None = None, *,
         committed_at = max((r.committed_at for r in group if r.committed_at), default=None)
         planned_at = min((r.planned_at for r in group if r.planned_at), default=None)
         changes = batch_changes(group)
+        filtered = [r.filtered_count for r in group if r.filtered_count is not None]
         listing.append({
             "batch_id": batch_id, "kind": first.kind, "status": first.status, "owner": first.dag_run_id,
             "reason": first.reason, "planned_at": _iso(planned_at), "committed_at": _iso(committed_at),
             "duration_seconds": (round((committed_at - planned_at).total_seconds(), 3)
                                  if committed_at and planned_at else None),
             "offsets": sum(r.end_offset - r.start_offset for r in group),
-            "records": sum(counts) - sum(dead) if counts else None, "dead_letters": sum(dead) if counts else None,
+            "records": sum(counts) - sum(dead) - sum(filtered) if counts else None,
+            "dead_letters": sum(dead) if counts else None, "records_filtered": sum(filtered) if filtered else None,
             **dict(zip(CHANGE_COLUMNS, changes or (None, None, None), strict=True)),
             "ranges": [{"topic": r.topic, "partition": r.partition, "start": r.start_offset, "end": r.end_offset}
                        for r in group],
@@ -224,7 +229,8 @@ def batch_summary(plan: BatchPlan, store: ObjectStore | None = None) -> dict:
         raise PlanMismatchError(f"batch {plan.batch_id} is not committed in the ledger ({plan.ledger_uri}); no summary "
                           f"of it can be given", pipeline=plan.pipeline)
     ranges = [{"topic": r.topic, "partition": r.partition, "start": r.start_offset, "end": r.end_offset,
-               "records": (r.record_count or 0) - (r.dead_letter_count or 0), "dead_letters": r.dead_letter_count or 0}
+               "records": (r.record_count or 0) - (r.dead_letter_count or 0) - (r.filtered_count or 0),
+               "dead_letters": r.dead_letter_count or 0}
               for r in sorted(rows, key=lambda r: (r.topic, r.partition))]
     return {"pipeline": plan.pipeline, "batch_id": plan.batch_id, "kind": rows[0].kind, "table": plan.table_uri,
             "ranges": ranges, "records": sum(r["records"] for r in ranges),

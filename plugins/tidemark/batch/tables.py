@@ -36,10 +36,11 @@ def output_txn_version(table_uri: str | None, pipeline: str, store: ObjectStore 
     return None if table is None else table.transaction_version(pipeline)
 
 
-def batch_tallies(table_uri: str | None, batch_id: int, store: ObjectStore | None = None
+def batch_tallies(table_uri: str | None, batch_id: int, store: ObjectStore | None = None, *, distinct: bool = False
                   ) -> dict[TopicPartition, Tally]:
     """Records and offset span per partition that a table (output or dead letters) holds for one
-    batch; empty if the table does not exist."""
+    batch; empty if the table does not exist. ``distinct``: count coordinates, not rows (a transform's
+    output, where one record may give several rows)."""
     if not table_uri:
         return {}
     import pyarrow as pa
@@ -49,7 +50,8 @@ def batch_tallies(table_uri: str | None, batch_id: int, store: ObjectStore | Non
     if table is None:
         return {}
     reader = QueryBuilder().register("output", table).execute(
-        "SELECT kafka_topic, kafka_partition, COUNT(*) AS n, MIN(kafka_offset) AS lo, MAX(kafka_offset) AS hi "
+        f"SELECT kafka_topic, kafka_partition, {'COUNT(DISTINCT kafka_offset)' if distinct else 'COUNT(*)'} AS n, "
+        "MIN(kafka_offset) AS lo, MAX(kafka_offset) AS hi "
         f"FROM output WHERE ingest_batch_id = {int(batch_id)} GROUP BY kafka_topic, kafka_partition")
     rows = pa.table(reader.read_all()).to_pylist()
     return {TopicPartition(r["kafka_topic"], int(r["kafka_partition"])):
@@ -70,7 +72,8 @@ def dead_letters_settled(table_uri: str, dead_letter_uri: str | None, pipeline: 
     bad are written output first) is then finalized without reading Kafka again."""
     if (output_txn_version(dead_letter_uri, pipeline, store) or 0) >= batch_id:
         return True
-    return total_offsets > 0 and sum(count_batch_records(table_uri, batch_id, store).values()) == total_offsets
+    held = batch_tallies(table_uri, batch_id, store, distinct=True)  # by coordinate: a transform's record has many rows
+    return total_offsets > 0 and sum(t.records for t in held.values()) == total_offsets
 
 
 def _batch_commit(table_uri: str, pipeline: str, batch_id: int, store: ObjectStore | None, depth: int

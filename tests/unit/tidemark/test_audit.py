@@ -6,7 +6,7 @@ from __future__ import annotations
 import pyarrow as pa
 from deltalake import write_deltalake
 
-from tidemark.audit import Findings, Missing, audit_tables, judge
+from tidemark.audit import Findings, Missing, audit_tables, judge, summary
 from tidemark.ledger import COMMITTED, PLANNED, Ledger, LedgerRow, fingerprint, planned_rows
 from tidemark.offsets import OffsetRange
 from tidemark.offsets import TopicPartition as TP
@@ -136,3 +136,47 @@ def test_every_kind_of_damage_fails_the_audit_and_tidemark_audit_help_names_it(c
     shown = " ".join(capsys.readouterr().out.split())
     for kind, words in DAMAGE_KINDS.items():
         assert words in shown, (kind, shown)
+
+
+# --- a pipeline with a SQL transform: filtered records counted, output counted by coordinate -------------------
+
+def test_the_records_a_transform_filtered_out_count_with_the_output_and_the_dead_letters():
+    """offsets = output records + dead letters + filtered + offsets without a record."""
+    rows = [LedgerRow("p", 1, "batch", COMMITTED, "t", 0, 0, 10, record_count=10, filtered_count=3),
+            LedgerRow("p", 1, "batch", COMMITTED, "t", 1, 0, 10, record_count=8, filtered_count=1),
+            LedgerRow("p", 2, "batch", COMMITTED, "t", 0, 10, 12, record_count=2, filtered_count=2)]  # all dropped
+    found = Findings(records=12, output_counts={(1, "t", 0): 6, (1, "t", 1): 6},
+                     dead_letter_counts={(1, "t", 0): 1})
+    report = judge("p", "/lake/t", rows, found, transformed=True)
+    assert report.missing == [Missing("t", 1, 0, 10, 8, 7, 1)]  # 6 + 0 dead + 1 filtered < 8
+    assert report.filtered == 6 and report.to_dict()["filtered"] == 6
+    found.output_counts[(1, "t", 1)] = 7
+    ok = judge("p", "/lake/t", rows, found, transformed=True)
+    assert ok.ok and ok.checked_ranges == 3
+    assert summary(ok) == ("pipeline 'p': ok: 3 committed ranges, 12 rows in /lake/t (6 filtered by the transform), "
+                           "every committed offset there in exactly one batch")
+    plain = judge("p", "/lake/t", rows, found)  # the ledger's filtered counts are counted all the same
+    assert plain.ok and plain.filtered is None and "filtered" not in plain.to_dict()
+    assert "exactly once" in summary(plain)
+
+
+def test_a_transformed_output_is_counted_by_coordinate_and_a_duplicate_is_one_in_two_batches(tmp_path):
+    output, dead, ledger = str(tmp_path / "out"), str(tmp_path / "dead"), Ledger(str(tmp_path / "ledger"))
+    plan = planned_rows("p", 1, [OffsetRange("t", 0, 0, 5)], "test")
+    ledger.append(plan, expected=fingerprint([]))
+    ledger.mark_committed("p", 1, {TP("t", 0): (5, 1)}, filtered={TP("t", 0): 2})  # 5 read: 1 bad, 2 dropped
+    write_deltalake(output, output_rows(1, 0, [0, 0, 0, 3]))  # offset 0 exploded into 3 rows, 1 and 4 dropped
+    write_deltalake(dead, output_rows(1, 0, [2]).append_column("pipeline", pa.array(["p"])))
+    report = audit_tables("p", output, dead, ledger.uri, transformed=True)
+    assert (report.ok, report.records, report.filtered, report.duplicated_offsets) == (True, 4, 2, 0)
+    assert "4 rows in" in summary(report) and "(2 filtered by the transform)" in summary(report)
+    as_rows = audit_tables("p", output, dead, ledger.uri)  # without the flag: offset 0 three times, 6 of 5 records
+    assert (as_rows.ok, as_rows.duplicated_offsets) == (False, 1)
+
+    write_deltalake(output, output_rows(2, 0, [3, 3]), mode="append")  # offset 3 again, by a batch not its own
+    write_deltalake(output, output_rows(1, 0, [3]), mode="append")  # and once more by its own: still 2 batches
+    damaged = audit_tables("p", output, dead, ledger.uri, transformed=True).to_dict()
+    assert damaged["duplicates"] == [{"topic": "t", "partition": 0, "offset": 3, "count": 2}]
+    assert damaged["duplicated_offsets"] == 1 and not damaged["ok"]
+    assert damaged["outside"] == [{"topic": "t", "partition": 0, "offset": 3, "batch_id": 2}] * 2
+    assert damaged["missing"] == []  # batch 1's range: offsets 0 and 3 distinct, + 1 dead letter + 2 filtered = 5

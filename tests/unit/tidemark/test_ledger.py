@@ -147,3 +147,49 @@ def test_mark_committed_stores_a_keyed_batchs_changes_and_leaves_an_appends_null
     stored = {(r.batch_id, r.partition): (r.rows_inserted, r.rows_updated, r.rows_deleted) for r in ledger.rows("p")}
     assert stored == {(1, 0): (6, 0, 0), (1, 1): (None, None, None), (2, 0): (None, None, None),
                       (2, 1): (None, None, None)}
+
+
+# --- the records a transform filtered out: per partition, on every row of the batch -----------------
+
+def test_a_transformed_batchs_filtered_counts_ride_on_each_partition():
+    b1, a3 = TP("b", 1), TP("a", 3)
+    source = commit_source("p", 7, {b1: (5, 0), a3: (4, 1)}, filtered={a3: 2})
+    assert source.select(["topic", "partition", "filtered_count"]).to_pylist() == [
+        {"topic": "b", "partition": 1, "filtered_count": 0},  # missing from the mapping: none filtered
+        {"topic": "a", "partition": 3, "filtered_count": 2}]
+    assert commit_source("p", 7, {b1: (5, 0)}).column("filtered_count").to_pylist() == [None]  # no transform
+
+
+def test_mark_committed_stores_the_filtered_counts_and_leaves_them_null_without_a_transform(tmp_path):
+    ledger = Ledger(str(tmp_path / "offsets"))
+    ranges = [OffsetRange("t", 1, 0, 5), OffsetRange("t", 0, 0, 7)]
+    for batch_id, filtered in ((1, {TP("t", 0): 3}), (2, None)):
+        ledger.append(planned_rows("p", batch_id, ranges, "run"), expected=ledger.state("p").fingerprint)
+        assert ledger.mark_committed("p", batch_id, {r.tp: (5, 0) for r in ranges}, filtered=filtered)
+    assert not ledger.mark_committed("p", 1, {r.tp: (5, 0) for r in ranges}, filtered={TP("t", 0): 9})
+    stored = {(r.batch_id, r.partition): r.filtered_count for r in ledger.rows("p")}
+    assert stored == {(1, 0): 3, (1, 1): 0, (2, 0): None, (2, 1): None}
+
+
+def test_a_version_4_ledger_migrates_on_commit_and_its_older_rows_read_null(tmp_path):
+    """tests/fixtures/ledger_v4, written by the last release at schema version 4: the first write adds
+    filtered_count (version 5); the rows it had keep their values, null in the new column."""
+    import shutil
+    from pathlib import Path
+
+    from deltalake import DeltaTable
+
+    from tidemark import ledger_migrations as m
+
+    uri = tmp_path / "ledger_v4"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "fixtures" / "ledger_v4", uri)
+    ledger = Ledger(str(uri))
+    assert m.schema_version(DeltaTable(str(uri))) == 4
+    keyed = sorted(ledger.rows("customers"), key=repr)
+    assert ledger.mark_committed("orders", 3, {TP("orders", 0): (8, 0), TP("orders", 1): (2, 0)},
+                                 filtered={TP("orders", 0): 5})
+    table = DeltaTable(str(uri))
+    assert m.schema_version(table) == m.CURRENT_VERSION == 5 and table.schema().fields[-1].name == "filtered_count"
+    assert sorted(ledger.rows("customers"), key=repr) == keyed  # rows_* kept, filtered_count null
+    assert {(r.batch_id, r.partition): r.filtered_count for r in ledger.rows("orders") if r.kind == "batch"} == {
+        (1, 0): None, (1, 1): None, (3, 0): 5, (3, 1): 0}

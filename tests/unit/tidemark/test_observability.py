@@ -112,9 +112,17 @@ def test_a_keyed_batch_also_sends_the_rows_its_merge_inserted_updated_and_delete
     assert not any("rows" in m.name for m in batch_measurements("orders", 12, 1, None))  # an append: none
 
 
+def test_a_transformed_batch_also_sends_the_records_its_transform_filtered_out():
+    sent = batch_measurements("orders", 12, 1, None, filtered=5)
+    assert [(m.name, m.kind, m.value) for m in sent][-1] == ("tidemark.batch_records_filtered", "count", 5)
+    assert sent[-1].legacy_name == "tidemark.batch_records_filtered.orders"
+    assert batch_measurements("orders", 12, 1, None, filtered=0)[-1].value == 0  # sent: none filtered is news too
+    assert not any("filtered" in m.name for m in batch_measurements("orders", 12, 1, None))  # no transform: none
+
+
 def test_every_metric_sent_is_listed_and_documented_with_its_type_and_tags():
     sent = {m.name: (m.kind, tuple(m.tags)) for m in
-            [*pipeline_measurements("orders", ROWS, 1.0, NOW), *batch_measurements("orders", 1, 0, 1.0, (1, 2, 3))]}
+            [*pipeline_measurements("orders", ROWS, 1.0, NOW), *batch_measurements("orders", 1, 0, 1.0, (1, 2, 3), 4)]}
     assert sent == {spec.name: (spec.kind, spec.tags) for spec in METRICS}
     doc = OPERATIONS.read_text()
     for spec in METRICS:

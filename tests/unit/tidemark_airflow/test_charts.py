@@ -63,6 +63,14 @@ def test_nice_ceiling(value, top):
     assert nice_ceiling(value) == top
 
 
+def test_a_transformed_pipelines_records_say_how_many_the_transform_filtered_out():
+    shown = [{**entry(2), "records_filtered": 1200}, {**entry(1), "records_filtered": None}]
+    records = records_chart(shown)
+    assert [(m.batch_id, m.detail) for m in records.marks] == [(1, ""), (2, "1,200 filtered by the transform")]
+    assert "filtered out in each tooltip" in records.note
+    assert "filtered" not in records_chart(ENTRIES).note and {m.detail for m in records_chart(ENTRIES).marks} == {""}
+
+
 def test_a_keyed_pipeline_gets_a_chart_of_the_rows_each_merge_changed():
     keyed = [{**entry(3), "rows_inserted": 0, "rows_updated": 0, "rows_deleted": 0},  # a replay: nothing changed
              {**entry(2, status="planned"), "rows_inserted": None, "rows_updated": None, "rows_deleted": None},

@@ -368,3 +368,39 @@ def test_a_keyed_pipeline_shows_the_rows_each_merge_inserted_updated_and_deleted
     assert table[2].split()[:11] == ["2", "batch", "committed", "customers", "1", "10", "20", "5", "-", "-", "-"]
     assert main(["offsets", "history", "orders"]) == 0
     assert "ROWS_INSERTED" not in capsys.readouterr().out  # an append pipeline's table is unchanged
+
+
+def test_a_transformed_pipeline_shows_the_records_its_transform_filtered_out(client, console_lake, tmp_path, capsys):
+    """Each row's filtered_count in the history (JSON and the CLI's table, a FILTERED column only then), the batch's
+    sum in the entries, the page's history table and the records chart's tooltips; the records are those that
+    landed. An append pipeline's page and table stay as they were."""
+    from tidemark_cli.main import main
+
+    (tmp_path / "pipelines" / "shop.yaml").write_text(
+        "name: shop\ntopics: [shop]\ntable: shop\nkafka_timeout_seconds: 1\n"
+        "transform: SELECT * FROM records WHERE kafka_offset % 3 <> 0\n")
+    s0, s1 = TopicPartition("shop", 0), TopicPartition("shop", 1)
+    ranges = [OffsetRange("shop", p, 0, 10) for p in (0, 1)]
+    console_lake.append(planned_rows("shop", 1, ranges, "run"), expected=console_lake.state("shop").fingerprint)
+    assert console_lake.mark_committed("shop", 1, {s0: (10, 1), s1: (9, 0)}, filtered={s0: 4})
+
+    [entry] = client.get("/api/pipelines/shop").json()["entries"]
+    assert (entry["records"], entry["dead_letters"], entry["records_filtered"]) == (14, 1, 4)  # 19 - 1 - 4
+    history = client.get("/api/pipelines/shop/history").json()
+    assert [(r["partition"], r["record_count"], r["records_filtered"]) for r in history] == [(0, 10, 4), (1, 9, 0)]
+    assert {r["records_filtered"] for r in client.get("/api/pipelines/orders/history").json()} == {None}
+
+    detail = client.get("/pipelines/shop").text
+    assert "<th>Filtered</th>" in detail
+    assert '<td class="num" data-field="records_filtered">4</td>' in detail.split('<tr data-batch="1">', 1)[1]
+    assert "batch 1: 14 records (4 filtered by the transform), committed" in detail
+    assert "<th>Filtered</th>" not in client.get("/pipelines/orders").text
+
+    assert main(["offsets", "history", "shop"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split()[7:9] == ["RECORD_COUNT", "FILTERED"]
+    assert [line.split()[7:9] for line in table[1:]] == [["10", "4"], ["9", "0"]]
+    assert main(["offsets", "history", "orders"]) == 0
+    assert "FILTERED" not in capsys.readouterr().out
+    assert main(["offsets", "history", "shop", "--json"]) == 0
+    assert [r["records_filtered"] for r in json.loads(capsys.readouterr().out)] == [4, 0]

@@ -1,0 +1,84 @@
+"""The guards of a batch's Spark work, shared by its write paths (``execute``, ``transformed``): Spark's
+Kafka and storage failures turned into errors that name the batch and say what happens next, and the
+batch cached and counted against its frozen ranges before anything is written."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from tidemark import spark_io
+from tidemark.batch.finalize import check_read
+from tidemark.batch.plan import BatchPlan
+from tidemark.batch.tables import Tally
+from tidemark.errors import (
+    BadRecordsError,
+    KafkaAuthenticationError,
+    KafkaUnavailableError,
+    StorageLocationError,
+    TidemarkError,
+)
+from tidemark.offsets import TopicPartition, describe_ranges
+
+log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def kafka_errors(plan: BatchPlan):
+    """Spark contacts Kafka lazily (when the read is planned and run) and writes to the tables at the
+    end of the same job: a Kafka or storage failure there (``spark_io.jvm_failure``) becomes an error
+    that names the batch and says what happens next."""
+    try:
+        yield
+    except TidemarkError:
+        raise
+    except Exception as exc:
+        failure = spark_io.jvm_failure(exc)
+        fields = {"pipeline": plan.pipeline, "batch_id": plan.batch_id}
+        if failure is None or failure.kind in ("bad_record", "concurrent_write", "concurrent_rewrite"):
+            raise
+        if failure.kind == "kafka_auth":
+            raise KafkaAuthenticationError(
+                f"batch {plan.batch_id}: Kafka refused the credentials of the Kafka connection ({failure.cause}). "
+                f"Nothing was written or committed; the batch stays planned and is read again once the connection's "
+                f"credentials (sasl.jaas.config, or its TLS certificates and key) are fixed.", **fields) from None
+        if failure.kind == "missing_bucket":
+            raise StorageLocationError(
+                f"batch {plan.batch_id}: a table's bucket does not exist ({failure.cause}). Nothing was committed; "
+                f"fix the table's location or create the bucket, then run again.", **fields) from None
+        raise KafkaUnavailableError(
+            f"batch {plan.batch_id}: Spark could not read {describe_ranges(plan.ranges)} from Kafka within about "
+            f"{plan.kafka_timeout_seconds} s ({failure.cause}). Nothing was written or committed; the batch stays "
+            f"planned and the next attempt (an Airflow retry or the next run) reads the same frozen ranges. Check "
+            f"the Kafka connection and that the brokers are up.", **fields) from None
+
+
+def cached_and_counted(rows, plan: BatchPlan) -> tuple[object, dict[TopicPartition, Tally], int]:
+    """The batch cached, its good and bad records counted per partition and checked against the frozen ranges
+    (before anything is written); under ``on_bad_record: fail`` a bad record fails it here. Returns the cached
+    rows (the caller unpersists them), the counts and the number of bad records."""
+    with kafka_errors(plan):
+        rows = rows.persist()
+    try:
+        with kafka_errors(plan):
+            tallies = spark_io.tally(rows)
+        check_read(plan, tallies)
+        bad = sum(t.bad for t in tallies.values())
+        log.info("pipeline '%s': batch %d read %d records (%d bad) from %d offsets", plan.pipeline, plan.batch_id,
+                 sum(t.records for t in tallies.values()), bad, plan.total_offsets)
+        if bad and plan.format.on_bad_record == "fail":
+            raise bad_records_error(plan, rows)
+    except BaseException:
+        rows.unpersist()
+        raise
+    return rows, tallies, bad
+
+
+def bad_records_error(plan: BatchPlan, rows) -> BadRecordsError:
+    """The error of ``on_bad_record: fail``: how many bad records and the first ones (a second read
+    of the batch, made only once the batch has failed)."""
+    bad = rows.where("error IS NOT NULL").count()
+    return BadRecordsError(
+        f"batch {plan.batch_id} has {bad} bad record(s) and on_bad_record is 'fail'; nothing was "
+        f"written. First: {'; '.join(spark_io.bad_examples(rows))}. Fix the producer, or set "
+        f"'on_bad_record: dead_letter' to divert them to {plan.dead_letter_uri}.", pipeline=plan.pipeline)
