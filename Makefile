@@ -125,6 +125,9 @@ bench-cds: setup ## the ingest job with and without class-data sharing, batches 
 bench-json: setup ## JSON values with a declared schema (BENCH_JSON_RECORDS=1000000, 0.1% poison): Tidemark vs AvailableNow and a plain batch with from_json; bench/results/typed_json.json
 	scripts/with_broker.sh bench $${BENCH_KAFKA_PORT:-19292} .venv/bin/python -m bench.typed_json
 
+bench-transform: setup ## a derive-and-filter SQL transform vs the same JSON pipeline without it (BENCH_TRANSFORM_RECORDS=1000000, 0.1% poison); bench/results/transform.json
+	scripts/with_broker.sh bench $${BENCH_KAFKA_PORT:-19292} .venv/bin/python -m bench.transform
+
 bench-avro: setup ## Avro values (BENCH_AVRO_RECORDS=1000000): Tidemark vs AvailableNow with from_avro, from_avro vs fastavro; a private Schema Registry; bench/results/avro.json
 	scripts/bench_avro.sh
 

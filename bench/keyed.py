@@ -70,7 +70,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import contenders, machine, stack
+from bench import contenders, machine, page, stack
 from bench.measure import check, run_measured
 from bench.profile_raw import add_task
 from bench.settings import RESULTS, ROOT, BenchSettings, _int, save_result
@@ -1016,25 +1016,8 @@ def section(part: dict) -> str:
 
 
 def write_page(part: dict, doc: Path = DOC) -> None:
-    """docs/BENCHMARKS.md with this part's section (replacing an earlier one, else at the end) and its rows at
-    the end of the Targets table (replacing earlier ones). bench/report.py writes the page without them."""
-    text = doc.read_text()
-    mine = section(part)
-    if TITLE in text:
-        start = text.index(TITLE)
-        end = text.find("\n## ", start + len(TITLE))
-        text = text[:start] + mine + ("\n" + text[end:] if end != -1 else "\n")
-    else:
-        anchor = text.find("\nParts not run the last time keep their results")
-        text = (text.rstrip("\n") + "\n\n" + mine + "\n") if anchor == -1 else \
-            (text[:anchor] + "\n" + mine + "\n" + text[anchor:])
-    lines = [line for line in text.split("\n") if not line.startswith(TARGET_PREFIX)]
-    start = lines.index("## Targets")
-    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-    last = max(i for i in range(start, end) if lines[i].startswith("|"))
-    lines[last + 1:last + 1] = [f"| {t['target']} | {t['measured']} | {'yes' if t['met'] else '**no**'} |"
-                                for t in part["summary"]["targets"]]
-    doc.write_text("\n".join(lines))
+    """docs/BENCHMARKS.md with this part's section and Targets rows (bench/page.py)."""
+    page.write_part(TITLE, section(part), TARGET_PREFIX, part["summary"]["targets"], doc)
 
 
 def main() -> None:

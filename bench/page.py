@@ -1,0 +1,32 @@
+"""A benchmark part's section and Targets rows in docs/BENCHMARKS.md, for the parts whose results bench/report.py
+does not write (the keyed table's, the transform's): written after it, from the part's stored results."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.settings import ROOT
+
+DOC = ROOT / "docs" / "BENCHMARKS.md"
+
+
+def write_part(title: str, section: str, target_prefix: str, targets: list[dict], doc: Path = DOC) -> None:
+    """docs/BENCHMARKS.md with the part's ``section`` (starting with ``title``; replacing an earlier one, else
+    before the closing note, else at the end) and its ``targets`` (``target``, ``measured``, ``met``) at the end
+    of the Targets table, replacing earlier rows that start with ``target_prefix``."""
+    text = doc.read_text()
+    if title in text:
+        start = text.index(title)
+        end = text.find("\n## ", start + len(title))
+        text = text[:start] + section + ("\n" + text[end:] if end != -1 else "\n")
+    else:
+        anchor = text.find("\nParts not run the last time keep their results")
+        text = (text.rstrip("\n") + "\n\n" + section + "\n") if anchor == -1 else \
+            (text[:anchor] + "\n" + section + "\n" + text[anchor:])
+    lines = [line for line in text.split("\n") if not line.startswith(target_prefix)]
+    start = lines.index("## Targets")
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    last = max(i for i in range(start, end) if lines[i].startswith("|"))
+    lines[last + 1:last + 1] = [f"| {t['target']} | {t['measured']} | {'yes' if t['met'] else '**no**'} |"
+                                for t in targets]
+    doc.write_text("\n".join(lines))
