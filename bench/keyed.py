@@ -462,7 +462,6 @@ def run_tidemark(settings: BenchSettings, sizes: Sizes, config, expect: int | No
     measured, with the commits it made and the job's phases and Spark actions."""
     from tidemark.settings import spark_jars
     from tidemark_spark import class_data
-    from tidemark_spark.submit import appends_to_a_table
 
     existed = Path(config.table_uri).exists()
     version = table_version(config.table_uri) if existed else -1
@@ -472,7 +471,7 @@ def run_tidemark(settings: BenchSettings, sizes: Sizes, config, expect: int | No
     events = settings.work / "events" / f"{config.name}-{plan.batch_id}-{int(time.time())}"
     if sizes.event_log:
         command = with_event_log(command, events)
-    sharing = class_data.prepare(env, settings.master, {}, spark_jars(), train=lambda: appends_to_a_table(plan))
+    sharing = class_data.prepare(env, settings.master, {}, spark_jars())
     began = time.time()
     measured = run_measured(command, sharing.environment(env))
     sharing.finish(measured.returncode)

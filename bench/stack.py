@@ -31,7 +31,6 @@ from tidemark_spark import class_data
 from tidemark_spark.ingest import REMOTE_ENV_VAR
 from tidemark_spark.submit import (
     INGEST_SCRIPT,
-    appends_to_a_table,
     connect_command,
     local_spark_env,
     spark_submit_command,
@@ -114,23 +113,17 @@ def class_data_archive(settings: BenchSettings) -> Path | None:
 
 
 def train_class_data(settings: BenchSettings) -> None:
-    """Before anything is measured: unless it is there already, the class-data archive, written as `tidemark
-    run` writes it (by the first job that appends to an existing table: here the second of two batches
-    of 10,000 records on a topic of its own), so that no measured run pays for the dump or runs without
-    the archive."""
-    from bench import data
+    """Before anything is measured: unless it is there already, the class-data archive, trained as `tidemark run`
+    has it trained (``tidemark_spark.class_data_train``, here in the foreground), so that no measured run pays
+    for the training beside it or runs without the archive."""
+    from tidemark_spark import class_data_train
 
     if class_data_archive(settings) is not None:
         return
     if class_data.why_not({**os.environ, **local_spark_env()}, settings.master, {}) is not None:
         return
-    topic = f"bench_class_data_{int(time.time())}"
-    data.create_topic(settings, topic, settings.partitions)
-    data.produce(settings, topic, 20_000, settings.record_bytes)
-    config = add_pipeline(settings, "bench_class_data", topic, max_offsets_per_run=10_000)
-    for what in ("the first batch (it creates the table)", "the job that writes the class-data archive"):
-        run_ingest(settings, plan_batch(settings, config, expect=10_000)[0], what)
-    remove_pipeline(settings, config)
+    if class_data_train.main(["--now"]) != 0 or class_data_archive(settings) is None:
+        raise RuntimeError("the class-data archive was not trained (see the trainer's output above)")
 
 
 def plan_batch(settings: BenchSettings, config: PipelineConfig, *, expect: int | None = None,
@@ -165,8 +158,7 @@ def run_ingest(settings: BenchSettings, plan: BatchPlan, what: str, **launch) ->
     command, env = ingest_command(settings, plan, **launch)
     if launch.get("launcher", SUBMIT) == WARM:
         return check(run_measured(command, env), what)
-    sharing = class_data.prepare(env, settings.master, {}, spark_jars(),  # as run_ingest_job does
-                                 train=lambda: appends_to_a_table(plan, launch.get("store")))
+    sharing = class_data.prepare(env, settings.master, {}, spark_jars())  # as run_ingest_job does
     measured = run_measured(command, sharing.environment(env))
     sharing.finish(measured.returncode)
     return check(measured, what)

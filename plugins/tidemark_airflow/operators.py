@@ -22,7 +22,6 @@ from tidemark_airflow.tasks import fail_fast_on_terminal_errors
 from tidemark_spark import class_data
 from tidemark_spark.submit import (
     INGEST_SCRIPT,
-    appends_to_a_table,
     connect_command,
     core_archive,
     is_spark_connect,
@@ -66,8 +65,7 @@ class TidemarkIngestOperator(SparkSubmitOperator):
             self.env_vars = {**local_spark_env(), **given, **job_env}
             submit_env = {**os.environ, **self.env_vars}  # what the hook's spark-submit runs with
             sharing = (class_data.ClassData() if is_spark_connect(master) else
-                       class_data.prepare(submit_env, master, self.conf or {}, self.jars.split(","),
-                                          train=lambda: appends_to_a_table(plan, run.store)))
+                       class_data.prepare(submit_env, master, self.conf or {}, self.jars.split(",")))
             self.env_vars.update(sharing.added_to(submit_env))
             code = None
             try:

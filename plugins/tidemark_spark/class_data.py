@@ -1,27 +1,28 @@
 """Class-data sharing (AppCDS) for the ingest job's driver JVM.
 
 A spark-submit JVM spends seconds of every job loading, parsing and verifying the same tens of
-thousands of Spark, Scala, Delta and Kafka classes. The first ingest job on a host (for a given JDK,
-Spark, jars and configuration folder) that appends to an existing table has its JVM dump the classes it
-loaded into an archive as it exits (``-XX:ArchiveClassesAtExit``); every later job maps that archive
-(``-XX:SharedArchiveFile``) instead. (A pipeline's first batch, which creates its table, does not load
-the classes that read a Delta log, so it does not write the archive.) Measured on 2 cores
-(docs/BENCHMARKS.md): a 10,000-record batch 15.2 s -> 11.2 s, a 2M-record one 24.5 s -> 18.8 s; the job
-that writes the archive takes about 25 s longer, once. The JVM checks an archive against its own class
+thousands of Spark, Scala, Delta and Kafka classes. The first launch on a host (for a given JDK, Spark,
+jars and configuration folder) that finds no archive starts a trainer (``class_data_train``) in a
+process of its own, which outlives the job: a short Spark job on the same class path whose JVM dumps
+the classes it loaded into an archive as it exits (``-XX:ArchiveClassesAtExit``); the launch itself runs
+without one, so no task waits for the dump (about 25 s of a JVM's exit). Every later job maps the
+archive (``-XX:SharedArchiveFile``). Measured on 2 cores (docs/BENCHMARKS.md): a 10,000-record batch
+15.2 s -> 11.2 s, a 2M-record one 24.5 s -> 18.8 s. The JVM checks an archive against its own class
 path and JDK and ignores one that does not match, so a stale archive costs the gain, never the job.
+``python -m tidemark_spark.class_data_train --now`` trains in the foreground (``make setup`` does not:
+the first job starts it).
 
 The JDK makes a JVM that dumps an archive *fail at exit* when a non-empty folder is on its class
-path, so a job trains an archive only where Tidemark knows the whole class path: a ``local`` or
+path, so an archive is trained and used only where Tidemark knows the whole class path: a ``local`` or
 standalone (``spark://``) master, an empty ``SPARK_CONF_DIR`` (Tidemark's own default; its logging
 configuration is passed as a system property instead), no Hadoop or YARN configuration folder, no
 extra class path; and the caller has not chosen its own CDS options. Elsewhere the job runs as
-before. One job at a time trains (a lock file); a training run that exits with 1 (a failed dump, or a
-retryable failure of the job) and leaves no archive stops training for a day (``.failed``), so a JVM
-that cannot dump costs at most one retry.
+before. One process at a time trains (a lock file); a training run that exits with 1 (a failed dump)
+and leaves no archive stops training for a day (``.failed``).
 
 ``TIDEMARK_CDS_DIR`` is where the archives are kept (default: ``<temp dir>/tidemark-cds``; an
-archive is about 200 MB, one per class path, the newest ``KEPT_ARCHIVES`` kept);
-``TIDEMARK_CDS_DIR=off`` turns this off.
+archive is about 200 MB, one per class path, the newest ``KEPT_ARCHIVES`` kept; the trainer's output in
+``spark-<key>.training.log``); ``TIDEMARK_CDS_DIR=off`` turns this off.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ import hashlib
 import logging
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -171,10 +174,11 @@ def _recent(path: Path, seconds: float) -> bool:
 
 
 def prepare(env: Mapping[str, str], master: str, conf: Mapping[str, str], jars: Sequence[str], *,
-            train: bool | Callable[[], bool] = True) -> ClassData:
+            train: bool | Callable[[], bool] = True, background: bool = True) -> ClassData:
     """The class-data sharing of one spark-submit launch with this environment: map the archive when
-    there is one; else, if ``train`` (asked only then, when it is a function), dump one at exit unless
-    another job is doing so."""
+    there is one; else, if ``train`` (asked only then, when it is a function) and no other process is
+    training, start the trainer (``class_data_train``) detached and run this launch without one: no job
+    waits for an archive to be written. ``background=False``: the caller trains (the returned ``partial``)."""
     reason = why_not(env, master, conf)
     if reason is not None:
         log.debug("no class-data sharing for the job: %s", reason)
@@ -197,5 +201,18 @@ def prepare(env: Mapping[str, str], master: str, conf: Mapping[str, str], jars: 
     os.write(descriptor, str(os.getpid()).encode())
     os.close(descriptor)
     partial = archive.with_suffix(f".{os.getpid()}.partial")
-    log.info("this job's JVM writes the class-data archive %s as it exits (once per host and class path)", archive)
-    return ClassData(f"-XX:ArchiveClassesAtExit={partial} {QUIET}", archive, partial)
+    if not background:
+        return ClassData("", archive, partial)
+    try:
+        with open(archive.with_suffix(".training.log"), "w") as out:
+            trainer = subprocess.Popen(
+                [sys.executable, "-m", "tidemark_spark.class_data_train", "--archive", str(archive), "--partial",
+                 str(partial), "--jars", ",".join(jars)], env=dict(env), stdin=subprocess.DEVNULL, stdout=out,
+                stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+    except OSError as exc:
+        _lock(archive).unlink(missing_ok=True)
+        log.info("the class-data trainer could not start (%s); the job runs without an archive", exc)
+        return ClassData()
+    log.info("no class-data archive yet for this class path: process %d trains one in the background (about "
+             "a minute, once per host and class path); this job runs without it", trainer.pid)
+    return ClassData()

@@ -12,7 +12,6 @@ import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from tidemark import storage
 from tidemark.batch.plan import BatchPlan
 from tidemark.run import PipelineRun
 from tidemark.settings import spark_jars
@@ -132,16 +131,6 @@ def job_environment(master: str, extra_env: Mapping[str, str] | None = None) -> 
     return env
 
 
-def appends_to_a_table(plan: BatchPlan, store: ObjectStore | None = None) -> bool:
-    """Whether the batch's output table exists already. Only such a job writes the host's class-data
-    archive (``class_data``): a steady-state batch loads the classes that read a table's Delta log,
-    which a pipeline's first batch, creating its table, does not."""
-    try:
-        return storage.open_table(plan.table_uri, store) is not None
-    except Exception:  # unreachable storage: the job itself will say so
-        return False
-
-
 def run_ingest_job(plan: BatchPlan, master: str, isolation_level: str, conf: Mapping[str, str] | None = None,
                    extra_env: Mapping[str, str] | None = None, store: ObjectStore | None = None) -> int:
     """Run the ingest job to completion; its output streams to this process's stdout/stderr. A Spark
@@ -150,15 +139,14 @@ def run_ingest_job(plan: BatchPlan, master: str, isolation_level: str, conf: Map
     env = job_environment(master, extra_env)
     if is_spark_connect(master):
         return subprocess.call(connect_command(plan, isolation_level), env=env)
-    return call_spark_submit(spark_submit_command(plan, master, isolation_level, conf), env, master, conf,
-                             train=lambda: appends_to_a_table(plan, store))
+    return call_spark_submit(spark_submit_command(plan, master, isolation_level, conf), env, master, conf)
 
 
 def call_spark_submit(command: list[str], env: Mapping[str, str], master: str,
                       conf: Mapping[str, str] | None = None, train: bool | Callable[[], bool] = True,
                       stdout=None) -> int:
     """Run a spark-submit command to completion with the class-data sharing of its driver JVM
-    (``class_data``: map the host's archive, or, if there is none and ``train``, write it). Returns its
+    (``class_data``: map the host's archive, or, if there is none and ``train``, start its trainer). Returns its
     exit code. ``stdout``: where the job's output goes (``subprocess``'s meaning; default this process's)."""
     sharing = class_data.prepare(env, master, conf or {}, spark_jars(), train=train)
     code = subprocess.call(command, env=sharing.environment(env), stdout=stdout)

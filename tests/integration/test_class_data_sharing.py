@@ -1,7 +1,8 @@
 """Class-data sharing for the ingest job's JVM (tidemark_spark.class_data), through `tidemark run` on
-spark-submit as a user runs it (Tidemark's own Spark configuration, not `make test`'s archive): a
-pipeline's first batch (creating its table) writes no archive, the host's first job appending to an
-existing table writes it as its JVM exits, the next job's JVM maps it, and every batch lands exactly once."""
+spark-submit as a user runs it (Tidemark's own Spark configuration, not `make test`'s archive): the host's
+first job finds no archive, starts the trainer (tidemark_spark.class_data_train) in a process of its own and
+ends without waiting for it (the archive is written after the job's process has exited), the next job's JVM
+maps the archive, and every batch lands exactly once."""
 
 from __future__ import annotations
 
@@ -40,8 +41,8 @@ def run_watching_maps(env: dict, pipeline: str, archive_dir: Path, log: Path
     return subprocess.CompletedProcess(process.args, process.returncode, log.read_text(), ""), mapped
 
 
-def test_the_first_job_appending_to_a_table_writes_the_class_data_archive_and_the_next_maps_it(kafka_bootstrap,
-                                                                                                tmp_path):
+def test_the_first_job_starts_the_trainer_without_waiting_for_it_and_the_next_maps_the_archive(kafka_bootstrap,
+                                                                                                 tmp_path):
     topic = helpers.create_topic(helpers.unique("cds"), partitions=2)
     pipelines, lake, archives = tmp_path / "pipelines", tmp_path / "lake", tmp_path / "cds"
     pipelines.mkdir()
@@ -51,26 +52,30 @@ def test_the_first_job_appending_to_a_table_writes_the_class_data_archive_and_th
         env.pop(own, None)
 
     helpers.produce(topic, 30)
-    creating, mapped = run_watching_maps(env, topic, archives, tmp_path / "first.log")
-    assert creating.returncode == 0, creating.stdout[-3000:]
-    assert not mapped and not archives.exists()  # a pipeline's first batch, creating its table, writes none
-
-    helpers.produce(topic, 20, start=30)
-    training, mapped = run_watching_maps(env, topic, archives, tmp_path / "second.log")
-    assert training.returncode == 0, training.stdout[-3000:]
-    written = sorted(archives.glob("spark-*.jsa"))
+    first, mapped = run_watching_maps(env, topic, archives, tmp_path / "first.log")
+    ended = time.time()
+    assert first.returncode == 0, first.stdout[-3000:]
+    assert not mapped and list(archives.glob("*.training.log")), sorted(archives.iterdir()) if archives.exists() else []
+    written = helpers.wait_until(lambda: sorted(archives.glob("spark-*.jsa")), 300,
+                                 lambda: f"the trainer's archive; its log: {_training_log(archives)}")
     assert len(written) == 1 and written[0].stat().st_size > 10_000_000, sorted(archives.iterdir())
-    assert sorted(p.name for p in archives.iterdir()) == [written[0].name]  # no lock or partial dump left
-    assert not mapped  # it wrote the archive, it could not map it
+    assert written[0].stat().st_mtime > ended, "the first job waited for the archive to be written"
+    helpers.wait_until(lambda: not list(archives.glob("*.training")), 30, "the trainer to release its lock")
+    assert sorted(p.name for p in archives.iterdir() if not p.name.endswith(".log")) == [written[0].name]
     assert topic.encode() not in written[0].read_bytes()  # class metadata, not the job's data
 
-    helpers.produce(topic, 10, start=50)
-    using, mapped = run_watching_maps(env, topic, archives, tmp_path / "third.log")
+    helpers.produce(topic, 20, start=30)
+    using, mapped = run_watching_maps(env, topic, archives, tmp_path / "second.log")
     assert using.returncode == 0, using.stdout[-3000:]
-    assert mapped == {str(written[0])}, "the third job's JVM did not map the archive"
+    assert mapped == {str(written[0])}, "the second job's JVM did not map the archive"
     assert "INFO SubscriptionState" not in using.stdout  # Tidemark's logging configuration still applies
 
     table = str(lake / topic)
     row = helpers.query(table, "SELECT COUNT(*) AS n, COUNT(DISTINCT kafka_partition || ':' || kafka_offset) AS d, "
                                "MAX(ingest_batch_id) AS b FROM t")[0]
-    assert (row["n"], row["d"], row["b"]) == (60, 60, 3)
+    assert (row["n"], row["d"], row["b"]) == (50, 50, 2)
+
+
+def _training_log(archives: Path) -> str:
+    logs = sorted(archives.glob("*.training.log"))
+    return logs[0].read_text()[-3000:] if logs else "(none)"

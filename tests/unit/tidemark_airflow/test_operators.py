@@ -32,6 +32,7 @@ def test_the_ingest_operator_fails_fast_on_the_jobs_terminal_exit_code(monkeypat
     from tidemark.batch.plan import BatchPlan
     from tidemark.offsets import OffsetRange
     from tidemark_airflow import operators
+    from tidemark_spark import class_data
 
     plan = BatchPlan("orders", 3, "/t", "/l", [OffsetRange("orders", 0, 0, 5)])
 
@@ -44,7 +45,9 @@ def test_the_ingest_operator_fails_fast_on_the_jobs_terminal_exit_code(monkeypat
     for own in ("SPARK_SUBMIT_OPTS", "SPARK_CONF_DIR"):  # make test's class-data archive and folder
         monkeypatch.delenv(own, raising=False)
     monkeypatch.setenv("TIDEMARK_CDS_DIR", str(tmp_path / "cds"))
-    monkeypatch.setattr(operators, "appends_to_a_table", lambda plan, store: plan.table_uri == "/t")
+    started = []
+    monkeypatch.setattr(class_data.subprocess, "Popen", lambda command, **options: started.append(command) or
+                        SimpleNamespace(pid=1))
     operator = operators.TidemarkIngestOperator(task_id="ingest")
     jvm_options = []
     for code, expected in ((JobExit.TERMINAL, AirflowFailException), (JobExit.RETRYABLE, AirflowException)):
@@ -57,10 +60,10 @@ def test_the_ingest_operator_fails_fast_on_the_jobs_terminal_exit_code(monkeypat
             operator.execute({"ti": TI()})
         assert (type(raised.value) is AirflowFailException) == (expected is AirflowFailException)
         assert "TIDEMARK_JOB_SETTINGS" not in operator.env_vars  # the settings file left with the job
-    # each launch was to write the host's class-data archive (tidemark_spark.class_data): a terminal failure
-    # left the next launch to try again; a retryable one with no archive stops trying for a day
-    assert all("-Dlog4j2.configurationFile=" in o and "-XX:ArchiveClassesAtExit=" in o for o in jvm_options)
-    assert [p.suffix for p in (tmp_path / "cds").iterdir()] == [".failed"]
+    # no archive yet: the first launch started the trainer (tidemark_spark.class_data_train) in the background
+    # and ran without one; the second found the trainer's lock and ran without one too
+    assert all("-Dlog4j2.configurationFile=" in o and "-XX:" not in o for o in jvm_options)
+    assert len(started) == 1 and started[0][2] == "tidemark_spark.class_data_train"
 
 
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"

@@ -50,15 +50,17 @@ def test_a_conf_folder_with_a_file_would_fail_the_dump_so_it_runs_without(env):
 
 
 def test_the_first_launch_trains_one_at_a_time_and_the_next_maps_the_archive(env):
-    trainer = class_data.prepare(env, "local[2]", {}, JARS)
-    assert trainer.training and f"-XX:ArchiveClassesAtExit={trainer.partial}" in trainer.java_options
-    assert class_data.prepare(env, "local[2]", {}, JARS) == class_data.ClassData()  # the lock: one trainer
-    assert class_data.prepare(env, "local[2]", {}, JARS, train=False) == class_data.ClassData()
+    trainer = class_data.prepare(env, "local[2]", {}, JARS, background=False)
+    assert trainer.training and not trainer.java_options  # the caller trains: class_data_train
+    # the lock: one trainer at a time
+    assert class_data.prepare(env, "local[2]", {}, JARS, background=False) == class_data.ClassData()
+    assert class_data.prepare(env, "local[2]", {}, JARS, train=False,
+                              background=False) == class_data.ClassData()
 
     trainer.partial.write_bytes(b"archive")  # what the JVM dumps as it exits
     trainer.finish(0)
     assert sorted(p.name for p in trainer.archive.parent.iterdir()) == [trainer.archive.name]
-    user = class_data.prepare(env, "local[2]", {}, JARS)
+    user = class_data.prepare(env, "local[2]", {}, JARS, background=False)
     assert not user.training and user.java_options == f"-XX:SharedArchiveFile={trainer.archive} {class_data.QUIET}"
     assert user.environment({**env, "SPARK_SUBMIT_OPTS": "-Dx=1"})["SPARK_SUBMIT_OPTS"] == f"-Dx=1 {user.java_options}"
 
@@ -69,7 +71,7 @@ def test_a_new_class_path_trains_a_new_archive_and_only_the_newest_three_are_kep
     for version in range(1, 5):  # an upgrade after another (a new jar: a new class path)
         jar.write_bytes(b"v" * version)
         os.utime(jar, (version, version))
-        trainer = class_data.prepare(env, "local[2]", {}, [str(jar)])
+        trainer = class_data.prepare(env, "local[2]", {}, [str(jar)], background=False)
         assert trainer.training and trainer.archive not in archives
         trainer.partial.write_bytes(b"archive")
         trainer.finish(0)
@@ -79,46 +81,77 @@ def test_a_new_class_path_trains_a_new_archive_and_only_the_newest_three_are_kep
     assert sorted(Path(env[class_data.DIR_ENV_VAR]).iterdir()) == sorted(archives[-3:])
     jar.write_bytes(b"vv")  # back to the second: its archive is still there
     os.utime(jar, (2, 2))
-    assert class_data.prepare(env, "local[2]", {}, [str(jar)]).archive == archives[1]
+    assert class_data.prepare(env, "local[2]", {}, [str(jar)], background=False).archive == archives[1]
 
 
 def test_a_training_run_that_exits_with_1_and_no_archive_stops_training_for_a_day(env):
-    trainer = class_data.prepare(env, "local[2]", {}, JARS)
+    trainer = class_data.prepare(env, "local[2]", {}, JARS, background=False)
     trainer.finish(class_data.DUMP_FAILED)  # the JDK refused to dump: the job's exit code is 1
-    assert class_data.prepare(env, "local[2]", {}, JARS) == class_data.ClassData()
+    assert class_data.prepare(env, "local[2]", {}, JARS, background=False) == class_data.ClassData()
     failed = trainer.archive.with_suffix(".failed")
     day_ago = time.time() - class_data.FAILED_SECONDS - 1
     os.utime(failed, (day_ago, day_ago))
-    assert class_data.prepare(env, "local[2]", {}, JARS).training
+    assert class_data.prepare(env, "local[2]", {}, JARS, background=False).training
 
 
 @pytest.mark.parametrize("returncode", [-9, 137, 3])
 def test_a_killed_or_terminally_failed_training_run_leaves_the_next_launch_to_train(env, returncode):
-    trainer = class_data.prepare(env, "local[2]", {}, JARS)
+    trainer = class_data.prepare(env, "local[2]", {}, JARS, background=False)
     trainer.finish(returncode)
-    again = class_data.prepare(env, "local[2]", {}, JARS)
+    again = class_data.prepare(env, "local[2]", {}, JARS, background=False)
     assert again.training and again.archive == trainer.archive
 
 
 def test_the_lock_of_a_trainer_that_died_without_finishing_is_taken_over_after_an_hour(env):
-    dead = class_data.prepare(env, "local[2]", {}, JARS)
-    assert class_data.prepare(env, "local[2]", {}, JARS) == class_data.ClassData()
+    dead = class_data.prepare(env, "local[2]", {}, JARS, background=False)
+    assert class_data.prepare(env, "local[2]", {}, JARS, background=False) == class_data.ClassData()
     lock = dead.archive.with_suffix(".training")
     hour_ago = time.time() - class_data.STALE_LOCK_SECONDS - 1
     os.utime(lock, (hour_ago, hour_ago))
-    assert class_data.prepare(env, "local[2]", {}, JARS).training
+    assert class_data.prepare(env, "local[2]", {}, JARS, background=False).training
 
 
-def test_a_job_that_creates_its_table_does_not_train_and_the_question_is_asked_only_without_an_archive(env):
+def test_a_launch_that_must_not_train_does_not_and_the_question_is_asked_only_without_an_archive(env):
     asked = []
 
-    def creates_its_table():
+    def creates_its_table():  # a caller's reason not to train (the benchmark's baselines, say)
         asked.append(1)
         return False
 
-    assert class_data.prepare(env, "local[2]", {}, JARS, train=creates_its_table) == class_data.ClassData()
-    trainer = class_data.prepare(env, "local[2]", {}, JARS, train=lambda: True)
+    assert class_data.prepare(env, "local[2]", {}, JARS, train=creates_its_table,
+                              background=False) == class_data.ClassData()
+    trainer = class_data.prepare(env, "local[2]", {}, JARS, train=lambda: True, background=False)
     trainer.partial.write_bytes(b"archive")
     trainer.finish(0)
-    assert class_data.prepare(env, "local[2]", {}, JARS, train=creates_its_table).archive == trainer.archive
+    assert class_data.prepare(env, "local[2]", {}, JARS, train=creates_its_table,
+                              background=False).archive == trainer.archive
     assert len(asked) == 1
+
+
+def test_a_launch_without_an_archive_starts_the_trainer_detached_and_runs_without_waiting(env, monkeypatch):
+    started = []
+
+    class Popen:
+        def __init__(self, command, **options):
+            started.append((command, options))
+            self.pid = 4242
+
+    monkeypatch.setattr(class_data.subprocess, "Popen", Popen)
+    launch = class_data.prepare(env, "local[2]", {}, JARS)
+    assert launch == class_data.ClassData()  # this job: no CDS options, nothing to finish, no wait
+    [(command, options)] = started
+    archive = Path(env[class_data.DIR_ENV_VAR]) / f"spark-{class_data.archive_key(env, JARS)}.jsa"
+    assert command[1:5] == ["-m", "tidemark_spark.class_data_train", "--archive", str(archive)]
+    assert command[-2:] == ["--jars", ",".join(JARS)] and command[6].endswith(".partial")
+    assert options["start_new_session"] and options["env"] == env  # it outlives the task's process group
+    assert archive.with_suffix(".training").exists() and archive.with_suffix(".training.log").exists()
+    assert class_data.prepare(env, "local[2]", {}, JARS) == class_data.ClassData() and len(started) == 1  # one
+
+
+def test_a_trainer_that_cannot_start_releases_the_lock(env, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise OSError("no more processes")
+
+    monkeypatch.setattr(class_data.subprocess, "Popen", refuse)
+    assert class_data.prepare(env, "local[2]", {}, JARS) == class_data.ClassData()
+    assert not list(Path(env[class_data.DIR_ENV_VAR]).glob("*.training"))

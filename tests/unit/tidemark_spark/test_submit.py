@@ -23,20 +23,6 @@ def test_spark_jobs_log_the_kafka_client_at_warn_unless_the_caller_has_a_spark_c
     assert "SPARK_SUBMIT_OPTS" not in local_spark_env()  # the caller's folder decides the logging
 
 
-def test_only_a_job_appending_to_an_existing_output_table_may_write_the_class_data_archive(tmp_path):
-    import pyarrow as pa
-    from deltalake import write_deltalake
-
-    from tidemark.batch.plan import BatchPlan
-    from tidemark.offsets import OffsetRange
-    from tidemark_spark.submit import appends_to_a_table
-
-    plan = BatchPlan("orders", 1, str(tmp_path / "orders"), str(tmp_path / "ledger"), [OffsetRange("orders", 0, 0, 5)])
-    assert not appends_to_a_table(plan)
-    write_deltalake(plan.table_uri, pa.table({"kafka_offset": [0]}))
-    assert appends_to_a_table(plan)
-
-
 def test_in_a_checkout_spark_submit_runs_the_job_script_in_spark_jobs():
     """The guide's layout: the operator and `tidemark run` submit spark_jobs/ingest.py (a wheel install,
     which has no spark_jobs/, submits the installed module: tests/integration/test_install.py)."""
