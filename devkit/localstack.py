@@ -162,12 +162,13 @@ def registry_connection(url: str | None = None) -> str:
     return json.dumps({"conn_type": "http", "host": url or schema_registry_url()})
 
 
-def register_schema(subject: str, schema: dict, url: str | None = None) -> int:
-    """Register an Avro schema under ``subject`` (Confluent-compatible API); returns its global id."""
+def register_schema(subject: str, schema: dict, url: str | None = None, schema_type: str = "AVRO") -> int:
+    """Register a schema (Avro by default; ``JSON`` for a JSON Schema) under ``subject`` (Confluent-compatible API);
+    returns its global id."""
     import requests
 
     response = requests.post(f"{url or schema_registry_url()}/subjects/{subject}/versions", timeout=10,
-                             json={"schema": json.dumps(schema), "schemaType": "AVRO"},
+                             json={"schema": json.dumps(schema), "schemaType": schema_type},
                              headers={"Content-Type": "application/vnd.schemaregistry.v1+json"})
     response.raise_for_status()
     return int(response.json()["id"])

@@ -24,12 +24,12 @@ from tidemark.audit_schedule import AuditSchedule
 from tidemark.config_errors import describe_error
 from tidemark.config_types import Count, Duration, Flag
 from tidemark.errors import ConfigError
-from tidemark.keyed import KeyedConfig, check_pipeline, spec
+from tidemark.keyed import KeyedConfig, spec
 from tidemark.maintenance_config import MaintenanceConfig
 from tidemark.observability import FreshnessAlert, LagSettings
 from tidemark.records import BATCH_COLUMNS, DATE_COLUMN, KAFKA_COLUMNS, RecordFormat, parse_field_type
 from tidemark.transform import TransformSql
-from tidemark.transform import check_pipeline as check_transform
+from tidemark.value_settings import check_value_settings, reads_registry
 
 NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$"
 
@@ -99,9 +99,9 @@ class PipelineConfig(BaseModel):
     """After each committed batch, also commit the offsets to the consumer group named after the pipeline,
     for kafka-consumer-groups and lag monitors (the ledger stays the truth)."""
 
-    value_format: Literal["raw", "json", "avro"] = "raw"
-    """``raw`` keeps the value bytes in a ``value`` column; ``json`` parses them into typed columns; ``avro``
-    decodes the Confluent wire format with schemas from a Schema Registry into typed columns."""
+    value_format: Literal["raw", "json", "avro", "protobuf"] = "raw"
+    """``raw`` keeps the value bytes in a ``value`` column; ``json`` parses them into typed columns; ``avro`` and
+    ``protobuf`` decode the Confluent wire format with schemas from a Schema Registry into typed columns."""
 
     value_schema: dict[str, str] | None = None
     """For ``json``: field name -> Spark SQL type (``bigint``, ``double``, ``string``, ``timestamp``,
@@ -221,7 +221,7 @@ class PipelineConfig(BaseModel):
         payload = ["value"] if self.value_format == "raw" else list(self.value_schema or {})
         allowed = [*KAFKA_COLUMNS, *payload, *BATCH_COLUMNS, DATE_COLUMN]
         for column in self.partition_by:
-            if column not in allowed and self.value_format != "avro" and not self.transform:  # then: in the job
+            if column not in allowed and self.value_format not in ("avro", "protobuf") and not self.transform:
                 raise ValueError(f"partition_by: '{column}' is not an output column (one of {', '.join(allowed)})")
         if len(set(self.partition_by)) != len(self.partition_by):
             raise ValueError("partition_by lists a column more than once")
@@ -253,7 +253,7 @@ class PipelineConfig(BaseModel):
     def _maintenance_fits(self) -> PipelineConfig:
         if self.maintenance is not None:
             payload = ["value"] if self.value_format == "raw" else list(self.value_schema or {})
-            fixed = self.value_format == "avro" or self.transform  # then: columns known at plan time or in the job
+            fixed = self.value_format in ("avro", "protobuf") or self.transform  # columns known at plan or in the job
             columns = None if fixed else [*KAFKA_COLUMNS, *payload, *BATCH_COLUMNS]
             self.maintenance.check(self.name, self.partition_by, columns)
         return self
@@ -279,28 +279,7 @@ class PipelineConfig(BaseModel):
 
     @model_validator(mode="after")
     def _schema_goes_with_json(self) -> PipelineConfig:
-        if self.value_format == "json" and not self.value_schema:
-            raise ValueError("value_format 'json' needs a value_schema (field: type, ...)")
-        if self.value_format != "json" and self.value_schema:
-            raise ValueError("value_schema is only used with value_format: json (Avro schemas come from the Schema "
-                             "Registry)")
-        if self.value_format == "avro" and not self.value_subject and len(self.topics) != 1:
-            raise ValueError("value_format 'avro' reads the subject '<topic>-value' of a one-topic pipeline; with "
-                             "several topics or a topic_pattern, name the subject with value_subject")
-        if self.value_format != "avro" and (self.value_subject or self.value_schema_version):
-            raise ValueError("value_subject and value_schema_version are only used with value_format: avro")
-        if self.key_format == "avro" and not self.key_subject and len(self.topics) != 1:
-            raise ValueError("key_format 'avro' reads the subject '<topic>-key' of a one-topic pipeline; with several "
-                             "topics or a topic_pattern, name the subject with key_subject")
-        if self.key_format != "avro" and self.key_subject:
-            raise ValueError("key_subject is only used with key_format: avro")
-        for name, declared in (self.value_schema or {}).items():
-            try:
-                parse_field_type(name, declared)
-            except ValueError as exc:
-                raise ValueError(f"value_schema: {exc}") from None
-        check_pipeline(self.keyed, self.value_format, self.value_schema or {})
-        check_transform(self.transform, self.keyed, self.audit.verify_sample if self.audit else 0)
+        check_value_settings(self)
         return self
 
     @property
@@ -311,9 +290,9 @@ class PipelineConfig(BaseModel):
                             schema_changes=self.schema_changes)
 
     @property
-    def uses_avro(self) -> bool:
-        """Whether values or keys are Avro (batches freeze schemas from a Schema Registry)."""
-        return "avro" in (self.value_format, self.key_format)
+    def uses_registry(self) -> bool:
+        """Whether batches freeze schemas from a Schema Registry (Avro values or keys, JSON Schema values)."""
+        return self.key_format == "avro" or reads_registry(self.value_format, self.value_subject)
 
     @property
     def dead_letter_uri(self) -> str:

@@ -27,7 +27,7 @@ class Field:
 class RecordFormat:
     """The value format of a pipeline and what makes a record bad."""
 
-    value_format: Literal["raw", "json", "avro"] = "raw"
+    value_format: Literal["raw", "json", "avro", "protobuf"] = "raw"
     fields: tuple[Field, ...] = field(default_factory=tuple)
     max_value_bytes: int | None = None
     on_bad_record: Literal["dead_letter", "fail"] = "dead_letter"
@@ -50,6 +50,11 @@ class RecordFormat:
     """The pipeline's SQL transform (``tidemark.transform``): the output's columns are what it selects."""
     schema_changes: str = "additive"
     """The pipeline's ``schema_changes``: how a transform's output may change the table (checked in the job)."""
+    json_schemas: dict | None = None
+    """For ``json`` with a ``value_subject``: the batch's frozen JSON Schemas (``schemas.FrozenSchemas`` as a
+    dict): values are in the Confluent wire format, their schema ids checked against it."""
+    protobuf: dict | None = None
+    """For ``protobuf``: the batch's frozen value schemas (``protobuf_schemas.FrozenProtobuf`` as a dict)."""
 
     @property
     def can_reject(self) -> bool:
@@ -68,7 +73,8 @@ class RecordFormat:
         return cls(data["value_format"], tuple(Field(**f) for f in data["fields"]), data["max_value_bytes"],
                    data["on_bad_record"], data.get("avro"), data.get("key_avro"), data.get("key_type"),
                    data.get("add_columns", False), data.get("casts") or {}, data.get("widen") or {},
-                   data.get("keyed"), data.get("transform"), data.get("schema_changes", "additive"))
+                   data.get("keyed"), data.get("transform"), data.get("schema_changes", "additive"),
+                   protobuf=data.get("protobuf"), json_schemas=data.get("json_schemas"))
 
 
 def parse_field_type(name: str, declared: str) -> Field:

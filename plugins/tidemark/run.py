@@ -158,7 +158,7 @@ class PipelineRun:
     @cached_property
     def schema_registry(self):
         """The Schema Registry client of an Avro pipeline (None for other formats)."""
-        if not self.config.uses_avro:
+        if not self.config.uses_registry:
             return None
         from tidemark.schema_registry import client_for
 

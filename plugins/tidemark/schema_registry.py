@@ -35,6 +35,8 @@ class RegisteredSchema:
     id: int
     schema: str
     schema_type: str = "AVRO"
+    references: tuple[tuple[str, str, int], ...] = ()
+    """The schemas it imports (Protobuf): (import name, subject, version) of each."""
 
 
 class SchemaSource(Protocol):
@@ -120,8 +122,10 @@ class RegistryClient:
             if key not in _CACHE:
                 data = self._get(f"/subjects/{quote(subject, safe='')}/versions/{number}",
                                  f"version {number} of subject '{subject}'")
+                references = tuple((str(r["name"]), str(r["subject"]), int(r["version"]))
+                                   for r in data.get("references") or ())
                 _CACHE[key] = RegisteredSchema(subject, int(data["version"]), int(data["id"]), data["schema"],
-                                               data.get("schemaType") or "AVRO")
+                                               data.get("schemaType") or "AVRO", references)
             found.append(_CACHE[key])
         log.info("schema registry %s: subject '%s' has versions %s (ids %s)", self.url, subject,
                  [s.version for s in found], [s.id for s in found])

@@ -23,8 +23,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from tidemark import avro_resolution, avro_schemas, debezium, keyed
+from tidemark import avro_resolution, avro_schemas, debezium, json_schemas, keyed
 from tidemark.errors import SchemaChangeError, SchemaRegistryError, TransformError
+from tidemark.protobuf_schemas import FrozenProtobuf, batch_columns
 from tidemark.records import BATCH_COLUMNS, DATE_COLUMN, KAFKA_COLUMNS, RESERVED_COLUMNS, Field, RecordFormat
 from tidemark.schema_registry import SchemaSource
 from tidemark.type_changes import is_widening, normalize_type, widening_hint
@@ -75,15 +76,19 @@ class BatchSchemas:
 
     value: FrozenSchemas | None = None
     key: FrozenSchemas | None = None
+    protobuf: FrozenProtobuf | None = None
+    """``value_format: protobuf``: the value's Protobuf schemas (their descriptor sets)."""
 
     def to_json(self) -> str:
+        protobuf = {"protobuf": self.protobuf.to_dict()} if self.protobuf else {}
         return json.dumps({"value": self.value.__dict__ if self.value else None,
-                           "key": self.key.__dict__ if self.key else None}, sort_keys=True)
+                           "key": self.key.__dict__ if self.key else None, **protobuf}, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> BatchSchemas:
         data = json.loads(text)
-        return cls(*(FrozenSchemas(**data[k]) if data.get(k) else None for k in ("value", "key")))
+        return cls(*(FrozenSchemas(**data[k]) if data.get(k) else None for k in ("value", "key")),
+                   protobuf=FrozenProtobuf.from_dict(data["protobuf"]) if data.get("protobuf") else None)
 
 
 def subject_of(subject: str | None, topics: Sequence[str], part: str = "value") -> str:
@@ -97,9 +102,34 @@ def freeze_avro(pipeline: str, subject: str, pinned_version: int | None, source:
     """Read the subject's versions and decide the batch's schemas. A value's reader schema must be a
     record (its fields become columns); a key's may be any type (one ``key`` column). Raises
     SchemaRegistryError when the subject, the pinned version or the reader schema cannot be used."""
-    registered = [s for s in source.versions(subject) if s.schema_type.upper() == "AVRO"]
+    def check_reader(text: str) -> None:
+        if part == "value":
+            avro_schemas.reader_fields(avro_schemas.parse(text))
+        else:
+            avro_schemas.spark_type(avro_schemas.parse_any(text), field="key")
+
+    def incompatibility(writer: str, reader: str) -> str | None:
+        return avro_resolution.incompatibility(avro_schemas.parse_any(writer), avro_schemas.parse_any(reader))
+
+    return _freeze(pipeline, subject, pinned_version, source, part, "AVRO", check_reader, incompatibility)
+
+
+def freeze_json(pipeline: str, subject: str, pinned_version: int | None, source: SchemaSource) -> FrozenSchemas:
+    """For ``value_format: json`` with a ``value_subject``: the subject's JSON Schema versions, as ``freeze_avro``
+    freezes Avro's (``json_schemas``: the reader's properties become columns)."""
+    return _freeze(pipeline, subject, pinned_version, source, "value", "JSON", json_schemas.fields,
+                   json_schemas.incompatibility)
+
+
+def _freeze(pipeline: str, subject: str, pinned_version: int | None, source: SchemaSource, part: str, kind: str,
+            check_reader, incompatibility) -> FrozenSchemas:
+    """The reader (the latest or the pinned version of the subject's ``kind`` schemas), checked by
+    ``check_reader``; every version's id readable into it (``incompatibility`` is None), and why the others
+    are not. Raises SchemaRegistryError when the subject, the pinned version or the reader cannot be used."""
+    registered = [s for s in source.versions(subject) if s.schema_type.upper() == kind]
     if not registered:
-        raise SchemaRegistryError(f"subject '{subject}' has no Avro schema in the Schema Registry; register the "
+        name = {"AVRO": "Avro schema", "JSON": "JSON Schema"}.get(kind, f"{kind} schema")
+        raise SchemaRegistryError(f"subject '{subject}' has no {name} in the Schema Registry; register the "
                                   f"{part} schema first", pipeline=pipeline)
     if pinned_version is None:
         reader = max(registered, key=lambda s: s.version)
@@ -111,19 +141,14 @@ def freeze_avro(pipeline: str, subject: str, pinned_version: int | None, source:
                 f"{', '.join(str(s.version) for s in registered)})", pipeline=pipeline)
         reader = matching[0]
     try:
-        if part == "value":
-            reader_schema = avro_schemas.parse(reader.schema)
-            avro_schemas.reader_fields(reader_schema)
-        else:
-            reader_schema = avro_schemas.parse_any(reader.schema)
-            avro_schemas.spark_type(reader_schema, field="key")
+        check_reader(reader.schema)
     except ValueError as exc:
         raise SchemaRegistryError(f"the {part} reader schema (subject '{subject}' version {reader.version}, id "
                                   f"{reader.id}) cannot be written as columns: {exc}", pipeline=pipeline) from None
     writers, unreadable = {}, {}
     for schema in registered:
         try:
-            reason = avro_resolution.incompatibility(avro_schemas.parse_any(schema.schema), reader_schema)
+            reason = incompatibility(schema.schema, reader.schema)
         except ValueError as exc:
             reason = str(exc)
         if reason is None:
@@ -270,6 +295,15 @@ def _avro_fields(config: PipelineConfig, frozen: FrozenSchemas, source: str) -> 
     return fields
 
 
+def _json_schema_fields(config: PipelineConfig, frozen: FrozenSchemas, source: str) -> tuple[Field, ...]:
+    """The columns of JSON values whose schema is in the registry: the reader version's properties."""
+    try:
+        return json_schemas.fields(frozen.reader)
+    except ValueError as exc:  # frozen before a release that refuses it: say so rather than guess
+        raise SchemaRegistryError(f"the JSON Schema reader ({source}) cannot be written as columns: {exc}",
+                                  pipeline=config.name) from None
+
+
 def batch_format(config: PipelineConfig, frozen: BatchSchemas | None, store=None) -> RecordFormat:
     """The pipeline's record format for one batch: the fields (the JSON ``value_schema``, or the
     frozen Avro reader schema's, and the decoded key) checked against the output table under
@@ -287,7 +321,10 @@ def batch_format(config: PipelineConfig, frozen: BatchSchemas | None, store=None
         return base
     if frozen.value is not None:
         source = f"subject '{frozen.value.subject}' version {frozen.value.reader_version}"
-        fields = _avro_fields(config, frozen.value, source)
+        fields = (_json_schema_fields(config, frozen.value, source) if config.value_format == "json"
+                  else _avro_fields(config, frozen.value, source))
+    elif config.value_format == "protobuf":
+        fields, source = batch_columns(config, frozen.protobuf)
     else:
         fields = base.fields
         source = "value_schema"
@@ -315,9 +352,11 @@ def batch_format(config: PipelineConfig, frozen: BatchSchemas | None, store=None
         changes = compare(checked, columns)
         decision = check_changes(config.name, config.table_uri, changes, config.schema_changes, source)
         add_columns, casts, widen = bool(changes.added), decision.casts, decision.widen
-    avro = dict(frozen.value.__dict__) if frozen.value else None
+    avro = dict(frozen.value.__dict__) if frozen.value and config.value_format == "avro" else None
+    registry_json = dict(frozen.value.__dict__) if frozen.value and config.value_format == "json" else None
     if avro and config.keyed and config.keyed.envelope == "debezium":  # read Debezium's times as times
         avro["reader"] = json.dumps(debezium.with_time_types(avro_schemas.parse(avro["reader"])))
-    return replace(base, fields=fields, avro=avro,
+    return replace(base, fields=fields, avro=avro, json_schemas=registry_json,
                    key_avro=dict(frozen.key.__dict__) if frozen.key else None, key_type=key_type,
+                   protobuf=frozen.protobuf.to_dict() if frozen.protobuf else None,
                    add_columns=add_columns, casts=casts, widen=widen)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import TYPE_CHECKING
 
-from tidemark import spark_keyed
+from tidemark import spark_keyed, spark_protobuf
 from tidemark.records import RecordFormat
 from tidemark.spark_exact import Converted, exact_cast, json_field, json_read_type
 
@@ -113,11 +113,26 @@ def _avro_error(frozen: dict, column: str = "value", parsed: str = "_parsed") ->
 
     from pyspark.sql import functions as F
 
+    error = _wire_header_error(frozen, column, "value is null (a tombstone), not an Avro record")
+    label, schema_id = "" if column == "value" else f"{column}: ", _schema_id(column)
+    reader = json.loads(frozen["reader"])
+    failed = (F.col(parsed)[_DECODED].isNull() if isinstance(reader, dict) and reader.get("type") == "record"
+              else F.col(parsed).isNull())  # a primitive reader: null means the body did not decode
+    return error.when(failed, F.concat(
+        F.lit(f"{label}the Avro body does not decode with schema id "), schema_id.cast("string")))
+
+
+def _wire_header_error(frozen: dict, column: str, null_value: str) -> Column:
+    """Why a value (or key) in the Confluent wire format is bad by its header (an open ``when`` chain, null when the
+    header is good), checked in order: null (``null_value`` for a value; no error for a key), shorter than the
+    header, the magic byte, the schema id (frozen at plan time: not readable into the reader, or unknown)."""
+    from pyspark.sql import functions as F
+
     size, schema_id = F.octet_length(column), _schema_id(column)
     magic = F.conv(F.hex(F.substring(column, 1, 1)), 16, 10)
     label = "" if column == "value" else f"{column}: "
     if column == "value":
-        error = F.when(F.col(column).isNull(), F.lit("value is null (a tombstone), not an Avro record"))
+        error = F.when(F.col(column).isNull(), F.lit(null_value))
     else:
         error = F.when(F.col(column).isNull(), F.lit(None).cast("string"))
     error = (error.when(size < 5, F.concat(F.lit(f"{label}value of "), size.cast("string"),
@@ -130,11 +145,7 @@ def _avro_error(frozen: dict, column: str = "value", parsed: str = "_parsed") ->
     error = error.when(~schema_id.isin(known) if known else F.lit(True), F.concat(
         F.lit(f"{label}schema id "), schema_id.cast("string"),
         F.lit(f" is not a version of subject '{frozen['subject']}' in the Schema Registry (as of plan time)")))
-    reader = json.loads(frozen["reader"])
-    failed = (F.col(parsed)[_DECODED].isNull() if isinstance(reader, dict) and reader.get("type") == "record"
-              else F.col(parsed).isNull())  # a primitive reader: null means the body did not decode
-    return error.when(failed, F.concat(
-        F.lit(f"{label}the Avro body does not decode with schema id "), schema_id.cast("string")))
+    return error
 
 
 def _without_marker(column: Column, frozen: dict) -> Column:
@@ -193,13 +204,15 @@ def _decode_value(rows: DataFrame, fmt: RecordFormat, errors: list[Column]) -> t
         rows, fields, changes, extra = spark_keyed.debezium_json(rows, fmt)
         errors += changes
         return rows, fields, extra
-    if fmt.value_format == "json":
-        text = F.col("value").cast("string")
+    if fmt.value_format == "json":  # with a JSON Schema from the registry: the text after the wire format's header
+        text = (F.expr("substring(value, 6)") if fmt.json_schemas else F.col("value")).cast("string")
         read = ", ".join(f"`{f.name}` {json_read_type(f.type)}" for f in fmt.fields)
         rows = rows.withColumn("_parsed", F.from_json(text, f"{read}, `{_CORRUPT}` string", {
             "mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT, "allowNonNumericNumbers": "false"}))
         converted = _json_fields(F.col("_parsed"), fmt)
-        errors.append(_json_error(text, F.col("_parsed"), fmt, converted))
+        body = _json_error(text, F.col("_parsed"), fmt, converted)
+        errors.append(F.coalesce(_wire_header_error(fmt.json_schemas, "value", "value is null (a tombstone), not a "
+                                                    "JSON object"), body) if fmt.json_schemas else body)
         return rows, {name: c.value for name, c in converted.items()}, {}
     if fmt.value_format == "avro" and debezium:  # Debezium's own tombstone is no bad value: it changes nothing
         rows = rows.withColumn("_parsed", _avro_decoded(fmt.avro or {}))
@@ -211,6 +224,10 @@ def _decode_value(rows: DataFrame, fmt: RecordFormat, errors: list[Column]) -> t
         rows = rows.withColumn("_parsed", _avro_decoded(fmt.avro or {}))
         errors.append(_avro_error(fmt.avro or {}))
         return rows, {f.name: F.col("_parsed")[f.name] for f in fmt.fields}, {}
+    if fmt.value_format == "protobuf":  # one Arrow UDF: the reader message's fields and why a record is bad
+        rows = rows.withColumn("_parsed", spark_protobuf.decoded(fmt.protobuf or {}))
+        errors.append(F.col("_parsed")["error"])
+        return rows, {f.name: F.col("_parsed")["row"][f.name] for f in fmt.fields}, {}
     return rows, {}, {}
 
 

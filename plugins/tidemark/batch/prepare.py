@@ -24,8 +24,9 @@ from tidemark.kafka_client import KafkaOffsets
 from tidemark.ledger import Ledger, LedgerRow, LedgerState, gap_rows, planned_rows
 from tidemark.offsets import OffsetRange, TopicPartition, describe_ranges
 from tidemark.planner import check_topic_ids, plan_ranges
+from tidemark.protobuf_schemas import freeze_protobuf
 from tidemark.schema_registry import SchemaSource
-from tidemark.schemas import BatchSchemas, freeze_avro, subject_of
+from tidemark.schemas import BatchSchemas, freeze_avro, freeze_json, subject_of
 from tidemark.storage import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -99,15 +100,20 @@ def freeze(ledger: Ledger, state: LedgerState, plan: BatchPlan, rows: list[Ledge
 def freeze_schemas(config: PipelineConfig, source: SchemaSource | None) -> BatchSchemas | None:
     """The schemas a new batch freezes: for Avro values and keys, their subjects' versions from the
     registry."""
-    if not config.uses_avro:
+    if not config.uses_registry:
         return None
     if source is None:
-        raise ConfigError("Avro values or keys need a Schema Registry connection to plan a batch",
+        raise ConfigError("values or keys with schemas in a Schema Registry need its connection to plan a batch",
                           pipeline=config.name)
     parts = {}
+    if config.value_format == "json":  # uses_registry: a JSON Schema subject
+        parts["value"] = freeze_json(config.name, config.value_subject or "", config.value_schema_version, source)
     if config.value_format == "avro":
         parts["value"] = freeze_avro(config.name, subject_of(config.value_subject, config.topics),
                                      config.value_schema_version, source)
+    if config.value_format == "protobuf":
+        parts["protobuf"] = freeze_protobuf(config.name, subject_of(config.value_subject, config.topics),
+                                            config.value_schema_version, source)
     if config.key_format == "avro":
         parts["key"] = freeze_avro(config.name, subject_of(config.key_subject, config.topics, "key"), None, source,
                                    part="key")

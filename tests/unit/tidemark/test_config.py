@@ -56,7 +56,7 @@ BROKEN = {
     "bad_spark_conf": r"'spark_conf': Input should be a valid dictionary",
     "bad_timeout": r"'kafka_timeout_seconds': Input should be greater than 0",
     "bad_mirror": r"'mirror_consumer_group': Input should be a valid boolean",
-    "bad_format": r"'value_format': Input should be 'raw', 'json' or 'avro'",
+    "bad_format": r"'value_format': Input should be 'raw', 'json', 'avro' or 'protobuf'",
     "json_without_schema": r"value_format 'json' needs a value_schema",
     "schema_without_json": r"value_schema is only used with value_format: json",
     "bad_field_type": r"value_schema: field 'id': unknown type 'integerish' \(accepted: bigint",
@@ -156,10 +156,22 @@ def test_avro_with_several_topics_or_a_pattern_needs_a_value_subject():
     assert (one.value_subject, one.value_schema_version, one.schema_changes) == (None, 3, "additive")
 
 
-def test_value_subject_and_version_are_avro_only():
+def test_value_subject_and_version_are_for_schemas_from_the_registry_only():
     expected = "value_subject and value_schema_version are only used with value_format: avro"
-    assert expected in refused(topics=["a"], value_format="json", value_schema={"id": "bigint"}, value_subject="s")
     assert expected in refused(topics=["a"], value_schema_version=2)
+    assert expected in refused(topics=["a"], value_format="json", value_schema={"id": "bigint"},
+                               value_schema_version=2)
+    assert "give value_schema (inline) or value_subject" in refused(
+        topics=["a"], value_format="json", value_schema={"id": "bigint"}, value_subject="s")
+    assert "needs a value_schema (field: type, ...), or a value_subject" in refused(topics=["a"], value_format="json")
+
+
+def test_a_json_pipeline_may_read_its_json_schema_from_the_registry():
+    config = parse_pipeline({"name": "p", "topics": ["a", "b"], "table": "t", "value_format": "json",
+                             "value_subject": "orders-value", "value_schema_version": 3}, "f")
+    assert config.uses_registry and config.value_subject == "orders-value"
+    assert not parse_pipeline({"name": "p", "topics": ["a"], "table": "t", "value_format": "json",
+                               "value_schema": {"id": "bigint"}}, "f").uses_registry
 
 
 def test_value_schema_is_json_only():
