@@ -132,3 +132,50 @@ def first_failing(spark, rows: DataFrame, pipeline: str, fmt: RecordFormat, part
         place = f"{r.topic}:{r.partition} at offset {hi}" if lo >= hi else f"{r.topic}:{r.partition} in {lo}..{hi}"
         return place, errors[-1]
     return None
+
+
+def keyed_changes(spark, rows: DataFrame, pipeline: str, fmt: RecordFormat, partition_by: list[str],
+                  batch_columns: list, keys: tuple[str, ...], order_by: tuple[str, ...]) -> tuple[DataFrame, list[str]]:
+    """A keyed table's changes with the transform applied to its upserts (analyzed, not run): the transform
+    sees the good upserts only; a delete (a tombstone, a ``delete_values`` match) passes untransformed, with
+    its keys and ordering. The output must keep the keys and the ordering fields as decoded (name and type),
+    else TransformError. Returns the changes (the rows' ``error`` and operation columns kept) and the columns
+    the MERGE writes."""
+    from pyspark.sql import functions as F
+
+    from tidemark.spark_keyed import OP
+
+    decoded = {f.name: f.dataType for f in rows.schema.fields}
+    shaped = apply(spark, rows.where(f"{OP} = 'u'"), pipeline, fmt, partition_by, batch_columns)
+    made = {f.name: f.dataType for f in shaped.schema.fields}
+    changed = [c for c in (*keys, *order_by) if made.get(c) != decoded[c]]
+    if changed:
+        raise TransformError(f"on a keyed table the transform must keep the keys and ordering fields as decoded "
+                             f"(name and type): {', '.join(changed)} {'is' if len(changed) == 1 else 'are'} missing "
+                             f"or retyped in its output; a delete carries them as decoded. Nothing was read or "
+                             f"written.", pipeline=pipeline)
+    columns = list(shaped.columns)
+    upserts = shaped.select(*columns, F.lit("u").alias(OP), F.lit(None).cast("string").alias("error"))
+    kept = [*COORDINATES, *dict.fromkeys((*keys, *order_by)), *BATCH_COLUMNS]
+    deletes = rows.where(f"{OP} <> 'u'").select(*[F.col(c) for c in kept], OP, "error")
+    return upserts.unionByName(deletes, allowMissingColumns=True), columns
+
+
+def keyed_counts(rows: DataFrame, changes: DataFrame) -> tuple[dict, dict]:
+    """Per partition, the good upserts the transform gave no row (filtered), and the most rows it gave one record
+    (more than one cannot be one change of a key). Two Spark jobs over the cached batch; a record that fails the
+    transform fails the second."""
+    from pyspark.sql import functions as F
+
+    from tidemark.offsets import TopicPartition
+    from tidemark.spark_keyed import OP
+
+    part = ["kafka_topic", "kafka_partition"]
+    read = {TopicPartition(r.kafka_topic, r.kafka_partition): int(r.n) for r in
+            rows.where(f"error IS NULL AND {OP} = 'u'").groupBy(*part).agg(F.count(F.lit(1)).alias("n")).collect()}
+    per_record = changes.where(f"{OP} = 'u'").groupBy(*COORDINATES).agg(F.count(F.lit(1)).alias("rows"))
+    made = {TopicPartition(r.kafka_topic, r.kafka_partition): (int(r.n), int(r.most)) for r in
+            per_record.groupBy(*part).agg(F.count(F.lit(1)).alias("n"), F.max("rows").alias("most")).collect()}
+    filtered = {tp: n - made.get(tp, (0, 0))[0] for tp, n in read.items()}
+    most = {tp: m for tp, (_, m) in made.items()}
+    return filtered, most

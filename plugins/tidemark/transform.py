@@ -66,14 +66,12 @@ TransformSql = Annotated[str, AfterValidator(check_sql)]
 """A pipeline file's ``transform``, checked when the file is read."""
 
 
-def check_pipeline(transform: str | None, keyed: object | None, verify_sample: int = 0) -> None:
-    """The ``transform`` against the rest of a pipeline file (``verify_sample``: the scheduled audit's)."""
+def check_pipeline(transform: str | None, verify_sample: int = 0) -> None:
+    """The ``transform`` against the rest of a pipeline file (``verify_sample``: the scheduled audit's). On a keyed
+    table it is checked in the job (``batch.keyed_transform``): the keys and ordering fields must come through."""
     from tidemark.audit_schedule import check_verify_sample
 
     check_verify_sample(verify_sample, transform)
-    if transform is not None and keyed is not None:
-        raise ValueError("transform is not supported on a keyed table yet (its MERGE needs the keys and the "
-                         "ordering as decoded); transform downstream of the keyed table, or drop one of the two")
 
 
 def missing_coordinates(columns: dict[str, str | None]) -> list[str]:

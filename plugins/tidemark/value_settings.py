@@ -49,4 +49,4 @@ def check_value_settings(config: Any) -> None:
         except ValueError as exc:
             raise ValueError(f"value_schema: {exc}") from None
     check_pipeline(config.keyed, fmt, config.value_schema or {})
-    check_transform(config.transform, config.keyed, config.audit.verify_sample if config.audit else 0)
+    check_transform(config.transform, config.audit.verify_sample if config.audit else 0)

@@ -17,6 +17,7 @@ from tidemark.audit import audit_tables
 from tidemark.batch.backfill import BackfillRequest, prepare_backfill
 from tidemark.batch.execute import execute_batch
 from tidemark.batch.prepare import prepare_batch
+from tidemark.batch.reset import ResetRequest, reset_offsets
 from tidemark.config import parse_pipeline
 from tidemark.errors import TransformError
 from tidemark.ledger import Ledger
@@ -193,9 +194,10 @@ def test_a_transform_that_widens_a_column_widens_it_in_place(kafka_bootstrap, sp
     helpers.produce_values(topic, [order(1)], partition=0)
     unpartitionable = pipeline(topic, "SELECT * FROM records", partition_by=["region"])
     with pytest.raises(TransformError, match="partition_by names region, which the transform's output lacks"):
-        run(spark, unpartitionable)
+        execute_batch(spark, prepare_batch(unpartitionable, props(), owner="test widen"), props())
     assert helpers.query_or_none(unpartitionable.table_uri) is None
-    run(spark, pipeline(topic, f"SELECT {COORDS}, CAST(order_id AS INT) AS id FROM records"))
+    narrow = pipeline(topic, f"SELECT {COORDS}, CAST(order_id AS INT) AS id FROM records")
+    execute_batch(spark, prepare_batch(narrow, props(), owner="test widen"), props())  # the same batch, fixed
     helpers.produce_values(topic, [order(3_000_000_000)], partition=0)
     config = pipeline(topic, f"SELECT {COORDS}, order_id AS id FROM records")  # bigint now
     run(spark, config)
@@ -203,3 +205,58 @@ def test_a_transform_that_widens_a_column_widens_it_in_place(kafka_bootstrap, sp
         {"o": 0, "id": 1}, {"o": 1, "id": 3_000_000_000}]
     assert dict(spark.read.format("delta").load(config.table_uri).dtypes)["id"] == "bigint"
     assert ledger_rows(topic) == [(1, 0, 1, 0, 0), (2, 0, 1, 0, 0)]
+
+
+KEYED_SCHEMA = {"id": "bigint", "name": "string?", "qty": "int?", "op": "string?"}
+
+
+def keyed_pipeline(topic: str, transform: str):
+    return parse_pipeline({"name": topic, "topics": [topic], "table": topic, "value_format": "json",
+                           "value_schema": KEYED_SCHEMA, "transform": transform,
+                           "keyed": {"keys": ["id"], "delete_field": "op", "delete_values": ["delete"]}}, "test")
+
+
+def change(key: int, name: str | None = None, qty: int | None = None, op: str | None = None):
+    if name == "TOMBSTONE":
+        return json.dumps({"id": key}).encode(), None
+    return json.dumps({"id": key}).encode(), json.dumps({"id": key, "name": name, "qty": qty, "op": op}).encode()
+
+
+def test_a_keyed_table_merges_the_transformed_upserts_and_the_deletes_and_a_replay_changes_nothing(
+        kafka_bootstrap, spark, lake):
+    topic = helpers.create_topic(helpers.unique("tf-keyed"), partitions=1)
+    transform = ("SELECT kafka_topic, kafka_partition, kafka_offset, id, upper(name) AS name, qty * 10 AS qty10 "
+                 "FROM records WHERE name <> 'test'")
+    config = keyed_pipeline(topic, transform)
+    helpers.produce_pairs(topic, [change(1, "a", 1), change(2, "b", 2), change(3, "test", 3), change(1, "a2", 4),
+                                  change(4, "d", 5)])
+    run(spark, config)
+    table = lambda: {r["id"]: (r["name"], r["qty10"]) for r in  # noqa: E731
+                     helpers.query(config.table_uri, "SELECT id, name, qty10 FROM t")}
+    assert table() == {1: ("A2", 40), 2: ("B", 20), 4: ("D", 50)}  # 3 filtered: never inserted
+    # a filtered upsert of a key the table holds changes nothing; a tombstone and an op delete remove their keys
+    helpers.produce_pairs(topic, [change(2, "test", 99), change(4, "TOMBSTONE"), change(1, op="delete"),
+                                  change(5, "e", 6)])
+    run(spark, config)
+    assert table() == {2: ("B", 20), 5: ("E", 60)}
+    assert ledger_rows(topic) == [(1, 0, 5, 0, 1), (2, 0, 4, 0, 1)]
+    assert helpers.query(config.table_uri, "SELECT COUNT(*) AS n FROM t") == [{"n": 2}]
+
+    version = helpers.table_version(config.table_uri)
+    reset_offsets(config, props(), ResetRequest("to-earliest", execute=True, reason="replay test", owner="test"))
+    run(spark, config)
+    assert table() == {2: ("B", 20), 5: ("E", 60)}
+    assert helpers.table_version(config.table_uri) <= version + 1  # at most an empty MERGE
+    report = audit_tables(config.name, config.table_uri, config.dead_letter_uri, settings.ledger_uri(), keys=["id"],
+                          transformed=True)
+    assert report.ok and report.duplicate_key_rows == 0, report.to_dict()
+
+    dropped_key = keyed_pipeline(topic, "SELECT kafka_topic, kafka_partition, kafka_offset, name FROM records")
+    helpers.produce_pairs(topic, [change(6, "f", 7)])
+    with pytest.raises(TransformError, match="must keep the keys and ordering fields as decoded.*id is missing"):
+        execute_batch(spark, prepare_batch(dropped_key, props(), owner="test keyed"), props())
+    exploded = keyed_pipeline(topic, "SELECT kafka_topic, kafka_partition, kafka_offset, id, upper(name) AS name, "
+                                     "qty * 10 AS qty10, explode(array(1, 2)) AS copy FROM records")
+    with pytest.raises(TransformError, match="gave a record 2 rows"):
+        execute_batch(spark, prepare_batch(exploded, props(), owner="test keyed"), props())
+    assert table() == {2: ("B", 20), 5: ("E", 60)}

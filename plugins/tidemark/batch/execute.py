@@ -28,7 +28,7 @@ import logging
 from collections.abc import Mapping
 
 from tidemark import crash, spark_io, spark_records
-from tidemark.batch import transformed
+from tidemark.batch import keyed_transform, transformed
 from tidemark.batch.finalize import finalize_batch
 from tidemark.batch.plan import BatchPlan
 from tidemark.batch.read_checks import bad_records_error, cached_and_counted, kafka_errors
@@ -134,25 +134,28 @@ def write_keyed(spark, rows, plan: BatchPlan, store: ObjectStore | None = None) 
     from tidemark.records import output_columns
 
     spec, fmt = KeyedSpec.from_dict(plan.format.keyed or {}), plan.format
+    columns, add_columns, widen = output_columns(fmt, plan.partition_by), fmt.add_columns, fmt.widen
+    if fmt.transform:  # checked before the read
+        columns, add_columns, widen = keyed_transform.check(spark, rows, plan, spec, store)
     rows, tallies, bad = cached_and_counted(rows, plan)
     try:
         applied = Ledger(plan.ledger_uri, store).state(plan.pipeline).high_water
-        newest = spark_keyed.newest_changes(rows, spec, applied)
+        changes, filtered = (keyed_transform.changes(spark, rows, plan, spec) if fmt.transform else (rows, None))
+        newest = spark_keyed.newest_changes(changes, spec, applied)
         exists = storage.open_table(plan.table_uri, store) is not None
-        if fmt.widen and exists:
-            _widen_keyed(spark, plan)
+        if widen and exists:
+            _widen_keyed(spark, plan, widen)
         if spec.by_kafka_position:
             with kafka_errors(plan):
                 spark_keyed.check_one_partition_per_key(spark, newest, spec, plan.table_uri, exists, plan.pipeline)
         if bad:
             spark_io.write_dead_letters(rows, plan)
         crash.crash_point(crash.AFTER_DEAD_LETTERS)
-        columns = output_columns(fmt, plan.partition_by)
-        metadata = plan.commit_metadata({tp: t.records - t.bad for tp, t in tallies.items()})
+        metadata = plan.commit_metadata({tp: t.records - t.bad for tp, t in tallies.items()}, filtered)
         with kafka_errors(plan):
             if exists:
                 spark_keyed.merge(spark, newest, spec, plan.table_uri, columns, app_id=plan.pipeline,
-                                  version=plan.batch_id, metadata=metadata, add_columns=fmt.add_columns)
+                                  version=plan.batch_id, metadata=metadata, add_columns=add_columns)
             else:  # the first batch creates the table: its newest upserts, as a MERGE into nothing would
                 spark_io.append_marked(newest.where(f"{spark_keyed.OP} = 'u'").select(*columns), plan.table_uri,
                                        app_id=plan.pipeline, version=plan.batch_id, metadata=metadata,
@@ -167,7 +170,7 @@ def write_keyed(spark, rows, plan: BatchPlan, store: ObjectStore | None = None) 
     return tallies
 
 
-def _widen_keyed(spark, plan: BatchPlan) -> None:
+def _widen_keyed(spark, plan: BatchPlan, widen: dict[str, str]) -> None:
     """A keyed table's widened columns (``schema_changes``: a widening the plan found) are widened before its
     MERGE, which cannot change a column's type: one overwrite commit of the table with those columns cast,
     without the batch's marker, changing no value. A crash after it leaves a widened table and the batch not
@@ -175,12 +178,12 @@ def _widen_keyed(spark, plan: BatchPlan) -> None:
     import json
 
     metadata = json.dumps({"tidemark_widening": {"pipeline": plan.pipeline, "before_batch": plan.batch_id,
-                                                 "columns": plan.format.widen}})
+                                                 "columns": widen}})
     with kafka_errors(plan):
-        widened = spark_io.widen_in_place(spark, plan.table_uri, plan.format.widen, plan.partition_by, metadata)
+        widened = spark_io.widen_in_place(spark, plan.table_uri, widen, plan.partition_by, metadata)
     if widened:
         log.info("pipeline '%s': batch %d widened %s of %s before its MERGE", plan.pipeline, plan.batch_id,
-                 ", ".join(f"{c} to {plan.format.widen[c]}" for c in widened), plan.table_uri)
+                 ", ".join(f"{c} to {widen[c]}" for c in widened), plan.table_uri)
 
 
 def _read_rows(spark, plan: BatchPlan, properties: Mapping[str, str], isolation_level: str):

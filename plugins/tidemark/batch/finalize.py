@@ -124,8 +124,11 @@ def _finalize_keyed(plan: BatchPlan, tallies: dict[TopicPartition, Tally] | None
                 f"re-running.", pipeline=plan.pipeline)
     counts = {r.tp: (good.get(r.tp, 0) + dead.get(r.tp, 0), dead.get(r.tp, 0)) for r in plan.ranges}
     changes = commit.changes if commit is not None else None
+    filtered = None if commit is None or commit.filtered is None else {
+        r.tp: commit.filtered.get(r.tp, 0) for r in plan.ranges}  # a transform's (none without one)
     crash.crash_soon(crash.DURING_LEDGER_COMMIT)
-    changed = Ledger(plan.ledger_uri, store).mark_committed(plan.pipeline, plan.batch_id, counts, changes)
+    changed = Ledger(plan.ledger_uri, store).mark_committed(plan.pipeline, plan.batch_id, counts, changes,
+                                                            filtered=filtered)
     log.info("pipeline '%s': keyed batch %d %s in the ledger (%d records, %d dead letters; rows %s)", plan.pipeline,
              plan.batch_id, "committed" if changed else "was already committed", sum(c for c, _ in counts.values()),
              sum(d for _, d in counts.values()),

@@ -60,13 +60,14 @@ class BatchPlan(HasRanges):
             data["owner"] = data.pop("run_id")
         return cls(**data)
 
-    def commit_metadata(self, records: dict | None = None) -> str:
+    def commit_metadata(self, records: dict | None = None, filtered: dict | None = None) -> str:
         """The ``userMetadata`` of the output commit: which batch and ranges it holds; for a keyed table's
         MERGE, and a transform's append, also the good records it applied per partition (``records``), which no
-        row count shows."""
+        row count shows; for a keyed table's transform, the upserts it filtered out (``filtered``)."""
         held = {"pipeline": self.pipeline, "batch_id": self.batch_id, "ranges": [r.to_dict() for r in self.ranges]}
-        if records is not None:
-            held["records"] = {f"{tp.topic}:{tp.partition}": n for tp, n in records.items()}
+        for name, counts in (("records", records), ("filtered", filtered)):
+            if counts is not None:
+                held[name] = {f"{tp.topic}:{tp.partition}": n for tp, n in counts.items()}
         return json.dumps({METADATA_KEY: held}, sort_keys=True)
 
 

@@ -125,6 +125,8 @@ class KeyedCommit:
     """The good records the batch applied per partition (its ``userMetadata``); None when it lacks them."""
     changes: RowChanges | None
     """Rows inserted, updated and deleted (``row_changes``)."""
+    filtered: dict[TopicPartition, int] | None = None
+    """A keyed table's transform: the good upserts it gave no row, per partition (its ``userMetadata``)."""
 
 
 def keyed_commit(table_uri: str, pipeline: str, batch_id: int, store: ObjectStore | None = None,
@@ -136,8 +138,9 @@ def keyed_commit(table_uri: str, pipeline: str, batch_id: int, store: ObjectStor
     if found is None:
         return None
     commit, held = found
-    records = None
-    if "records" in held:
-        records = {TopicPartition(k.rpartition(":")[0], int(k.rpartition(":")[2])): int(n)
-                   for k, n in held["records"].items()}
-    return KeyedCommit(records, row_changes(commit))
+    records, filtered = (_per_partition(held[k]) if k in held else None for k in ("records", "filtered"))
+    return KeyedCommit(records, row_changes(commit), filtered)
+
+
+def _per_partition(counts: Mapping[str, int]) -> dict[TopicPartition, int]:
+    return {TopicPartition(k.rpartition(":")[0], int(k.rpartition(":")[2])): int(n) for k, n in counts.items()}

@@ -53,9 +53,12 @@ def test_a_transform_travels_in_the_frozen_format():
                                    if k not in ("transform", "schema_changes")}).transform is None  # an older plan
 
 
-def test_a_keyed_table_with_a_transform_is_refused_for_now():
-    with pytest.raises(ConfigError, match="transform is not supported on a keyed table yet"):
-        parse_pipeline({**BASE, "transform": "SELECT * FROM records", "keyed": {"keys": ["id"]}}, "f")
+def test_a_keyed_table_may_have_a_transform_and_neither_may_have_a_value_sample():
+    keyed = parse_pipeline({**BASE, "transform": "SELECT * FROM records", "keyed": {"keys": ["id"]}}, "f")
+    assert keyed.record_format.transform and keyed.record_format.keyed
+    with pytest.raises(ConfigError, match="audit.verify_sample .3. cannot be used on a pipeline with a transform"):
+        parse_pipeline({**BASE, "transform": "SELECT * FROM records", "audit": {"every": "1d", "verify_sample": 3}},
+                       "f")
 
 
 def test_partition_and_zorder_columns_of_a_transform_are_checked_in_the_job():
