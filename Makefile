@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export KAFKA_PORT ?= 9092
 
 .DEFAULT_GOAL := help
-.PHONY: help setup venv jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down storage-up storage-down registry-up registry-down demo test test-unit lint soak chaos bench bench-s3 bench-skew bench-scale bench-profile bench-read-path bench-cds bench-json bench-avro bench-small bench-tls bench-ledger bench-ledger-size bench-audit bench-maintenance bench-fleet bench-page bench-keyed connect-up connect-down airflow airflow-down browser redis lock clean
+.PHONY: help setup venv jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down storage-up storage-down registry-up registry-down demo test test-unit lint soak chaos bench bench-s3 bench-skew bench-scale bench-profile bench-read-path bench-cds bench-json bench-avro bench-small bench-tls bench-ledger bench-ledger-size bench-audit bench-maintenance bench-fleet bench-page bench-keyed bench-transform bench-protobuf connect-up connect-down airflow airflow-down browser redis lock clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -100,7 +100,7 @@ chaos: setup redis ## CHAOS_FAULTS (100) random faults (Celery worker, Spark dri
 lint: venv ## ruff, and the import contracts (the core imports no adapter, no Airflow; no import loops: lint-imports)
 	scripts/lint.sh
 
-bench: setup ## Tidemark vs AvailableNow, plain batch, consumer perf; the DAG under a running scheduler; ledger growth; skew; a profile of the raw path; scale; then bench-json, bench-avro, bench-small, bench-tls, bench-ledger, bench-fleet, bench-keyed (BENCH_SKIP leaves parts out); not in make test
+bench: setup ## Tidemark vs AvailableNow, plain batch, consumer perf; the DAG under a running scheduler; ledger growth; skew; a profile of the raw path; scale; then bench-json, bench-avro, bench-small, bench-tls, bench-ledger, bench-fleet, bench-transform, bench-protobuf, bench-keyed (BENCH_SKIP leaves parts out); not in make test
 	scripts/bench.sh
 
 bench-s3: setup ## one batch (BENCH_RECORDS=2000000) to the local disk vs to the local S3 server; bench/results/object_storage.json
@@ -127,6 +127,9 @@ bench-json: setup ## JSON values with a declared schema (BENCH_JSON_RECORDS=1000
 
 bench-transform: setup ## a derive-and-filter SQL transform vs the same JSON pipeline without it (BENCH_TRANSFORM_RECORDS=1000000, 0.1% poison); bench/results/transform.json
 	scripts/with_broker.sh bench $${BENCH_KAFKA_PORT:-19292} .venv/bin/python -m bench.transform
+
+bench-protobuf: setup ## the same order records as Avro and as Protobuf (BENCH_PROTOBUF_RECORDS=300000, 0.1% poison), both from a private Schema Registry, ingested by Tidemark taking turns: the Protobuf/Avro throughput ratio; bench/results/protobuf.json
+	scripts/bench_protobuf.sh
 
 bench-avro: setup ## Avro values (BENCH_AVRO_RECORDS=1000000): Tidemark vs AvailableNow with from_avro, from_avro vs fastavro; a private Schema Registry; bench/results/avro.json
 	scripts/bench_avro.sh

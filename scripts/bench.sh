@@ -15,8 +15,10 @@
 # unless BENCH_SKIP names `maintenance`), and bench/results/fleet.json (scripts/bench_fleet.sh: 50 pipelines, one
 # scheduler tick on make airflow's stack vs 50 AvailableNow jobs, on private ports; unless BENCH_SKIP names `fleet`), and bench/results/keyed.json (scripts/bench_keyed.sh: a keyed table, Tidemark's MERGE vs
 # AvailableNow with an idempotent foreachBatch MERGE, a replay, 1M vs 5M rows; unless BENCH_SKIP names `keyed`) and
-# bench/results/transform.json (bench/transform.py: a derive-and-filter transform vs none; unless it names `transform`), whose
-# section and Targets rows `python -m bench.keyed --page` writes into docs/BENCHMARKS.md after bench.report.
+# bench/results/transform.json (bench/transform.py: a derive-and-filter transform vs none; unless it names `transform`) and
+# bench/results/protobuf.json (scripts/bench_protobuf.sh: the same records as Avro and as Protobuf, a private Schema
+# Registry; unless it names `protobuf`), whose sections and Targets rows `python -m bench.transform --page`,
+# `python -m bench.protobuf --page` and `python -m bench.keyed --page` write into docs/BENCHMARKS.md after bench.report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 skipped() { case ",${BENCH_SKIP:-}," in *,"$1",*) return 0 ;; esac; return 1; }
@@ -57,13 +59,17 @@ fi
 if ! skipped transform; then  # a derive-and-filter transform vs none: bench/results/transform.json
   scripts/with_broker.sh bench "${BENCH_KAFKA_PORT:-19292}" .venv/bin/python -m bench.transform
 fi
+if ! skipped protobuf; then  # the same records as Avro and as Protobuf: bench/results/protobuf.json
+  scripts/bench_protobuf.sh
+fi
 if ! skipped keyed; then  # a keyed table: MERGE vs AvailableNow, a replay, 1M vs 5M rows: bench/results/keyed.json
   scripts/bench_keyed.sh
 fi
 # bench.run wrote docs/BENCHMARKS.md before typed_json.json, avro.json, small_batch.json and tls.json were new:
 # fold them into bench.json and write the page again (from the stored JSON).
 .venv/bin/python -m bench.report
-# bench/report.py writes the page without the transform and keyed parts: their sections and Targets rows go in
-# afterwards.
+# bench/report.py writes the page without the transform, Protobuf and keyed parts: their sections and Targets rows go
+# in afterwards.
 .venv/bin/python -m bench.transform --page
+.venv/bin/python -m bench.protobuf --page
 exec .venv/bin/python -m bench.keyed --page
