@@ -66,10 +66,16 @@ def audit(config):
 
 
 def test_a_derive_and_rename_writes_the_selected_columns_once_per_record(kafka_bootstrap, spark, lake):
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
     topic = helpers.create_topic(helpers.unique("tf-derive"), partitions=2)
+    countries = str(lake / "countries")  # a table the query joins, named by its path
+    write_deltalake(countries, pa.table({"code": ["fr", "de"], "name": ["France", "Germany"]}))
     config = pipeline(topic, f"""
-        SELECT {COORDS}, kafka_timestamp, order_id AS id, amount * 2 AS doubled, upper(country) AS country
-        FROM records  -- a comment; and a ';' in a string: 'x;y'
+        SELECT {COORDS}, kafka_timestamp, order_id AS id, amount * 2 AS doubled, upper(country) AS country,
+               c.name AS country_name
+        FROM records r LEFT JOIN delta.`{countries}` c ON r.country = c.code  -- a comment; a ';' in a string: 'x;y'
     """)
     helpers.produce_values(topic, [order(i) for i in range(5)], partition=0)
     helpers.produce_values(topic, [order(i) for i in range(5, 8)] + [b"not json"], partition=1)
@@ -77,10 +83,10 @@ def test_a_derive_and_rename_writes_the_selected_columns_once_per_record(kafka_b
 
     rows = helpers.query(config.table_uri, "SELECT * FROM t ORDER BY kafka_partition, kafka_offset")
     assert list(rows[0]) == ["kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "id", "doubled",
-                             "country", "ingest_batch_id", "ingested_at"]
-    assert [(r["kafka_partition"], r["kafka_offset"], r["id"], str(r["doubled"]), r["country"], r["ingest_batch_id"])
-            for r in rows] == [(0, o, o, f"{2 * o}.50", "FR", 1) for o in range(5)] + \
-        [(1, o, 5 + o, f"{2 * (5 + o)}.50", "FR", 1) for o in range(3)]
+                             "country", "country_name", "ingest_batch_id", "ingested_at"]
+    assert [(r["kafka_partition"], r["kafka_offset"], r["id"], str(r["doubled"]), r["country"], r["country_name"],
+             r["ingest_batch_id"]) for r in rows] == [(0, o, o, f"{2 * o}.50", "FR", "France", 1) for o in range(5)] + \
+        [(1, o, 5 + o, f"{2 * (5 + o)}.50", "FR", "France", 1) for o in range(3)]
     dead = helpers.query(config.dead_letter_uri, "SELECT kafka_partition, kafka_offset, CAST(value AS STRING) AS v "
                                                  "FROM t")
     assert dead == [{"kafka_partition": 1, "kafka_offset": 3, "v": "not json"}]  # untransformed
