@@ -68,7 +68,8 @@ def error_chain(exc: BaseException, limit: int = 5) -> str:
 class JvmFailure(NamedTuple):
     """What a failure raised through py4j or Spark Connect was, on the JVM side."""
 
-    kind: Literal["kafka_auth", "kafka", "bad_record", "concurrent_write", "concurrent_rewrite", "missing_bucket"]
+    kind: Literal["kafka_auth", "kafka", "bad_record", "key_moved", "concurrent_write", "concurrent_rewrite",
+                  "missing_bucket"]
     cause: str
     """The Java error's class and first message line (never the stack): what the user reads."""
 
@@ -84,6 +85,9 @@ def jvm_failure(exc: BaseException) -> JvmFailure | None:
     if BAD_RECORD_MARK in text:
         line = text[text.index(BAD_RECORD_MARK):].splitlines()[0]
         return JvmFailure("bad_record", line.removeprefix(BAD_RECORD_MARK).strip())
+    if KEY_MOVED_MARK in text:
+        moved = text[text.index(KEY_MOVED_MARK) + len(KEY_MOVED_MARK):]
+        return JvmFailure("key_moved", moved[:moved.index(KEY_MOVED_END)].strip() if KEY_MOVED_END in moved else moved)
     for code in _CONCURRENT_WRITE_ERRORS:
         if code in text:
             return JvmFailure("concurrent_write", code)
@@ -185,6 +189,9 @@ def write_output_counting(rows: DataFrame, plan: BatchPlan) -> int | None:
 
 BAD_RECORD_MARK = "TIDEMARK-BAD-RECORD"
 """Starts the message of the error a bad record raises inside the write under ``on_bad_record: fail``."""
+KEY_MOVED_MARK, KEY_MOVED_END = "TIDEMARK-KEY-MOVED", "TIDEMARK-END"
+"""Frame the message a keyed MERGE raises when a change's key has its row from another partition
+(``spark_keyed``): the two partitions, then the key as JSON."""
 
 
 def fail_on_bad_records(rows: DataFrame) -> DataFrame:

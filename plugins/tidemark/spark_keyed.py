@@ -186,8 +186,9 @@ def newest_changes(rows: DataFrame, spec: KeyedSpec, applied: Mapping[TopicParti
         good = good.where(~((F.col("kafka_topic") == tp.topic) & (F.col("kafka_partition") == tp.partition)
                             & (F.col("kafka_offset") < high)))
     order = [F.col(c.split(".", 1)[1].strip("`")) for c in _ordering(spec, "s")]
-    window = Window.partitionBy(*spec.keys).orderBy(*[o.desc_nulls_first() for o in order],
-                                                    F.col("kafka_offset").desc())
+    window = Window.partitionBy(*spec.keys).orderBy(  # a total order: the cached result is the same if recomputed
+        *[o.desc_nulls_first() for o in order], *[F.col(c).desc() for c in ("kafka_offset", "kafka_partition",
+                                                                            "kafka_topic")])
     newest = good.withColumn("_n", F.row_number().over(window))
     if spec.by_kafka_position:
         newest = newest.withColumn("_partitions", F.size(F.collect_set(
@@ -195,28 +196,33 @@ def newest_changes(rows: DataFrame, spec: KeyedSpec, applied: Mapping[TopicParti
     return newest.where("_n = 1").drop("_n")
 
 
-def check_one_partition_per_key(spark, newest: DataFrame, spec: KeyedSpec, table_uri: str, table_exists: bool,
-                                pipeline: str) -> None:
+def check_one_partition_per_key(newest: DataFrame, spec: KeyedSpec, pipeline: str) -> None:
     """Under the default ordering (Kafka position), a key must stay on one partition: refuse the batch (nothing
-    written) when a key is on two partitions within it, or on another partition than its row in the table."""
-    from pyspark.sql import functions as F
-
-    keys = list(spec.keys)
-    within = newest.where("_partitions > 1").select(*keys).limit(1).collect()
+    written) when a key is on two partitions within it. A key whose row in the table came from another partition
+    is refused by the MERGE itself (``_moved_clause``), which joins the two anyway."""
+    within = newest.where("_partitions > 1").select(*spec.keys).limit(1).collect()
     if within:
         raise KeyOrderingError(_two_partitions(pipeline, within[0].asDict(), "within this batch"), pipeline=pipeline)
-    if not table_exists:
-        return
-    held = spark.read.format("delta").load(table_uri).select(
-        *keys, F.col("kafka_topic").alias("_t"), F.col("kafka_partition").alias("_p"))
-    moved = (newest.join(held, on=keys).where((F.col("_t") != F.col("kafka_topic"))
-                                              | (F.col("_p") != F.col("kafka_partition")))
-             .select(*keys, "_t", "_p", "kafka_topic", "kafka_partition").limit(1).collect())
-    if moved:
-        r = moved[0]
-        raise KeyOrderingError(_two_partitions(pipeline, {k: r[k] for k in keys},
-                                               f"(the table's row came from {r['_t']}:{r['_p']}, this change from "
-                                               f"{r['kafka_topic']}:{r['kafka_partition']})"), pipeline=pipeline)
+
+
+def _moved_clause(spec: KeyedSpec) -> str:
+    """The MERGE's first clause under the default ordering: a change whose key's row came from another partition
+    fails the MERGE (``raise_error``: the job fails, Delta commits nothing), naming both partitions and the key
+    (``spark_io.KEY_MOVED_MARK``; read back by ``_key_moved``)."""
+    from tidemark.spark_io import KEY_MOVED_END, KEY_MOVED_MARK
+
+    key = "to_json(named_struct(" + ", ".join(f"'{k}', s.`{k}`" for k in spec.keys) + "))"
+    message = (f"concat('{KEY_MOVED_MARK} ', t.kafka_topic, ':', t.kafka_partition, ' ', s.kafka_topic, ':', "
+               f"s.kafka_partition, ' ', {key}, ' {KEY_MOVED_END}')")
+    return (f"WHEN MATCHED AND NOT (t.kafka_topic <=> s.kafka_topic AND t.kafka_partition <=> s.kafka_partition) "
+            f"THEN UPDATE SET t.kafka_topic = raise_error({message}) ")
+
+
+def _key_moved(cause: str, pipeline: str) -> KeyOrderingError:
+    """The error of a MERGE that ``_moved_clause`` failed: ``cause`` is ``held_topic:p change_topic:p {key}``."""
+    held, change, key = cause.split(" ", 2)
+    return KeyOrderingError(_two_partitions(pipeline, json.loads(key), f"(the table's row came from {held}, this "
+                                                                        f"change from {change})"), pipeline=pipeline)
 
 
 def _two_partitions(pipeline: str, key: dict, where: str) -> str:
@@ -242,6 +248,8 @@ def _merge_retrying(spark, sql: str, table_uri: str, pipeline: str, version: int
             return
         except Exception as exc:
             failure = jvm_failure(exc)
+            if failure is not None and failure.kind == "key_moved":
+                raise _key_moved(failure.cause, pipeline) from None
             if failure is None or failure.kind != "concurrent_rewrite":
                 raise
             if attempt == MERGE_ATTEMPTS:
@@ -259,6 +267,7 @@ def _merge_sql(table_uri: str, view: str, spec: KeyedSpec, columns: list[str], a
     is the output columns alone, a delete told apart by a null ``ingest_batch_id`` (a delete writes no row)."""
     on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in spec.keys)
     newer = _newer(spec)
+    moved = _moved_clause(spec) if spec.by_kafka_position else ""
     if add_columns:
         kept = ", ".join(f"`{c}`" for c in columns if c != "ingest_batch_id")
         source = f"(SELECT {kept}, IF({OP} = 'd', NULL, ingest_batch_id) AS ingest_batch_id FROM {view})"
@@ -270,7 +279,8 @@ def _merge_sql(table_uri: str, view: str, spec: KeyedSpec, columns: list[str], a
         insert = (f"INSERT ({', '.join(f'`{c}`' for c in columns)}) VALUES ("
                   + ", ".join(f"s.`{c}`" for c in columns) + ")")
     return (f"MERGE INTO delta.`{table_uri}` AS t USING {source} AS s ON {on} "
-            f"WHEN MATCHED AND {delete} AND {newer} THEN DELETE WHEN MATCHED AND {upsert} AND {newer} THEN {update} "
+            f"{moved}WHEN MATCHED AND {delete} AND {newer} THEN DELETE "
+            f"WHEN MATCHED AND {upsert} AND {newer} THEN {update} "
             f"WHEN NOT MATCHED AND {upsert} THEN {insert}")
 
 

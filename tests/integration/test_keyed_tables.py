@@ -176,6 +176,7 @@ def test_a_kill_between_the_merge_commit_and_the_ledger_commit_applies_the_batch
     expected = {1: ref.batch_changes()}
     produce(topic, ref, [change(1, "x", 100), change(2, "TOMBSTONE"), change(3, "y", op="delete")], partition=0)
     produce(topic, ref, [change(10, "z", 7), change(14, "w", 8)], partition=1)
+    helpers.produce_pairs(topic, [(b'{"id": 15}', b"not json")], 1)  # a dead letter: written after the MERGE
 
     crashed, _ = tidemark_run({**env, "TIDEMARK_CRASH_AT": crash.AFTER_OUTPUT_COMMIT,
                                "TIDEMARK_CRASH_ONCE": str(tmp_path / "crashed")}, topic)
@@ -186,11 +187,14 @@ def test_a_kill_between_the_merge_commit_and_the_ledger_commit_applies_the_batch
     version = helpers.table_version(config.table_uri)
     recover(spark, topic, env, "spark-connect")
     assert table(config.table_uri) == ref.rows
-    assert helpers.table_version(config.table_uri) == version, "the roll-forward must not merge the batch again"
+    assert helpers.table_version(config.table_uri) == version, "the recovery must not merge the batch again"
+    # The kill came before the dead letters: the recovery ran the batch again, Delta skipped its MERGE (the marker),
+    # and the dead letter was written once.
+    assert [r["kafka_offset"] for r in helpers.query(config.dead_letter_uri, "SELECT kafka_offset FROM t")] == [6]
     state = Ledger(settings.ledger_uri()).state(topic)
     assert state.pending_batch_id is None and state.last_batch_id == 2
     batch = [r for r in Ledger(settings.ledger_uri()).rows(topic) if r.batch_id == 2]
-    assert sorted((r.partition, r.record_count) for r in batch) == [(0, 3), (1, 2)]
+    assert sorted((r.partition, r.record_count, r.dead_letter_count) for r in batch) == [(0, 3, 0), (1, 3, 1)]
     # The roll-forward read what the MERGE did from its commit, found by the same history scan as the counts: the
     # batch's totals on its first partition's row, null on the other's.
     expected[2] = ref.batch_changes()
@@ -221,15 +225,28 @@ def test_an_ordering_field_keeps_the_newest_change_and_bad_changes_are_dead_lett
 
 
 def test_the_default_ordering_refuses_a_key_seen_on_two_partitions(kafka_bootstrap, spark, lake):
+    """The table's row of key 1 came from partition 0, its change from partition 1: the MERGE refuses it (its first
+    clause fails the job), and the batch's bad record gets no dead letter; a key on both partitions within one batch
+    is refused before the MERGE."""
     topic = helpers.create_topic(helpers.unique("keyed-moved"), partitions=2)
     config = keyed_pipeline(topic)
-    helpers.produce_pairs(topic, [change(1, "a", 1)], 0)
+    helpers.produce_pairs(topic, [change(1, "a", 1), change(2, "b", 1)], 0)
     run(spark, config)
-    helpers.produce_pairs(topic, [change(1, "b", 2)], 1)
+    helpers.produce_pairs(topic, [change(1, "b", 2), (b'{"id": 3}', b"not json")], 1)
     version = helpers.table_version(config.table_uri)
-    with pytest.raises(KeyOrderingError, match=r'key \{"id": 1\} is on two partitions.*keyed.order_by'):
+    with pytest.raises(KeyOrderingError, match=r'key \{"id": 1\} is on two partitions \(the table\'s row came from '
+                                               rf'{topic}:0, this change from {topic}:1\).*keyed.order_by'):
         run(spark, config)
-    assert helpers.table_version(config.table_uri) == version and table(config.table_uri) == {1: ("a", 1)}
+    assert helpers.table_version(config.table_uri) == version and table(config.table_uri) == {1: ("a", 1),
+                                                                                              2: ("b", 1)}
+    assert not DeltaTable.is_deltatable(config.dead_letter_uri), "a refused batch wrote its dead letters"
+
+    other = keyed_pipeline(helpers.create_topic(helpers.unique("keyed-moved"), partitions=2))
+    helpers.produce_pairs(other.topics[0], [change(5, "a", 1)], 0)
+    helpers.produce_pairs(other.topics[0], [change(5, "b", 1)], 1)
+    with pytest.raises(KeyOrderingError, match=r'key \{"id": 5\} is on two partitions within this batch'):
+        run(spark, other)
+    assert not DeltaTable.is_deltatable(other.table_uri)
 
 
 def debezium(op: str, before: dict | None, after: dict | None, lsn: int | None, wrapped: bool = False) -> bytes:

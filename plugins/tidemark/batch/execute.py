@@ -126,9 +126,10 @@ def write_counted_first(rows, plan: BatchPlan) -> dict[TopicPartition, Tally]:
 
 def write_keyed(spark, rows, plan: BatchPlan, store: ObjectStore | None = None) -> dict[TopicPartition, Tally]:
     """A keyed table (``tidemark.keyed``): cache the batch and count good and bad records per partition, as
-    for re-reads; then the dead letters, then one MERGE of the newest change per key, skipping changes at
-    offsets the table already applied (below the ledger's high water), so a re-read changes nothing. The
-    MERGE commit carries the marker and the counts, which finalize reads back after a crash."""
+    for re-reads; then one MERGE of the newest change per key (cached: the check and the MERGE read it),
+    skipping changes at offsets the table already applied (below the ledger's high water), so a re-read changes
+    nothing; then the dead letters (recovery completes them after a kill, as for values written in one pass).
+    The MERGE commit carries the marker and the counts, which finalize reads back after a crash."""
     from tidemark import spark_keyed, storage
     from tidemark.keyed import KeyedSpec
     from tidemark.records import output_columns
@@ -138,19 +139,17 @@ def write_keyed(spark, rows, plan: BatchPlan, store: ObjectStore | None = None) 
     if fmt.transform:  # checked before the read
         columns, add_columns, widen = keyed_transform.check(spark, rows, plan, spec, store)
     rows, tallies, bad = cached_and_counted(rows, plan)
+    newest = None
     try:
         applied = Ledger(plan.ledger_uri, store).state(plan.pipeline).high_water
         changes, filtered = (keyed_transform.changes(spark, rows, plan, spec) if fmt.transform else (rows, None))
-        newest = spark_keyed.newest_changes(changes, spec, applied)
+        newest = spark_keyed.newest_changes(changes, spec, applied).persist()  # read by the check and the MERGE
         exists = storage.open_table(plan.table_uri, store) is not None
         if widen and exists:
             _widen_keyed(spark, plan, widen)
         if spec.by_kafka_position:
             with kafka_errors(plan):
-                spark_keyed.check_one_partition_per_key(spark, newest, spec, plan.table_uri, exists, plan.pipeline)
-        if bad:
-            spark_io.write_dead_letters(rows, plan)
-        crash.crash_point(crash.AFTER_DEAD_LETTERS)
+                spark_keyed.check_one_partition_per_key(newest, spec, plan.pipeline)
         metadata = plan.commit_metadata({tp: t.records - t.bad for tp, t in tallies.items()}, filtered)
         with kafka_errors(plan):
             if exists:
@@ -165,8 +164,14 @@ def write_keyed(spark, rows, plan: BatchPlan, store: ObjectStore | None = None) 
         log.info("pipeline '%s': batch %d merged into %s (%d records read, %d bad)", plan.pipeline, plan.batch_id,
                  plan.table_uri, sum(t.records for t in tallies.values()), bad)
         crash.crash_point(crash.AFTER_OUTPUT_COMMIT)
+        if bad:  # after the MERGE, as for a transform: a MERGE that refuses the batch leaves nothing written
+            with kafka_errors(plan):
+                spark_io.write_dead_letters(rows, plan)
+        crash.crash_point(crash.AFTER_DEAD_LETTERS)
     finally:
         rows.unpersist()
+        if newest is not None:
+            newest.unpersist()
     return tallies
 
 

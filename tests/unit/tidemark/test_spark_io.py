@@ -6,7 +6,7 @@ import pytest
 
 from tidemark.batch.plan import BatchPlan
 from tidemark.offsets import OffsetRange
-from tidemark.spark_io import BAD_RECORD_MARK, jvm_failure, kafka_source_options
+from tidemark.spark_io import BAD_RECORD_MARK, KEY_MOVED_END, KEY_MOVED_MARK, jvm_failure, kafka_source_options
 
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 
@@ -46,6 +46,8 @@ class Py4JLike(Exception):
      "TimeoutException: Timeout of 15000ms expired before the position for partition orders-0 could be determined"),
     (f"[USER_RAISED_EXCEPTION] {BAD_RECORD_MARK} orders:1@42: value is not valid JSON SQLSTATE: P0001\n",
      "bad_record", "orders:1@42: value is not valid JSON SQLSTATE: P0001"),
+    (f'[USER_RAISED_EXCEPTION] {KEY_MOVED_MARK} cdc:0 cdc:1 {{"id":"a b"}} {KEY_MOVED_END} SQLSTATE: P0001\n',
+     "key_moved", 'cdc:0 cdc:1 {"id":"a b"}'),
     ("io.delta.exceptions.ConcurrentTransactionException: [DELTA_CONCURRENT_TRANSACTION] This error occurs "
      "when multiple streaming queries are using the same checkpoint", "concurrent_write",
      "DELTA_CONCURRENT_TRANSACTION"),
@@ -65,3 +67,12 @@ def test_each_jvm_failure_tidemark_acts_on_is_recognised_with_its_cause(text, ki
 def test_anything_else_is_not_recognised_and_propagates_unchanged():
     assert jvm_failure(Py4JLike("java.lang.OutOfMemoryError: Java heap space")) is None
     assert jvm_failure(ValueError("no JVM here")) is None
+
+
+def test_a_key_moved_failure_becomes_the_error_naming_the_key_and_both_partitions():
+    from tidemark.spark_keyed import _key_moved
+
+    error = _key_moved('cdc:0 cdc:1 {"id": "a b"}', "orders")
+    assert error.pipeline == "orders" and str(error).startswith(
+        "pipeline 'orders': key {\"id\": \"a b\"} is on two partitions (the table's row came from cdc:0, this change "
+        "from cdc:1)")
