@@ -34,15 +34,16 @@ import tempfile
 from pathlib import Path
 
 from tidemark.settings import spark_jars
+from tidemark_spark import submit
 from tidemark_spark.class_data import QUIET
 from tidemark_spark.submit import local_spark_env
 
 SHORT_LIVED = "-XX:TieredStopAtLevel=1"
 
 
-def empty_conf_dir(cache: Path) -> Path:
-    path = cache / "conf-empty"
-    path.mkdir(parents=True, exist_ok=True)
+def empty_conf_dir(path: Path) -> Path:
+    """The run's SPARK_CONF_DIR: Tidemark's own default (``submit.empty_conf_dir``), so that a job a test launches
+    as a user would, without the run's SPARK_CONF_DIR, has the same class path and maps the archive too."""
     if any(path.iterdir()):
         raise SystemExit(f"{path} must stay empty: the JDK cannot archive a class path with a non-empty folder")
     return path
@@ -96,7 +97,8 @@ def main(argv: list[str]) -> None:
         _job(*argv[1:4])
         return
     cache = Path(".cache") / "jvm"
-    spark_env = {**local_spark_env(), "SPARK_CONF_DIR": str(empty_conf_dir(cache).resolve())}
+    cache.mkdir(parents=True, exist_ok=True)
+    spark_env = {**local_spark_env(), "SPARK_CONF_DIR": str(empty_conf_dir(Path(submit.empty_conf_dir())))}
     archive = (cache / f"spark-{archive_key(spark_env)}.jsa").resolve()
     if not archive.is_file():
         for old in cache.glob("spark-*.jsa"):
