@@ -12,13 +12,16 @@ help: ## list the targets
 
 # uv installs (and byte-compiles, as pip does: else every first import in the test run compiles) the lock's
 # 200 pinned packages from its cache in about 30 s, where pip took 65 s (`make test`
-# on a fresh clone installs them every time); pip stays in the venv for the tools that use it.
+# on a fresh clone installs them every time); pip stays in the venv for the tools that use it. The two
+# packages PyPI has as sources only come from wheels built once per user (scripts/source_wheels.sh): uv
+# otherwise built them for each fresh clone (29 s of its 64 s here).
 UV_VERSION := 0.13.9
 $(VENV)/.installed: requirements.lock pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@test -x $(VENV)/bin/uv && $(VENV)/bin/uv --version | grep -q " $(UV_VERSION)" || \
 	  $(PY) -m pip install -q --disable-pip-version-check uv==$(UV_VERSION)
-	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) -r requirements.lock
+	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) --find-links "$$(PY=$(PY) scripts/source_wheels.sh)" \
+	  -r requirements.lock
 	$(VENV)/bin/uv pip install -q --python $(PY) --no-deps -e .
 	@touch $@
 
