@@ -1,10 +1,11 @@
 """A client of a running `make airflow` stack (scripts/airflow.sh), shared by the tests that start one:
 its REST API (with the operator's login), a shell with the stack's environment (the env.sh that `up`
-wrote) and the `tidemark` command in it."""
+wrote) and the `tidemark` command in it; and the settings the tests' stacks run with."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import re
 import shutil
@@ -12,6 +13,20 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+# What the tests' stacks add to `up`'s settings (in its environment, which env.sh leaves alone). The
+# dag-processor parses every DAG file again every [dag_processor] min_file_process_interval (Airflow's default
+# 30 s), changed or not: about 3 CPU-seconds a round here (measured: the pipelines' DAG file 1.2 s and the
+# example DAG's 0.7 s in a forked parser, plus the DB updates), on the two cores the whole test run shares, for
+# DAG files no test changes. Here each is parsed once, when the dag-processor starts (or restarts): no module
+# lives an hour. A pipeline file rewritten under the running stack (test_local_airflow's table move) reaches the
+# next run's tasks, which parse their DAG file themselves, before the dag-processor: as in production when the
+# run starts within the interval.
+TEST_SETTINGS = {"AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "3600"}
+# Where pyspark is, as scripts/env.sh finds it (a Python start importing pyspark: about 0.2 CPU-seconds)
+# for each script and CLI call of a test that does not set it; given here to the calls after `up`, which
+# itself still finds it as `make airflow` does.
+SPARK_HOME = str(Path(importlib.util.find_spec("pyspark").origin).parent)
 
 
 class AirflowStack:
@@ -21,8 +36,9 @@ class AirflowStack:
 
     def shell(self, command: str) -> str:
         """A command with this Airflow's environment (the env.sh that `up` wrote)."""
-        result = subprocess.run(["bash", "-c", f"source {self.home}/env.sh && {command}"], env=self.env,
-                                capture_output=True, text=True, timeout=180)
+        result = subprocess.run(["bash", "-c", f"source {self.home}/env.sh && {command}"],
+                                env={"SPARK_HOME": SPARK_HOME, **self.env}, capture_output=True, text=True,
+                                timeout=180)
         assert result.returncode == 0, f"{command} failed:\n{result.stdout[-2000:]}{result.stderr[-2000:]}"
         return result.stdout
 
@@ -58,7 +74,8 @@ def started(script: Path, env: dict[str, str], home: Path, pg_home: Path, timeou
         print(f"airflow.sh up in {time.monotonic() - started_at:.0f} s\n{up.stdout}")
         yield up.stdout, url, user, password
     finally:
-        down = subprocess.run([str(script), "down"], env=env, capture_output=True, text=True, timeout=300)
+        down = subprocess.run([str(script), "down"], env={"SPARK_HOME": SPARK_HOME, **env}, capture_output=True,
+                              text=True, timeout=300)
         assert down.returncode == 0, down.stderr
         assert "airflow: stopped" in down.stdout
         left = [subprocess.run(["pgrep", "-f", str(path)], capture_output=True, text=True).stdout.split()

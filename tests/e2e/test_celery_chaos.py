@@ -3,14 +3,15 @@ CeleryExecutor, Redis as Celery's broker and two Celery workers, each with its o
 (task logs, temporary files), sharing nothing but PostgreSQL, Kafka and the lake (the run's local S3 server).
 
 Started once for the module, with the ingest jobs on the warm path (the run's Spark Connect server). A worker
-to be hit mid-task is restarted with ``TIDEMARK_PAUSE_AT`` (tidemark.crash) in its environment only: its
-ingest job stops itself (SIGSTOP) at that point, so the fault lands there every time.
+to be hit mid-task runs with ``TIDEMARK_PAUSE_AT`` (tidemark.crash) in its environment: its ingest job stops
+itself (SIGSTOP) at that point, so the fault lands there every time. `up` starts both workers with the first
+test's point (only an ingest job reads it), so that test restarts no worker for it (a Celery worker's start
+costs seconds of CPU); a test that needs workers without a pause gets them (``CeleryAirflow.without_pauses``,
+which restarts nothing when the tests run in order) and any test can run alone.
 
 - A worker killed -9 (its whole process tree, as when its host dies) while its ingest job is stopped after
   the dead letters: the scheduler finds the task without a heartbeat and retries it; the retry runs on the
   other worker, whose folder the plan task never wrote to, and commits the batch once.
-- PostgreSQL (the metadata DB) restarted while a run's ingest job is stopped after its output commit: the
-  run goes on (or fails), the ledger stays right, and the next run is exactly once.
 - The S3 server restarted during the output commit and again during the ledger commit of one batch. The
   lake's server (moto) keeps its objects in memory, so a real restart would empty the lake, which no real
   S3 does: the restart is modelled by devkit.faults.S3Gate, a gate in front of the server that the
@@ -23,6 +24,10 @@ ingest job stops itself (SIGSTOP) at that point, so the fault lands there every 
 - A Kafka broker killed -9 (the leader of a partition, on the run's three-broker cluster; topic of 3
   replicas) as the plan commits the frozen batch to the ledger (the gate holds that request while the
   broker dies): the plan has asked for the offsets, the job reads from the new leader, the batch commits once.
+- PostgreSQL (the metadata DB) restarted while a run's ingest job is stopped after its output commit: the
+  run goes on (or fails), the ledger stays right, and the next run is exactly once. Last: its worker keeps
+  the pause (the next run's job is let go when it stops), and a restart that stopped services affects no
+  other test.
 
 Exactly once is read from the output table (delta-rs) and compared with what was produced; which worker ran
 which task is read from the workers' own log folders and printed."""
@@ -61,19 +66,57 @@ S3_DOWN_FOR = 6
 
 
 class CeleryAirflow(AirflowStack):
-    """The running stack: its REST API, its scripts and its two Celery workers' folders and processes."""
+    """The running stack: its REST API, its scripts and its two Celery workers' folders and processes.
+    ``running`` is what each running worker was started with as TIDEMARK_PAUSE_AT ("": none), as the test
+    started and stopped them."""
 
     def __init__(self, env: dict[str, str], home: Path, url: str, login: tuple[str, str], lake: str,
-                 pipelines: dict[str, str]):
+                 pipelines: dict[str, str], running: dict[int, str]):
         super().__init__(env, home, url, *login)
-        self.lake, self.pipelines = lake, pipelines
+        self.lake, self.pipelines, self.running = lake, pipelines, running
 
     def script(self, *args: str, **extra: str) -> str:
-        result = subprocess.run([str(SCRIPT), *args], env={**self.env, **extra}, capture_output=True, text=True,
-                                timeout=400)
+        result = subprocess.run([str(SCRIPT), *args], env={"SPARK_HOME": airflow_stack.SPARK_HOME, **self.env,
+                                                           **extra}, capture_output=True, text=True, timeout=400)
         assert result.returncode == 0, \
             f"airflow.sh {' '.join(args)} failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
         return result.stdout
+
+    def up(self) -> None:
+        """`up` again: it starts whatever stopped, a Celery worker that is not running without a pause."""
+        try:
+            self.script("up")
+        finally:  # a failed `up` may have started some of them
+            for worker in WORKERS:
+                self.running.setdefault(worker, "")
+
+    def run_worker(self, worker: int, pause: str = "") -> None:
+        """The worker running with ``pause`` as its TIDEMARK_PAUSE_AT ("": none; `worker-up` passes the
+        caller's environment to that worker only): left as it is if it already runs with it, else (re)started."""
+        if self.running.get(worker) == pause:
+            return
+        self.worker_down(worker)
+        self.script("worker-up", str(worker), **({"TIDEMARK_PAUSE_AT": pause} if pause else {}))
+        self.running[worker] = pause
+
+    def worker_down(self, worker: int) -> None:
+        """`worker-down` (a no-op for a worker that is not running)."""
+        self.script("worker-down", str(worker))
+        self.running.pop(worker, None)
+
+    def without_pauses(self) -> None:
+        """No running worker with a pause, and at least one running: what a test whose runs must go through
+        needs. Restarts nothing after the tests before it, in the module's order."""
+        for worker, pause in list(self.running.items()):
+            if pause:
+                self.run_worker(worker)
+        if not self.running:
+            self.run_worker(WORKERS[0])
+
+    def continue_job(self, worker: int) -> None:
+        """SIGCONT to the worker's ingest job (its process group) if it has stopped itself at TIDEMARK_PAUSE_AT."""
+        if (job := self.stopped_job(worker)) is not None:
+            os.killpg(os.getpgid(job.pid), signal.SIGCONT)
 
     def logs(self) -> str:
         """The end of every service's and worker's log: what a failed wait shows."""
@@ -89,8 +132,12 @@ class CeleryAirflow(AirflowStack):
         self.wait_for(f"the DAG {dag_id} parsed", lambda: self.api("GET", f"/dags/{dag_id}"))
         return self.api("POST", f"/dags/{dag_id}/dagRuns", json={"logical_date": None})["dag_run_id"]
 
-    def finished_run(self, pipeline: str, run_id: str, timeout: float = 400) -> dict:
+    def finished_run(self, pipeline: str, run_id: str, timeout: float = 400, let_go: int | None = None) -> dict:
+        """The run once it has ended; with ``let_go``, that worker's ingest job is let go whenever it stops
+        itself (a worker still started with a pause, for a run that needs no fault)."""
         def done():
+            if let_go is not None:
+                self.continue_job(let_go)
             run = self.api("GET", f"/dags/tidemark_ingest__{pipeline}/dagRuns/{run_id}")
             return run if run["state"] in ("success", "failed") else None
         return self.wait_for(f"run {run_id} of {pipeline} to finish", done, timeout)
@@ -139,6 +186,7 @@ class CeleryAirflow(AirflowStack):
                     pass
             return not self.processes(worker)
         helpers.wait_until(gone, 30, f"the processes of Celery worker {worker} to die")
+        self.running.pop(worker, None)
 
 
 def exactly_once(airflow: CeleryAirflow, pipeline: str, produced: Counter) -> dict:
@@ -206,9 +254,14 @@ def celery_airflow(tmp_path_factory, kafka_bootstrap, spark_connect, s3_gate, ka
                AIRFLOW_CONN_KAFKA_CLUSTER=json.dumps({"conn_type": "kafka", "extra": {
                    "bootstrap.servers": kafka_cluster_session.bootstrap("plaintext")}}),
                AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT=str(HEARTBEAT_TIMEOUT_S),
-               AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL="5")
-    with airflow_stack.started(SCRIPT, env, home, pg_home, timeout=600) as (_, url, user, password):
-        yield CeleryAirflow(env, home, url, (user, password), lake, names)
+               AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL="5",
+               **airflow_stack.TEST_SETTINGS)
+    # `up` starts both workers with the first test's pause (the module's docstring says why); the environment
+    # of every later call has none.
+    first_pause = crash.AFTER_DEAD_LETTERS
+    with airflow_stack.started(SCRIPT, {**env, "TIDEMARK_PAUSE_AT": first_pause}, home, pg_home,
+                               timeout=600) as (_, url, user, password):
+        yield CeleryAirflow(env, home, url, (user, password), lake, names, {i: first_pause for i in WORKERS})
 
 
 def _through(connection: str, gate: S3Gate) -> str:
@@ -249,13 +302,13 @@ def test_a_worker_killed_mid_ingest_its_task_is_retried_on_the_other_worker_and_
         assert f'export TMPDIR="{airflow.worker_home(i)}/tmp"' in settings
     pipeline = airflow.pipelines["kill"]
     produced = helpers.produce(pipeline, 300)
-    # Worker 1 alone takes the run's tasks; its ingest job stops itself after the dead letters.
-    airflow.script("worker-down", "2")
-    airflow.script("worker-down", "1")
-    airflow.script("worker-up", "1", TIDEMARK_PAUSE_AT=crash.AFTER_DEAD_LETTERS)
+    # Worker 1 alone takes the run's tasks; its ingest job stops itself after the dead letters (the pause
+    # `up` started it with: no restart).
+    airflow.worker_down(2)
+    airflow.run_worker(1, crash.AFTER_DEAD_LETTERS)
     run_id = airflow.trigger(pipeline)
     airflow.wait_for("worker 1's ingest job stopped at after_dead_letters", lambda: airflow.stopped_job(1))
-    airflow.script("worker-up", "2")
+    airflow.run_worker(2)  # without the pause
     airflow.kill_worker(1)  # its host dies: the Celery worker, the task's supervisor, the task and the job
     run = airflow.finished_run(pipeline, run_id, timeout=HEARTBEAT_TIMEOUT_S + 300)
     assert run["state"] == "success", f"{run}\n{airflow.logs()}"
@@ -269,64 +322,6 @@ def test_a_worker_killed_mid_ingest_its_task_is_retried_on_the_other_worker_and_
     assert counts == {"records": 300, "duplicates": 0, "missing": 0, "committed": helpers.end_offsets(pipeline)}
     history = airflow.tidemark("offsets", "history", pipeline)
     assert {(r["batch_id"], r["status"], r["dag_run_id"]) for r in history} == {(1, "committed", run_id)}
-
-
-def test_the_metadata_db_restarted_during_a_run_leaves_the_ledger_right(celery_airflow):
-    airflow = celery_airflow
-    pipeline = airflow.pipelines["pg"]
-    produced = helpers.produce(pipeline, 200)
-    # Worker 1 is dead (the test above): worker 2 alone takes the run, its job stopping after the output commit.
-    airflow.script("worker-down", "2")
-    airflow.script("worker-up", "2", TIDEMARK_PAUSE_AT=crash.AFTER_OUTPUT_COMMIT)
-    first = airflow.trigger(pipeline)
-    job = airflow.wait_for("worker 2's ingest job stopped at after_output_commit", lambda: airflow.stopped_job(2))
-    restart = f"{ROOT}/scripts/postgres.sh down && {ROOT}/scripts/postgres.sh up"
-    airflow.shell(restart)
-    os.killpg(os.getpgid(job.pid), signal.SIGCONT)
-    # Airflow's services may exit on a refused DB connection (a service manager restarts them in production):
-    # `up` again starts what stopped, as the runbook says, until the run ends.
-    # An `up` may itself fail while PostgreSQL refuses connections (seen: "the database system is shutting
-    # down" a while after the restart); the next poll runs it again, as an operator would.
-    revived: set[str] = set()
-    failed_ups: list[str] = []
-
-    def finished_or_revived():
-        if stopped := airflow.stopped_services():
-            revived.update(stopped)
-            try:
-                airflow.script("up")
-            except AssertionError as exc:
-                failed_ups.append(str(exc).splitlines()[-1])
-        run = airflow.api("GET", f"/dags/tidemark_ingest__{pipeline}/dagRuns/{first}")
-        return run if run["state"] in ("success", "failed") else None
-    run = airflow.wait_for(f"run {first} to finish across the PostgreSQL restart", finished_or_revived, 400)
-    print(f"the run across the PostgreSQL restart: {run['state']}, tries {tries(airflow, pipeline, first)}, "
-          f"services started again: {sorted(revived) or 'none'}, `up` failed {len(failed_ups)} time(s): {failed_ups}")
-    if airflow.stopped_services():  # the whole stack again for what follows (here, and the next tests)
-        airflow.script("up")
-    run_on_workers(airflow, pipeline, first, {"plan": 1, "ingest": 1})
-    # Whichever way the run ended, batch 1 holds its frozen ranges in the ledger and is in the output once.
-    batch = {(r["partition"], r["start_offset"], r["end_offset"]) for r in airflow.tidemark("offsets", "history",
-                                                                                           pipeline)}
-    assert batch == {(0, 0, 100), (1, 0, 100)}, batch
-    counts = exactly_once(airflow, pipeline, produced)
-    assert (counts["records"], counts["duplicates"], counts["missing"]) == (200, 0, 0), counts
-    # The next run, on a worker without the pause, after more records.
-    airflow.script("worker-up", "1")
-    airflow.script("worker-down", "2")
-    produced.update(helpers.produce(pipeline, 50, start=200))
-    second = airflow.trigger(pipeline)
-    assert airflow.finished_run(pipeline, second)["state"] == "success", airflow.logs()
-    run_on_workers(airflow, pipeline, second, {"plan": 1, "ingest": 1})
-    counts = exactly_once(airflow, pipeline, produced)
-    print(f"PostgreSQL restarted during a run: {counts}")
-    assert counts == {"records": 250, "duplicates": 0, "missing": 0, "committed": helpers.end_offsets(pipeline)}
-    history = sorted(airflow.tidemark("offsets", "history", pipeline), key=lambda r: (r["batch_id"], r["partition"]))
-    assert {r["status"] for r in history} == {"committed"}
-    ends = {}
-    for row in history:  # contiguous per partition
-        assert row["start_offset"] == ends.get(row["partition"], 0), history
-        ends[row["partition"]] = row["end_offset"]
 
 
 def assert_ledger_matches_output(airflow: CeleryAirflow, pipeline: str, produced: Counter, run_id: str) -> None:
@@ -350,6 +345,7 @@ def assert_ledger_matches_output(airflow: CeleryAirflow, pipeline: str, produced
 def test_the_s3_server_restarted_during_the_output_commit_and_the_ledger_commit_the_batch_commits_once(
         celery_airflow, s3_gate):
     airflow, gate = celery_airflow, s3_gate
+    airflow.without_pauses()
     pipeline = airflow.pipelines["s3"]
     produced = helpers.produce(pipeline, 200)
     # The gate watches, in this order, for the output table's commit (S3A, from the ingest job's driver; the
@@ -374,6 +370,7 @@ def test_the_s3_server_restarted_during_the_output_commit_and_the_ledger_commit_
 def test_a_kafka_broker_killed_as_the_plan_freezes_the_batch_the_batch_is_read_from_the_new_leader_once(
         celery_airflow, s3_gate, kafka_cluster):
     airflow, gate = celery_airflow, s3_gate
+    airflow.without_pauses()
     pipeline = airflow.pipelines["broker"]
     kafka_cluster.create_topic(pipeline, partitions=2)
     kafka_cluster.produce(pipeline, 200)
@@ -397,3 +394,62 @@ def test_a_kafka_broker_killed_as_the_plan_freezes_the_batch_the_batch_is_read_f
     assert run["state"] == "success", f"{run}\n{airflow.logs()}"
     run_on_workers(airflow, pipeline, run_id, tries(airflow, pipeline, run_id))
     assert_ledger_matches_output(airflow, pipeline, produced, run_id)
+
+
+def test_the_metadata_db_restarted_during_a_run_leaves_the_ledger_right(celery_airflow):
+    """Last in the module: see the module's docstring."""
+    airflow = celery_airflow
+    pipeline = airflow.pipelines["pg"]
+    produced = helpers.produce(pipeline, 200)
+    # Worker 2 alone takes the run (worker 1 was killed by the first test), its job stopping after the output
+    # commit.
+    airflow.worker_down(1)
+    airflow.run_worker(2, crash.AFTER_OUTPUT_COMMIT)
+    first = airflow.trigger(pipeline)
+    job = airflow.wait_for("worker 2's ingest job stopped at after_output_commit", lambda: airflow.stopped_job(2))
+    restart = f"{ROOT}/scripts/postgres.sh down && {ROOT}/scripts/postgres.sh up"
+    airflow.shell(restart)
+    os.killpg(os.getpgid(job.pid), signal.SIGCONT)
+    # Airflow's services may exit on a refused DB connection (a service manager restarts them in production):
+    # `up` again starts what stopped, as the runbook says, until the run ends.
+    # An `up` may itself fail while PostgreSQL refuses connections (seen: "the database system is shutting
+    # down" a while after the restart); the next poll runs it again, as an operator would.
+    revived: set[str] = set()
+    failed_ups: list[str] = []
+
+    def finished_or_revived():
+        if stopped := airflow.stopped_services():
+            revived.update(stopped)
+            try:
+                airflow.up()
+            except AssertionError as exc:
+                failed_ups.append(str(exc).splitlines()[-1])
+        run = airflow.api("GET", f"/dags/tidemark_ingest__{pipeline}/dagRuns/{first}")
+        return run if run["state"] in ("success", "failed") else None
+    run = airflow.wait_for(f"run {first} to finish across the PostgreSQL restart", finished_or_revived, 400)
+    print(f"the run across the PostgreSQL restart: {run['state']}, tries {tries(airflow, pipeline, first)}, "
+          f"services started again: {sorted(revived) or 'none'}, `up` failed {len(failed_ups)} time(s): {failed_ups}")
+    if airflow.stopped_services():  # the whole stack again for the next run
+        airflow.up()
+    run_on_workers(airflow, pipeline, first, {"plan": 1, "ingest": 1})
+    # Whichever way the run ended, batch 1 holds its frozen ranges in the ledger and is in the output once.
+    batch = {(r["partition"], r["start_offset"], r["end_offset"]) for r in airflow.tidemark("offsets", "history",
+                                                                                           pipeline)}
+    assert batch == {(0, 0, 100), (1, 0, 100)}, batch
+    counts = exactly_once(airflow, pipeline, produced)
+    assert (counts["records"], counts["duplicates"], counts["missing"]) == (200, 0, 0), counts
+    # The next run, after more records, with no fault: worker 2 keeps its pause (starting a worker without it
+    # would cost a Celery worker's start), and its job is let go at once when it stops after the output commit.
+    produced.update(helpers.produce(pipeline, 50, start=200))
+    second = airflow.trigger(pipeline)
+    assert airflow.finished_run(pipeline, second, let_go=2)["state"] == "success", airflow.logs()
+    run_on_workers(airflow, pipeline, second, {"plan": 1, "ingest": 1})
+    counts = exactly_once(airflow, pipeline, produced)
+    print(f"PostgreSQL restarted during a run: {counts}")
+    assert counts == {"records": 250, "duplicates": 0, "missing": 0, "committed": helpers.end_offsets(pipeline)}
+    history = sorted(airflow.tidemark("offsets", "history", pipeline), key=lambda r: (r["batch_id"], r["partition"]))
+    assert {r["status"] for r in history} == {"committed"}
+    ends = {}
+    for row in history:  # contiguous per partition
+        assert row["start_offset"] == ends.get(row["partition"], 0), history
+        ends[row["partition"]] = row["end_offset"]

@@ -60,11 +60,12 @@ def test_the_ingest_dag_on_a_two_worker_cluster_with_the_lake_on_s3(cluster, sta
     sampler = CommandLines()
     sampler.start()
 
+    # One DAG run: what is particular to the cluster (executors on both workers writing to S3, the core
+    # shipped with --py-files, the secret kept out of every file and command line) happens in each run, and
+    # a second would cost a driver and two executor JVMs more. Later batches on S3 are tested by spark-submit
+    # (test_lake_on_s3.py) and through the DAG (test_celery_chaos.py, test_moving_table_dag.py).
     first = stack.run_dag(dag_id)
     assert first.state == "success", first.log[-6000:]
-    produced.update(helpers.produce(topic, 40, start=200))
-    second = stack.run_dag(dag_id)
-    assert second.state == "success", second.log[-6000:]
     shown = stack.tidemark("offsets", "show", topic, "--json")
     assert shown.returncode == 0, shown.stderr
     lines = sampler.stop()
@@ -74,12 +75,12 @@ def test_the_ingest_dag_on_a_two_worker_cluster_with_the_lake_on_s3(cluster, sta
     rows = helpers.query(table, "SELECT kafka_partition AS p, COUNT(*) AS n, COUNT(DISTINCT kafka_offset) AS d, "
                                 "MAX(ingest_batch_id) AS b FROM t GROUP BY p")
     assert {r["p"]: (r["n"], r["d"]) for r in rows} == {p: (n, n) for p, n in produced.items()}
-    assert {r["b"] for r in rows} == {2}
+    assert {r["b"] for r in rows} == {1}
     assert {o["partition"]: o["committed_offset"] for o in json.loads(shown.stdout)} == helpers.end_offsets(topic)
 
     # A cluster application, with executors on both workers, the core shipped with --py-files.
     apps = [a for a in cluster.state()["completedapps"] if a["name"] == f"tidemark-{topic}"]
-    assert len(apps) == 2, cluster.state()["completedapps"]
+    assert len(apps) == 1, cluster.state()["completedapps"]
     for i in range(2):
         executor_dirs = [d for app in apps for d in (cluster.worker_dir(i) / app["id"]).glob("*")]
         assert executor_dirs, f"no executor of this pipeline ran on worker {i}"
@@ -89,8 +90,8 @@ def test_the_ingest_dag_on_a_two_worker_cluster_with_the_lake_on_s3(cluster, sta
     # The secret key went nowhere it could be read.
     xcoms = xcom_values(airflow_home, dag_id)
     assert files_with(CANARY, [*airflow_files(airflow_home), events]) == {}
-    assert texts_with(CANARY, {**xcoms, "ps": "\n".join(lines), **event_logs(events), "task logs": first.log +
-                               second.log, "offsets show": shown.stdout + shown.stderr}) == {}
+    assert texts_with(CANARY, {**xcoms, "ps": "\n".join(lines), **event_logs(events), "task logs": first.log,
+                               "offsets show": shown.stdout + shown.stderr}) == {}
 
 
 def driver_api(port: int, path: str = ""):

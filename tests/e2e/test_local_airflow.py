@@ -124,7 +124,8 @@ def local_airflow(tmp_path_factory, kafka_bootstrap, spark_connect):
     # Airflow's metrics (and so Tidemark's) to a StatsD listener of the test; the alert callback's module
     statsd = StatsdListener()
     env.update(AIRFLOW__METRICS__STATSD_ON="True", AIRFLOW__METRICS__STATSD_HOST="127.0.0.1",
-               AIRFLOW__METRICS__STATSD_PORT=str(statsd.port), PYTHONPATH=str(callbacks))
+               AIRFLOW__METRICS__STATSD_PORT=str(statsd.port), PYTHONPATH=str(callbacks),
+               **airflow_stack.TEST_SETTINGS)
     with airflow_stack.started(SCRIPT, env, home, pg_home) as (out, url, user, password):
         assert "using the broker" in out  # the session's broker, not a second one
         airflow = LocalAirflow(env, home, url, user, password, pipeline, backfill_pipeline, lake)
@@ -172,6 +173,23 @@ def browser(local_airflow):
         yield driver
     finally:
         driver.quit()
+
+
+def leave_page(browser) -> None:
+    """An empty page (the login stays in the browser's cookies). On a Dag's page Airflow's UI asks the API
+    again every [api] auto_refresh_interval (3 s) while a run of the Dag is queued or running: the api-server
+    and chromium spend CPU on a page nobody reads while a test waits for its run or the next tests run
+    without the browser."""
+    browser.switch_to.default_content()
+    browser.get("about:blank")
+
+
+@pytest.fixture(autouse=True)
+def _browser_left_idle(request):
+    """After each test that used the browser, ``leave_page``."""
+    yield
+    if (driver := request.node.funcargs.get("browser")) is not None:
+        leave_page(driver)
 
 
 def open_tidemark_page(browser, airflow: LocalAirflow, pipeline: str) -> None:
@@ -224,6 +242,7 @@ def test_a_window_backfill_from_the_trigger_form(local_airflow, browser):
     submit_trigger_form(browser)
     [run_id] = airflow.wait_for("the triggered run", lambda: [r["dag_run_id"] for r in airflow.runs()
                                                               if r["dag_run_id"] not in before] or None)
+    leave_page(browser)  # the run is Airflow's now: no Dag page polling while it runs
     run = airflow.finished_run(run_id)
     assert run["state"] == "success", f"{run}\n{airflow.service_logs()}"
     assert run["conf"]["mode"] == "backfill_window"
@@ -254,6 +273,7 @@ def test_a_bad_form_value_is_refused_and_writes_nothing(local_airflow, browser):
     submit_trigger_form(browser)
     [run_id] = airflow.wait_for("the triggered run", lambda: [r["dag_run_id"] for r in airflow.runs()
                                                               if r["dag_run_id"] not in before] or None)
+    leave_page(browser)  # the run is Airflow's now: no Dag page polling while it runs
     assert airflow.finished_run(run_id)["state"] == "failed"
     tries = airflow.api("GET", f"/dags/{airflow.dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]
     assert {t["task_id"]: t["state"] for t in tries}["plan"] == "failed"

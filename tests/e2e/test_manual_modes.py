@@ -1,5 +1,6 @@
 """Manual runs from the trigger form, through Airflow: a time-window backfill (twice: the second
-adds nothing), a capped run, and a bad form value that fails before anything is written."""
+adds nothing), a capped run, an incremental run that takes over a batch frozen by a run this Airflow does
+not know, and a bad form value that fails before anything is written."""
 
 from __future__ import annotations
 
@@ -15,6 +16,12 @@ pytestmark = pytest.mark.e2e
 
 
 def test_window_backfill_twice_then_capped_and_incremental_runs(stack, spark_connect):
+    """The last, incremental run is also the take-over of a batch frozen by a run this Airflow does not know
+    (the one run covers both: a test of its own cost one more DAG run)."""
+    from tests.e2e.conftest import environment
+    from tidemark.batch.prepare import prepare_batch
+    from tidemark.config import load_pipeline
+
     stack.use_spark_connect(spark_connect)  # four ingest jobs: on the warm path (the run modes are the subject)
     topic = helpers.create_topic(helpers.unique("modes"), partitions=2)
     dag_id = stack.add_pipeline(topic, [topic])
@@ -45,10 +52,21 @@ def test_window_backfill_twice_then_capped_and_incremental_runs(stack, spark_con
     assert run.task_states["ingest"] == "success"
     assert sum(r.end_offset - r.start_offset for r in ledger.rows(topic) if r.batch_id == 3) == 10
 
-    run = stack.run_dag(dag_id)  # incremental: the rest, deduplicated against the backfill
-    assert run.task_states["ingest"] == "success"
+    # Incremental: the rest, deduplicated against the backfill. Frozen first by a run whose Airflow has no
+    # record of it (its metadata DB was reset): the execution API answers 404 for it, the one answer that says
+    # the owner is gone (any other failure of the lookup keeps the batch with its owner and is retried). The
+    # DAG run takes the batch over and commits it, exactly once.
+    with environment(stack.env):
+        config = load_pipeline(stack.pipelines / f"{topic}.yaml")
+        frozen = prepare_batch(config, {"bootstrap.servers": helpers.bootstrap()}, owner="manual__gone_with_its_db")
+    assert ledger.state(topic).pending_owner == "manual__gone_with_its_db"
+    run = stack.run_dag(dag_id)
+    assert run.task_states["ingest"] == "success", run.log[-4000:]
     assert helpers.query(table, "SELECT COUNT(*) AS n, COUNT(DISTINCT (kafka_partition, kafka_offset)) AS u "
                                 "FROM t") == [{"n": 24, "u": 24}]
+    rows = [r for r in ledger.rows(topic) if r.batch_id == frozen.batch_id]
+    assert frozen.ranges and [(r.status, r.dag_run_id) for r in rows] == [("committed", run.run_id)] * len(
+        frozen.ranges)
 
 
 def test_a_bad_form_value_fails_the_plan_and_writes_nothing(stack):
@@ -69,30 +87,3 @@ def test_a_bad_form_value_fails_the_plan_and_writes_nothing(stack):
     assert "form field 'window_end' must be after 'window_start'" in run.log
     assert helpers.query_or_none(str(stack.lake / topic)) is None
     assert Ledger(str(stack.lake / "_tidemark" / "offsets")).rows(topic) == []
-
-
-def test_a_batch_frozen_by_a_run_this_airflow_does_not_know_is_taken_over_and_committed_once(stack, spark_connect):
-    """A pending batch whose owner is a run Airflow has no record of (its metadata DB was reset): the
-    execution API answers 404 for it, the one answer that says the owner is gone (any other failure of
-    the lookup keeps the batch with its owner and is retried). The next DAG run takes the batch over and
-    commits it, exactly once."""
-    from tests.e2e.conftest import environment
-    from tidemark.batch.prepare import prepare_batch
-    from tidemark.config import load_pipeline
-
-    stack.use_spark_connect(spark_connect)
-    topic = helpers.create_topic(helpers.unique("orphan"), partitions=1)
-    dag_id = stack.add_pipeline(topic, [topic])
-    helpers.produce(topic, 5)
-    with environment(stack.env):
-        config = load_pipeline(stack.pipelines / f"{topic}.yaml")
-        frozen = prepare_batch(config, {"bootstrap.servers": helpers.bootstrap()}, owner="manual__gone_with_its_db")
-    ledger = Ledger(str(stack.lake / "_tidemark" / "offsets"))
-    assert ledger.state(topic).pending_owner == "manual__gone_with_its_db"
-
-    run = stack.run_dag(dag_id)
-    assert run.task_states["ingest"] == "success", run.log[-4000:]
-    assert helpers.query(str(stack.lake / topic), "SELECT COUNT(*) AS n, COUNT(DISTINCT kafka_offset) AS u FROM t") \
-        == [{"n": 5, "u": 5}]
-    rows = [r for r in ledger.rows(topic) if r.batch_id == frozen.batch_id]
-    assert [(r.status, r.dag_run_id) for r in rows] == [("committed", run.run_id)]

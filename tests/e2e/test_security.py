@@ -354,9 +354,11 @@ def test_a_wrong_password_fails_clearly_without_echoing_it_and_loses_nothing(sas
             or "check the Kafka connection (and its SASL credentials)" in shown.stderr), shown.stderr[-2000:]
 
     # 3. Spark: a batch frozen with the right password, read with a wrong one. The freeze runs in a
-    # process of its own on purpose: step 4 needs the batch's owner to be gone.
+    # process of its own on purpose: step 4 needs the batch's owner to be gone. It opens the run as the CLI
+    # does: the connection is an AIRFLOW_CONN_ variable, read without importing Airflow (the Airflow side's
+    # lookup over SASL is the DAG run's, in the test above).
     freeze = subprocess.run(
-        [sys.executable, "-c", "import sys\nfrom tidemark_airflow.resolver import open_run\n"
+        [sys.executable, "-c", "import sys\nfrom tidemark_cli.connections import open_run\n"
          "print(open_run(sys.argv[1]).prepare().to_json())", topic],
         env=stack.env, capture_output=True, text=True, timeout=120)
     outputs["freeze"] = process_output(freeze)

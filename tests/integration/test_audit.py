@@ -7,6 +7,7 @@ decoded again in Spark (the session-wide SparkSession stands in for the CLI's sp
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -28,20 +29,39 @@ def props() -> dict[str, str]:
     return {"bootstrap.servers": helpers.bootstrap()}
 
 
-@pytest.fixture
-def ingested(kafka_bootstrap, spark, lake, tmp_path):
-    """A pipeline of 2 partitions after two committed batches (10 + 6 records), its pipeline file and the
-    environment of a `tidemark` process on the same lake."""
+def raw_pipeline(topic: str):
+    return parse_pipeline({"name": topic, "topics": [topic], "table": topic}, "test")
+
+
+@pytest.fixture(scope="module")
+def ingested_once(kafka_bootstrap, spark, tmp_path_factory) -> tuple[str, Path, Path]:
+    """A pipeline of 2 partitions after two committed batches (10 + 6 records), ingested once for the module
+    rather than once for each of its six tests (two Spark batches each): the topic, its pipelines folder and the
+    lake that holds the output and the ledger. The tests damage copies of that lake (``ingested``), never it."""
     topic = helpers.create_topic(helpers.unique("audit"), partitions=2)
-    folder = tmp_path / "pipelines"
+    base = tmp_path_factory.mktemp("audit")
+    folder, lake = base / "pipelines", base / "lake"
     folder.mkdir()
     (folder / f"{topic}.yaml").write_text(f"name: {topic}\ntopics: [{topic}]\ntable: {topic}\n")
-    config = parse_pipeline({"name": topic, "topics": [topic], "table": topic}, "test")
-    helpers.produce(topic, 10)
-    execute_batch(spark, prepare_batch(config, props()), props(), "read_committed")
-    helpers.produce(topic, 6, start=10)
-    execute_batch(spark, prepare_batch(config, props()), props(), "read_committed")
-    return topic, config.table_uri, helpers.service_env(folder, lake)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("TIDEMARK_LAKE_ROOT", str(lake))
+        env.delenv("TIDEMARK_LEDGER_URI", raising=False)
+        config = raw_pipeline(topic)
+        helpers.produce(topic, 10)
+        execute_batch(spark, prepare_batch(config, props()), props(), "read_committed")
+        helpers.produce(topic, 6, start=10)
+        execute_batch(spark, prepare_batch(config, props()), props(), "read_committed")
+    return topic, folder, lake
+
+
+@pytest.fixture
+def ingested(ingested_once, lake):
+    """The module's ingested pipeline on a lake of this test's own: a copy of the output table and the ledger, as
+    the two batches left them (Delta's logs name their files relative to the table, so the copy is the same
+    tables), the pipeline file and the environment of a `tidemark` process on that lake."""
+    topic, folder, original = ingested_once
+    shutil.copytree(original, lake)
+    return topic, raw_pipeline(topic).table_uri, helpers.service_env(folder, lake)
 
 
 def audit(env: dict, topic: str) -> tuple[int, dict]:

@@ -1,10 +1,11 @@
 """`pip install .` into new, empty virtualenvs gives a working `tidemark` CLI, Airflow plugin, DAG factory
 and ingest job, with nothing borrowed from the project's `.venv` or looked up in the checkout at run time.
 
-Tidemark is built into a wheel from a copy of the source (in an isolated build environment, as a user's
-`pip install .` is); each virtualenv is made by `python -m venv` (no system site packages) and gets the
-wheel with its declared dependencies from the registry, installed by uv with the lock as constraints (the
-tested versions). Two virtualenvs, the two ways the package is installed:
+Tidemark is built once into a wheel from a copy of the source made a git checkout (in an isolated build
+environment, as a user's `pip install .` is; the same build shows what one leaves in a checkout); each
+virtualenv is made by `python -m venv` (no system site packages) and gets the wheel with its declared
+dependencies from the registry, installed by uv with the lock as constraints (the tested versions). Two
+virtualenvs, the two ways the package is installed:
 - an Airflow host's, `tidemark`: the CLI, `airflow plugins`, the DAG factory and one batch on the warm
   path (a Spark Connect server; the Spark provider's pyspark-client is the client, no spark-submit);
 - a Spark host's, `tidemark[spark]`: one batch by spark-submit (`tidemark run` on a local master).
@@ -21,6 +22,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -53,19 +55,42 @@ def clean_env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
+@dataclass(frozen=True)
+class Build:
+    wheel: Path
+    left_behind: bool
+    """The build wrote its build/ folder and the egg-info in the checkout, as setuptools does."""
+    git_status: str
+    """`git status --porcelain --untracked-files=all` in the checkout after the build."""
+
+
+GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
+
+
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    """Tidemark's wheel, built from a copy of the source (removed once built)."""
+def build(tmp_path_factory) -> Build:
+    """Tidemark's wheel, built as `pip install .` builds it in a checkout: the same PEP 517 call, by uv, in a git
+    repository of the files the build reads and .gitignore (a copy, removed once built). One build serves both
+    questions: what the wheel installs, and what the build leaves in the checkout that git would show."""
     base = tmp_path_factory.mktemp("build")
-    source = base / "source"
-    source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, source / name)
-    shutil.copytree(ROOT / "plugins", source / "plugins", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    uv("build", "-q", "--wheel", "--out-dir", str(base / "dist"), str(source), cwd=base)
-    shutil.rmtree(source)  # nothing may be read from the source after the build
+    checkout = base / "checkout"
+    shutil.copytree(ROOT / "plugins", checkout / "plugins", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("pyproject.toml", "README.md", ".gitignore"):
+        shutil.copy(ROOT / name, checkout / name)
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "checkout"]):
+        subprocess.run([*GIT, *args], cwd=checkout, check=True, capture_output=True, timeout=60)
+    uv("build", "-q", "--wheel", "--out-dir", str(base / "dist"), str(checkout), cwd=base)
+    left_behind = (checkout / "build").is_dir() and bool(list((checkout / "plugins").glob("*.egg-info")))
+    status = subprocess.run([*GIT, "status", "--porcelain", "--untracked-files=all"], cwd=checkout, check=True,
+                            capture_output=True, text=True, timeout=60)
+    shutil.rmtree(checkout)  # nothing may be read from the source after the build
     (built,) = (base / "dist").glob("tidemark-*.whl")
-    return built
+    return Build(built, left_behind, status.stdout)
+
+
+@pytest.fixture(scope="module")
+def wheel(build) -> Path:
+    return build.wheel
 
 
 def new_virtualenv(base: Path, wheel: Path, extras: str = "") -> Path:
@@ -192,19 +217,8 @@ def test_one_spark_submit_batch_on_the_spark_host(spark_host, tmp_path, kafka_bo
     ingest_one_batch(spark_host, topic, env, tmp_path)
 
 
-def test_building_in_a_checkout_leaves_nothing_git_shows(tmp_path):
+def test_building_in_a_checkout_leaves_nothing_git_shows(build):
     """Issue 42: `pip install .` builds the wheel in the checkout (setuptools writes build/ and the egg-info
-    there); .gitignore keeps both out of `git status`. Built here as pip builds it (the same PEP 517 call,
-    by uv), in a git repository of the files the build reads and .gitignore."""
-    checkout = tmp_path / "checkout"
-    shutil.copytree(ROOT / "plugins", checkout / "plugins", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    for name in ("pyproject.toml", "README.md", ".gitignore"):
-        shutil.copy(ROOT / name, checkout / name)
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
-    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "checkout"]):
-        subprocess.run([*git, *args], cwd=checkout, check=True, capture_output=True, timeout=60)
-    uv("build", "-q", "--wheel", "--out-dir", str(tmp_path / "out"), str(checkout), cwd=tmp_path)
-    assert (checkout / "build").is_dir() and list((checkout / "plugins").glob("*.egg-info"))  # what the build leaves
-    status = subprocess.run([*git, "status", "--porcelain", "--untracked-files=all"], cwd=checkout, check=True,
-                            capture_output=True, text=True, timeout=60)
-    assert status.stdout == ""
+    there); .gitignore keeps both out of `git status`. The module's one build (``build``) is such a build."""
+    assert build.left_behind  # what the build leaves
+    assert build.git_status == ""

@@ -4,9 +4,14 @@ put-if-absent Delta log store) with the output, dead-letter and ledger tables on
 record lands exactly once through a kill -9 of the driver, two concurrent runs, and a stale driver that
 wakes up after another run took its batch over.
 
-The recovery after the kill and the take-over of the stale driver's batch run on the warm path: the test
-run's Spark Connect server, started with the S3A and log-store settings of the local S3 server
-(scripts/test.sh), so the lake on S3 is checked under both launchers.
+Both launchers write the lake on S3. By spark-submit: the second of two runs (it appends to the output
+and creates the dead-letter table), the driver killed -9 mid-write and the stale driver, the three cases
+where the driver's own JVM and its S3A and log-store settings are the subject. On the warm path (the test
+run's Spark Connect server, started with the S3A and log-store settings of the local S3 server:
+scripts/test.sh): the first of the two runs (it creates the output and the ledger), the recovery after
+the kill, the take-over of the stale driver's batch, and the run that holds the pipeline while a second
+is refused (what is tested there is the ledger on S3, not the launcher). Each warm run spares a
+spark-submit JVM (10-15 CPU-seconds).
 
 The tables are read back with delta-rs under the other scheme spelling (`s3://`) than the one Spark
 wrote (`s3a://`)."""
@@ -75,16 +80,19 @@ def exactly_once(produced) -> dict[int, tuple[int, int]]:
     return {p: (n, n) for p, n in produced.items()}
 
 
-def test_tidemark_run_writes_every_table_on_s3_exactly_once_and_never_prints_the_secret(s3_pipeline):
+def test_tidemark_run_writes_every_table_on_s3_exactly_once_and_never_prints_the_secret(s3_pipeline, spark_connect):
+    """The first run on the warm path creates the output and the ledger; the second, by spark-submit,
+    appends to the output and, for the poison record it reads, creates the dead-letter table."""
     topic, lake, env = s3_pipeline
-    produced = helpers.produce(topic, 60)
-    helpers.produce_values(topic, [b"not json"], partition=0)
-    produced[0] += 1
-    first = run(env, topic)
+    helpers.produce(topic, 60)  # offsets 0-19 of each of the three partitions
+    first = run(env, topic, AIRFLOW_CONN_SPARK_DEFAULT=helpers.spark_connect_connection(spark_connect))
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-5000:]
-    helpers.produce(topic, 30, start=60)
+    assert "on the Spark Connect server" in first.stderr, first.stderr[-3000:]
+    helpers.produce(topic, 30, start=60)  # offsets 20-29
+    helpers.produce_values(topic, [b"not json"], partition=0)  # offset 30 of partition 0
     second = run(env, topic)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-5000:]
+    assert "on the Spark Connect server" not in second.stderr, second.stderr[-3000:]
     shown = run(env, topic, "offsets", "show", "--json")
     assert shown.returncode == 0, shown.stderr
 
@@ -93,7 +101,7 @@ def test_tidemark_run_writes_every_table_on_s3_exactly_once_and_never_prints_the
                                                       "':' || kafka_offset) AS d FROM t")
     assert good == [{"n": 90, "d": 90}]
     assert helpers.query(f"{table}_dead_letters", "SELECT kafka_partition AS p, kafka_offset AS o FROM t") == [
-        {"p": 0, "o": 20}]
+        {"p": 0, "o": 30}]
     end = helpers.end_offsets(topic)
     assert {p["partition"]: p["committed_offset"] for p in json.loads(shown.stdout)} == end
     ledger = Ledger(f"{lake}/_tidemark/offsets", store())
@@ -132,23 +140,45 @@ def test_kill_9_of_the_driver_during_the_s3_write_then_recovery_on_the_warm_path
     assert {(r.batch_id, r.status) for r in ledger.rows(topic)} == {(1, "committed")}
 
 
-@pytest.mark.slow
-def test_two_concurrent_runs_on_s3_one_commits_and_the_other_writes_nothing(s3_pipeline):
-    topic, lake, env = s3_pipeline
-    produced = helpers.produce(topic, 90)
-    ledger = Ledger(f"{lake}/_tidemark/offsets", store())
-    first = helpers.start_holding_run([TIDEMARK, "run", topic], env, ledger, topic)
-    second = run(env, topic)
-    first_out, _ = first.communicate(timeout=600)
-    assert first.returncode == 0, first_out[-4000:]
-    assert second.returncode == 2 and "another run holds the pipeline" in second.stderr, second.stderr[-3000:]
-    assert counts(f"{lake}/{topic}") == exactly_once(produced)
-    assert {(r.batch_id, r.status) for r in ledger.rows(topic)} == {(1, "committed")}
-
-
 def _stopped(pid: int) -> bool:
     with open(f"/proc/{pid}/stat") as stat:
         return stat.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def _wait_until_paused(process: subprocess.Popen, log: Path, what: str) -> None:
+    """Until ``process`` (started in a session of its own) has stopped itself at its TIDEMARK_PAUSE_AT
+    point; fails at once if it exits first, showing its ``log``."""
+    def paused() -> bool:
+        assert process.poll() is None, f"{what} exited before its pause:\n{log.read_text()[-4000:]}"
+        return _stopped(process.pid)
+
+    helpers.wait_until(paused, 300, f"{what} to reach its pause point")
+
+
+@pytest.mark.slow
+def test_two_concurrent_runs_on_s3_one_commits_and_the_other_writes_nothing(s3_pipeline, spark_connect, tmp_path):
+    """The first run stops itself (SIGSTOP) right after it froze its batch in the ledger on S3, so the second
+    runs while the first holds the pipeline every time (not only while a spark-submit JVM happens to be
+    starting); continued, the first commits on the warm path. The ledger on S3 decides, not the launcher."""
+    topic, lake, env = s3_pipeline
+    produced = helpers.produce(topic, 90)
+    ledger = Ledger(f"{lake}/_tidemark/offsets", store())
+    log = tmp_path / "first.log"
+    with open(log, "w") as out:  # a file, not a pipe: nothing reads the first run's output while it holds
+        first = subprocess.Popen([TIDEMARK, "run", topic], env={
+            **env, "AIRFLOW_CONN_SPARK_DEFAULT": helpers.spark_connect_connection(spark_connect),
+            "TIDEMARK_PAUSE_AT": crash.AFTER_PLAN_FROZEN}, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_until_paused(first, log, "the first run")
+        assert ledger.state(topic).pending_batch_id == 1, log.read_text()[-4000:]
+        second = run(env, topic)
+    finally:
+        os.killpg(first.pid, signal.SIGCONT)
+    assert first.wait(timeout=600) == 0, log.read_text()[-4000:]
+    assert "on the Spark Connect server" in log.read_text(), log.read_text()[-4000:]
+    assert second.returncode == 2 and "another run holds the pipeline" in second.stderr, second.stderr[-3000:]
+    assert counts(f"{lake}/{topic}") == exactly_once(produced)
+    assert {(r.batch_id, r.status) for r in ledger.rows(topic)} == {(1, "committed")}
 
 
 @pytest.mark.slow
@@ -180,11 +210,7 @@ def test_a_stale_driver_that_wakes_after_a_take_over_commits_nothing(s3_pipeline
                                  env={**job_env, "TIDEMARK_PAUSE_AT": crash.AFTER_DEAD_LETTERS}, stdout=out,
                                  stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        def paused() -> bool:
-            assert stale.poll() is None, f"driver A exited before its pause:\n{log.read_text()[-4000:]}"
-            return _stopped(stale.pid)
-
-        helpers.wait_until(paused, 300, "driver A to reach its pause point")
+        _wait_until_paused(stale, log, "driver A")
 
         # A's run is over as far as the orchestrator knows: B takes the batch over and commits it.
         plan_b = prepare_batch(config, properties, owner="manual__B", run_state=lambda run_id: "failed",
