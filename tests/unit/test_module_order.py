@@ -39,3 +39,11 @@ def test_a_run_merges_its_times_into_the_cache_so_a_partial_run_keeps_the_others
     module_order.record({}, cache)  # nothing ran: nothing changes
     assert json.loads(cache.read_text()) == {"e2e/test_x.py": 120.0, "integration/test_y.py": 61.3}
     assert [p.name for p in cache.parent.iterdir()] == ["test-durations.json"]  # no partial file left behind
+
+
+def test_the_modules_that_take_the_cluster_to_themselves_are_kept_apart():
+    first, later = module_order.APART
+    seconds = {first: 300, later: 160, "a.py": 200, "b.py": 150, "c.py": 150, "d.py": 100, "e.py": 50}
+    rank = module_order.longest_first([*seconds], seconds)
+    order = sorted(rank, key=rank.get)
+    assert order == [first, "a.py", "b.py", later, "c.py", "d.py", "e.py"]  # 300 + 200 + 150 >= 2 x 300
