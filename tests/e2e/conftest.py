@@ -1,14 +1,15 @@
 """End-to-end fixtures: one private Airflow home per pytest session (a SQLite metadata DB, migrated
 once, in this process), a pipelines folder and a lake per test, and `stack.run_dag`, which loads the
 DAG from the real dags folder and runs it here with `dag.test()` (every task in this process, the
-ingest task's spark-submit a real JVM). The real user command, `airflow dags test`, runs in
-test_demo.py (scripts/demo.sh, as `make demo` runs it)."""
+ingest task's spark-submit a real JVM). `stack.run_dag_with_cli` runs the real user command,
+`airflow dags test`, as a subprocess."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -183,6 +184,18 @@ class Stack:
                 settings.Session.remove()  # the next run starts with a fresh ORM session, even after an error
         state, task_states = recorded_run(dag_id, run_id)
         return DagRun(run_id, state, log[0], task_states)
+
+    def run_dag_with_cli(self, dag_id: str, conf: dict | None = None) -> DagRun:
+        """The real user command, `airflow dags test`, in a process of its own."""
+        result = self.airflow("dags", "test", dag_id, *(["-c", json.dumps(conf)] if conf else []))
+        log = result.stdout + result.stderr
+        match = re.search(r"DagRun Finished: dag_id=\S+, logical_date=[^,]*, run_id=([^,]+),.*?state=(\w+)", log)
+        # `dags test` exits 1 when the run fails: that is a result to check, not a broken harness
+        assert match and result.returncode == (0 if match.group(2) == "success" else 1), \
+            f"`airflow dags test {dag_id}` failed:\n{log[-6000:]}"
+        state, task_states = recorded_run(dag_id, match.group(1))
+        assert state == match.group(2), (state, match.group(2))
+        return DagRun(match.group(1), state, log, task_states)
 
     def tidemark(self, *args: str) -> subprocess.CompletedProcess:
         # `tidemark run` starts Spark: 120 s was too short on a busy 2-core machine

@@ -5,8 +5,7 @@ home and a private lake. It produces 1,000 orders, runs the ingest DAG with `air
 
 One difference from a user's run, to keep the suite's time: the Spark connection is the test run's
 Spark Connect server (the warm path) instead of `local[2]` by spark-submit, which
-tests/e2e/test_ingest_dag.py runs through Airflow (dag.test()). This test's two runs are the tier's
-`airflow dags test`, the user's command: its exit code and the run's state as it prints it."""
+tests/e2e/test_ingest_dag.py runs through `airflow dags test`."""
 
 from __future__ import annotations
 

@@ -49,14 +49,13 @@ def test_incremental_runs_through_airflow_ingest_exactly_what_was_produced(stack
     dag_id = stack.add_pipeline(topic, [topic])
     table = str(stack.lake / topic)
 
-    # 1. first run: everything produced so far, its job on the warm path (run 2 is the spark-submit one).
-    # dag.test() in the pytest process, as every run of this module: the user's command, `airflow dags test`,
-    # is tests/e2e/test_demo.py's (scripts/demo.sh runs it twice), and a process of its own here cost one
-    # more Airflow start-up and nothing that test does not check
+    # 1. first run: everything produced so far, with the real user command (the tier's one
+    # `airflow dags test` subprocess; the other runs use dag.test() in the pytest process), its job on
+    # the warm path (run 2 is the spark-submit one)
     helpers.produce(topic, 60)
     spark_submit = stack.env["AIRFLOW_CONN_SPARK_DEFAULT"]
     stack.use_spark_connect(spark_connect)
-    run = stack.run_dag(dag_id)
+    run = stack.run_dag_with_cli(dag_id)
     stack.env["AIRFLOW_CONN_SPARK_DEFAULT"] = spark_submit
     assert run.state == "success"
     assert "on the Spark Connect server" in run.log and "Spark-Submit cmd" not in run.log
@@ -160,33 +159,19 @@ def test_the_warm_path_runs_the_ingest_task_on_a_spark_connect_server_exactly_on
     assert helpers.query(str(stack.lake / f"{topic}_dead_letters"), "SELECT COUNT(*) AS n FROM t") == [{"n": 1}]
 
 
-def add_connection_to_the_metadata_db(conn_id: str, conn_type: str, extra: dict) -> None:
-    """A row of Airflow's connection table in the session's metadata DB, written with Airflow's own model as
-    the UI and `airflow connections add` write it (in this process: an `airflow` command of its own would cost
-    an Airflow start-up for the same row)."""
-    from airflow.models.connection import Connection
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session() as session:
-        assert session.scalar(select(Connection).where(Connection.conn_id == conn_id)) is None, conn_id
-        connection = Connection(conn_id=conn_id, conn_type=conn_type)
-        connection.set_extra(json.dumps(extra))
-        session.add(connection)
-
-
 def test_the_cli_reads_a_connection_stored_only_in_airflows_metadata_db(stack):
-    """A connection created in the UI (here a row added with Airflow's model, as the UI and `airflow
-    connections add` add it) lives only in the metadata DB: the DAGs see it, and so must the CLI, which
-    reads the same Airflow Connections (the guide's contract). Without it defined anywhere, the CLI's
-    error says where to define it."""
+    """A connection created in the UI (here `airflow connections add`) lives only in the metadata DB:
+    the DAGs see it, and so must the CLI, which reads the same Airflow Connections (the guide's
+    contract). Without it defined anywhere, the CLI's error says where to define it."""
     topic = helpers.create_topic(helpers.unique("uiconn"), partitions=2)
     helpers.produce(topic, 4)
     stack.add_pipeline(topic, [topic], kafka_conn_id="kafka_from_the_ui")
     missing = stack.tidemark("offsets", "show", topic, "--json")
     assert missing.returncode == 2 and "connection 'kafka_from_the_ui' is not defined" in missing.stderr
 
-    add_connection_to_the_metadata_db("kafka_from_the_ui", "kafka", {"bootstrap.servers": helpers.bootstrap()})
+    added = stack.airflow("connections", "add", "kafka_from_the_ui", "--conn-type", "kafka",
+                          "--conn-extra", json.dumps({"bootstrap.servers": helpers.bootstrap()}))
+    assert added.returncode == 0, added.stderr[-2000:]
     assert "AIRFLOW_CONN_KAFKA_FROM_THE_UI" not in stack.env
     shown = stack.tidemark("offsets", "show", topic, "--json")
     assert shown.returncode == 0, shown.stderr[-3000:]

@@ -13,10 +13,8 @@ SparkSession; the launcher is not the subject here).
   (OFFSET_NOT_AVAILABLE until its timeout) with nothing frozen. The first runs after the broker is
   back in sync read what was held back, exactly once.
 
-Each test takes the cluster to itself while a broker is down (Cluster.alone), and the broker is started
-again before the cluster is given back: by the test where it goes on with three brokers, else by
-Cluster.alone itself (its `up` on leaving starts any broker that is down and waits for all three, so a
-start_broker of its own just before would only wait for them twice: one more Kafka tool JVM)."""
+Each test takes the cluster to itself while a broker is down (Cluster.alone) and starts the broker again
+before it gives the cluster back."""
 
 from __future__ import annotations
 
@@ -110,7 +108,7 @@ def test_the_partition_leader_killed_mid_read_loses_and_duplicates_nothing(kafka
             retry = prepare_batch(config, props)
             assert (retry.batch_id, retry.ranges) == (plan.batch_id, plan.ranges)
             execute_batch(spark, retry, props)
-        # the dead broker is started again as Cluster.alone gives the cluster back
+        kafka_cluster.start_broker(leader)
 
     assert _output(config.table_uri) == {"n": records, "u": records, "lo": 0, "hi": records - 1, "batches": 1}
     values = helpers.query(config.table_uri, "SELECT value FROM t")
