@@ -27,6 +27,9 @@ from tidemark_spark import class_data
 log = logging.getLogger(__name__)
 
 MASTER = "local[1]"
+TRAINING_JIT = "-XX:TieredStopAtLevel=1"
+"""The training JVM compiles with C1 only: it lives a minute, and an archive holds classes, not compiled code, so
+C2's compile threads would only take CPU from the host's jobs (the trainer runs beside them)."""
 
 
 def spark_work() -> None:
@@ -76,7 +79,8 @@ def command(jars: list[str]) -> list[str]:
 def train(archive: Path, partial: Path, jars: list[str], env: dict[str, str]) -> int:
     """Run the training job with its JVM dumping to ``partial``, then keep the dump as ``archive`` (or note a
     failed dump) and release the lock. Returns the job's exit code."""
-    sharing = class_data.ClassData(f"-XX:ArchiveClassesAtExit={partial} {class_data.QUIET}", archive, partial)
+    sharing = class_data.ClassData(f"-XX:ArchiveClassesAtExit={partial} {TRAINING_JIT} {class_data.QUIET}", archive,
+                                   partial)
     code = -1
     try:
         code = subprocess.call(command(jars), env=sharing.environment(env), stdin=subprocess.DEVNULL)
