@@ -12,12 +12,15 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+# The run's brokers wait far more than they work (2 CPU-s a minute idle each, measured): the serial collector and
+# the C1 compiler only, which a user's broker (make kafka-up, kafka-cluster-up) keeps the defaults of.
+export KAFKA_JVM_OPTS=${KAFKA_JVM_OPTS:--XX:+UseSerialGC -XX:TieredStopAtLevel=1}
+export KAFKA_CLUSTER_JVM_OPTS=${KAFKA_CLUSTER_JVM_OPTS:-$KAFKA_JVM_OPTS}
 if [ "${1:-}" != "--inside" ]; then
   port=${TEST_KAFKA_PORT:-19092}
   exec scripts/with_broker.sh "test-$port" "$port" scripts/test.sh --inside "$@"
 fi
 shift
-scripts/lint.sh
 export S3_PORT=${TEST_S3_PORT:-19000}
 export REGISTRY_PORT=${TEST_REGISTRY_PORT:-18081}
 export CONNECT_PORT=${TEST_CONNECT_PORT:-15012}
@@ -30,12 +33,16 @@ scripts/kafka_cluster.sh down >/dev/null 2>&1 || true
 scripts/cdc.sh down >/dev/null 2>&1 || true
 # A fresh cluster each run (no topics of earlier runs); the CA and certificates in tls/ are kept
 rm -rf "$KAFKA_CLUSTER_HOME"/broker-*
-cds_pid=; cds=; cluster_pid=; cluster_log=
+cds_pid=; cds=; cluster_pid=; cluster_log=; lint_log=
 trap 'scripts/connect.sh down >/dev/null 2>&1 || true; scripts/registry.sh down >/dev/null 2>&1 || true;
       scripts/cdc.sh down >/dev/null 2>&1 || true;
       scripts/storage.sh down >/dev/null 2>&1 || true; kill "$cds_pid" 2>/dev/null || true; rm -f "$cds" "$cds.log";
       kill "$cluster_pid" 2>/dev/null || true; scripts/kafka_cluster.sh down >/dev/null 2>&1 || true;
-      rm -f "$cluster_log"' EXIT
+      rm -f "$cluster_log" "$lint_log"' EXIT
+# Lint runs beside the services' start (its result is awaited before the tests)
+lint_log=$(mktemp)
+scripts/lint.sh > "$lint_log" 2>&1 &
+lint_pid=$!
 # The run's Spark JVMs share a class-data archive (devkit/spark_cds.py): built once per class path (about
 # 30 s, kept in .cache/jvm), it halves each short job's CPU. It is built while S3, the registry and the
 # three-broker cluster start.
@@ -47,6 +54,8 @@ scripts/kafka_cluster.sh up > "$cluster_log" 2>&1 &
 cluster_pid=$!
 scripts/storage.sh up
 scripts/registry.sh up
+if ! wait "$lint_pid"; then cat "$lint_log"; exit 1; fi
+cat "$lint_log"
 if ! wait "$cds_pid"; then cat "$cds.log"; exit 1; fi
 if ! wait "$cluster_pid"; then cat "$cluster_log"; exit 1; fi
 grep -m1 "brokers ready" "$cluster_log" || true
