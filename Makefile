@@ -11,16 +11,17 @@ help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
 # uv installs the lock's 200 pinned packages from its cache in about 2 s, where pip took 65 s (`make test` on a
-# fresh clone installs them every time); pip stays in the venv for the tools that use it. Nothing is byte-compiled
-# up front: compiling all of them took 26 s (43 CPU-s) before anything else could start, where the modules a run
-# imports compile on their first import, a fraction of them. The two packages PyPI has as sources only come from
-# wheels built once per user (scripts/source_wheels.sh): uv otherwise built them for each fresh clone (29 s).
+# fresh clone installs them every time), and byte-compiles them (26 s): where PYTHONDONTWRITEBYTECODE is set (it is
+# on these machines) nothing compiled on import is kept, and a run without them compiled costs every Python
+# process its imports again (measured: a `tidemark` CLI call 1 -> 2.5 CPU-s). pip stays in the venv for the tools
+# that use it. The two packages PyPI has as sources only come from wheels built once per user
+# (scripts/source_wheels.sh): uv otherwise built them for each fresh clone (29 s).
 UV_VERSION := 0.13.9
 $(VENV)/.installed: requirements.lock pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@test -x $(VENV)/bin/uv && $(VENV)/bin/uv --version | grep -q " $(UV_VERSION)" || \
 	  $(PY) -m pip install -q --disable-pip-version-check uv==$(UV_VERSION)
-	$(VENV)/bin/uv pip install -q --python $(PY) --find-links "$$(PY=$(PY) scripts/source_wheels.sh)" \
+	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) --find-links "$$(PY=$(PY) scripts/source_wheels.sh)" \
 	  -r requirements.lock
 	$(VENV)/bin/uv pip install -q --python $(PY) --no-deps -e .
 	@touch $@

@@ -33,36 +33,37 @@ scripts/kafka_cluster.sh down >/dev/null 2>&1 || true
 scripts/cdc.sh down >/dev/null 2>&1 || true
 # A fresh cluster each run (no topics of earlier runs); the CA and certificates in tls/ are kept
 rm -rf "$KAFKA_CLUSTER_HOME"/broker-*
-cds_pid=; cds=; cluster_pid=; cluster_log=; lint_log=
+cds_pid=; cluster_pid=; lint_log=$(mktemp); cds_env=$(mktemp); cds_log=$(mktemp); cluster_log=$(mktemp)
 trap 'scripts/connect.sh down >/dev/null 2>&1 || true; scripts/registry.sh down >/dev/null 2>&1 || true;
       scripts/cdc.sh down >/dev/null 2>&1 || true;
-      scripts/storage.sh down >/dev/null 2>&1 || true; kill "$cds_pid" 2>/dev/null || true; rm -f "$cds" "$cds.log";
+      scripts/storage.sh down >/dev/null 2>&1 || true; kill "$cds_pid" 2>/dev/null || true;
       kill "$cluster_pid" 2>/dev/null || true; scripts/kafka_cluster.sh down >/dev/null 2>&1 || true;
-      rm -f "$cluster_log" "$lint_log"' EXIT
-# Lint runs beside the services' start (its result is awaited before the tests)
-lint_log=$(mktemp)
-scripts/lint.sh > "$lint_log" 2>&1 &
+      rm -f "$cluster_log" "$lint_log" "$cds_env" "$cds_log"' EXIT
+# Lint runs beside the services' start (its result is awaited before the tests), and Tidemark's own modules are
+# byte-compiled: where PYTHONDONTWRITEBYTECODE is set (these machines) every Python process of the run (CLI calls,
+# DAG parses, tasks, jobs) would compile them again (0.1 CPU-s of each `tidemark` call, measured).
+{ scripts/lint.sh && .venv/bin/python -m compileall -q plugins spark_jobs dags devkit tests bench >/dev/null; } \
+  > "$lint_log" 2>&1 &
 lint_pid=$!
 # The run's Spark JVMs share a class-data archive (devkit/spark_cds.py): built once per class path (about
-# 30 s, kept in .cache/jvm), it halves each short job's CPU. It is built while S3, the registry and the
-# three-broker cluster start.
-cds=$(mktemp)
-.venv/bin/python -m devkit.spark_cds > "$cds" 2> "$cds.log" &
+# 30 s of a JVM, kept in .cache/jvm), it halves each short job's CPU. Its path is known up front: the tests start
+# while it is trained (a JVM that finds no archive yet runs without one). The three-broker cluster starts beside
+# them too, under the lock its fixture takes (tests/kafka_cluster.py), so the first test that needs it waits for it.
+.venv/bin/python -m devkit.spark_cds --print > "$cds_env"
+while IFS= read -r line; do export "$line"; done < "$cds_env"
+.venv/bin/python -m devkit.spark_cds > /dev/null 2> "$cds_log" &
 cds_pid=$!
-cluster_log=$(mktemp)
-scripts/kafka_cluster.sh up > "$cluster_log" 2>&1 &
+mkdir -p .cache
+flock -o .cache/kafka-cluster.lock scripts/kafka_cluster.sh up > "$cluster_log" 2>&1 &
 cluster_pid=$!
-scripts/storage.sh up
+scripts/storage.sh up &
+storage_pid=$!
 scripts/registry.sh up
+wait "$storage_pid"
 if ! wait "$lint_pid"; then cat "$lint_log"; exit 1; fi
 cat "$lint_log"
-if ! wait "$cds_pid"; then cat "$cds.log"; exit 1; fi
-if ! wait "$cluster_pid"; then cat "$cluster_log"; exit 1; fi
-grep -m1 "brokers ready" "$cluster_log" || true
-while IFS= read -r line; do export "$line"; done < "$cds"
-rm -f "$cds" "$cds.log"
-# The warm path's server (a Spark JVM of the run too: it gets the archive) also serves the lake on the local
-# S3 server: its S3A and log-store settings are fixed when it starts, its keys come from its environment.
+# The warm path's server (a Spark JVM of the run too) also serves the lake on the local S3 server: its S3A and
+# log-store settings are fixed when it starts, its keys come from its environment.
 (
   while IFS= read -r line; do case $line in AWS_ACCESS_KEY_ID=*|AWS_SECRET_ACCESS_KEY=*) export "$line" ;; esac
   done < <(scripts/storage.sh env)
@@ -78,4 +79,12 @@ if [ $# -eq 0 ]; then set -- tests; fi
 # start once; every worker has its own SparkSession and Airflow home. TEST_WORKERS=1 runs in one process.
 workers=${TEST_WORKERS:-2}
 if [ "$workers" -gt 1 ]; then set -- -n "$workers" --dist loadfile --no-loadscope-reorder "$@"; fi
-.venv/bin/python -m pytest "$@"
+status=0
+.venv/bin/python -m pytest "$@" || status=$?
+# The background starts, reported: a failed training only cost the run its speed, a failed cluster its tests
+if ! wait "$cds_pid"; then echo "tidemark: training the class-data archive failed:"; cat "$cds_log"; status=1; fi
+cds_pid=
+if wait "$cluster_pid"; then grep -m1 "brokers ready" "$cluster_log" || true
+else echo "tidemark: the three-broker cluster did not start:"; cat "$cluster_log"; status=1; fi
+cluster_pid=
+exit "$status"
