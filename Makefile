@@ -10,12 +10,11 @@ export KAFKA_PORT ?= 9092
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-# uv installs the lock's 200 pinned packages from its cache in about 2 s, where pip took 65 s (`make test` on a
-# fresh clone installs them every time), and byte-compiles them (26 s): where PYTHONDONTWRITEBYTECODE is set (it is
-# on these machines) nothing compiled on import is kept, and a run without them compiled costs every Python
-# process its imports again (measured: a `tidemark` CLI call 1 -> 2.5 CPU-s). pip stays in the venv for the tools
-# that use it. The two packages PyPI has as sources only come from wheels built once per user
-# (scripts/source_wheels.sh): uv otherwise built them for each fresh clone (29 s).
+# uv installs (and byte-compiles, as pip does: else every first import in the test run compiles) the lock's
+# 200 pinned packages from its cache in about 30 s, where pip took 65 s (`make test`
+# on a fresh clone installs them every time); pip stays in the venv for the tools that use it. The two
+# packages PyPI has as sources only come from wheels built once per user (scripts/source_wheels.sh): uv
+# otherwise built them for each fresh clone (29 s of its 64 s here).
 UV_VERSION := 0.13.9
 $(VENV)/.installed: requirements.lock pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)

@@ -14,12 +14,7 @@ run points SPARK_CONF_DIR at an empty folder (a caller's own configuration folde
 leaves alone). A JVM whose class path differs (another virtualenv, the Connect server) just runs
 without the archive: the JVM options below keep its CDS warnings quiet.
 
-    python -m devkit.spark_cds           # against the broker on $KAFKA_PORT; prints the test run's variables
-    python -m devkit.spark_cds --print   # the variables only, at once (the archive's path is known up front)
-
-`make test` exports the variables and trains in the background while the tests start: a JVM whose archive is not
-there yet runs without one (the JDK shares classes only when it can), and the first Spark JVMs of the run come a
-minute in, after the Airflow stacks of the long modules have started.
+    python -m devkit.spark_cds   # against the broker on $KAFKA_PORT; prints the test run's variables
 
 Tidemark's launchers share class data for a user's jobs the same way (``tidemark_spark.class_data``);
 the test run keeps an archive of its own, trained up front while the services start and used by every
@@ -105,7 +100,7 @@ def main(argv: list[str]) -> None:
     cache.mkdir(parents=True, exist_ok=True)
     spark_env = {**local_spark_env(), "SPARK_CONF_DIR": str(empty_conf_dir(Path(submit.empty_conf_dir())))}
     archive = (cache / f"spark-{archive_key(spark_env)}.jsa").resolve()
-    if argv[:1] != ["--print"] and not archive.is_file():
+    if not archive.is_file():
         for old in cache.glob("spark-*.jsa"):
             old.unlink()
         _train(spark_env, archive)

@@ -12,15 +12,12 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-# The run's brokers wait far more than they work (2 CPU-s a minute idle each, measured): the serial collector and
-# the C1 compiler only, which a user's broker (make kafka-up, kafka-cluster-up) keeps the defaults of.
-export KAFKA_JVM_OPTS=${KAFKA_JVM_OPTS:--XX:+UseSerialGC -XX:TieredStopAtLevel=1}
-export KAFKA_CLUSTER_JVM_OPTS=${KAFKA_CLUSTER_JVM_OPTS:-$KAFKA_JVM_OPTS}
 if [ "${1:-}" != "--inside" ]; then
   port=${TEST_KAFKA_PORT:-19092}
   exec scripts/with_broker.sh "test-$port" "$port" scripts/test.sh --inside "$@"
 fi
 shift
+scripts/lint.sh
 export S3_PORT=${TEST_S3_PORT:-19000}
 export REGISTRY_PORT=${TEST_REGISTRY_PORT:-18081}
 export CONNECT_PORT=${TEST_CONNECT_PORT:-15012}
@@ -33,37 +30,30 @@ scripts/kafka_cluster.sh down >/dev/null 2>&1 || true
 scripts/cdc.sh down >/dev/null 2>&1 || true
 # A fresh cluster each run (no topics of earlier runs); the CA and certificates in tls/ are kept
 rm -rf "$KAFKA_CLUSTER_HOME"/broker-*
-cds_pid=; cluster_pid=; lint_log=$(mktemp); cds_env=$(mktemp); cds_log=$(mktemp); cluster_log=$(mktemp)
+cds_pid=; cds=; cluster_pid=; cluster_log=
 trap 'scripts/connect.sh down >/dev/null 2>&1 || true; scripts/registry.sh down >/dev/null 2>&1 || true;
       scripts/cdc.sh down >/dev/null 2>&1 || true;
-      scripts/storage.sh down >/dev/null 2>&1 || true; kill "$cds_pid" 2>/dev/null || true;
+      scripts/storage.sh down >/dev/null 2>&1 || true; kill "$cds_pid" 2>/dev/null || true; rm -f "$cds" "$cds.log";
       kill "$cluster_pid" 2>/dev/null || true; scripts/kafka_cluster.sh down >/dev/null 2>&1 || true;
-      rm -f "$cluster_log" "$lint_log" "$cds_env" "$cds_log"' EXIT
-# Lint runs beside the services' start (its result is awaited before the tests), and Tidemark's own modules are
-# byte-compiled: where PYTHONDONTWRITEBYTECODE is set (these machines) every Python process of the run (CLI calls,
-# DAG parses, tasks, jobs) would compile them again (0.1 CPU-s of each `tidemark` call, measured).
-{ scripts/lint.sh && .venv/bin/python -m compileall -q plugins spark_jobs dags devkit tests bench >/dev/null; } \
-  > "$lint_log" 2>&1 &
-lint_pid=$!
+      rm -f "$cluster_log"' EXIT
 # The run's Spark JVMs share a class-data archive (devkit/spark_cds.py): built once per class path (about
-# 30 s of a JVM, kept in .cache/jvm), it halves each short job's CPU. Its path is known up front: the tests start
-# while it is trained (a JVM that finds no archive yet runs without one). The three-broker cluster starts beside
-# them too, under the lock its fixture takes (tests/kafka_cluster.py), so the first test that needs it waits for it.
-.venv/bin/python -m devkit.spark_cds --print > "$cds_env"
-while IFS= read -r line; do export "$line"; done < "$cds_env"
-.venv/bin/python -m devkit.spark_cds > /dev/null 2> "$cds_log" &
+# 30 s, kept in .cache/jvm), it halves each short job's CPU. It is built while S3, the registry and the
+# three-broker cluster start.
+cds=$(mktemp)
+.venv/bin/python -m devkit.spark_cds > "$cds" 2> "$cds.log" &
 cds_pid=$!
-mkdir -p .cache
-flock -o .cache/kafka-cluster.lock scripts/kafka_cluster.sh up > "$cluster_log" 2>&1 &
+cluster_log=$(mktemp)
+scripts/kafka_cluster.sh up > "$cluster_log" 2>&1 &
 cluster_pid=$!
-scripts/storage.sh up &
-storage_pid=$!
+scripts/storage.sh up
 scripts/registry.sh up
-wait "$storage_pid"
-if ! wait "$lint_pid"; then cat "$lint_log"; exit 1; fi
-cat "$lint_log"
-# The warm path's server (a Spark JVM of the run too) also serves the lake on the local S3 server: its S3A and
-# log-store settings are fixed when it starts, its keys come from its environment.
+if ! wait "$cds_pid"; then cat "$cds.log"; exit 1; fi
+if ! wait "$cluster_pid"; then cat "$cluster_log"; exit 1; fi
+grep -m1 "brokers ready" "$cluster_log" || true
+while IFS= read -r line; do export "$line"; done < "$cds"
+rm -f "$cds" "$cds.log"
+# The warm path's server (a Spark JVM of the run too: it gets the archive) also serves the lake on the local
+# S3 server: its S3A and log-store settings are fixed when it starts, its keys come from its environment.
 (
   while IFS= read -r line; do case $line in AWS_ACCESS_KEY_ID=*|AWS_SECRET_ACCESS_KEY=*) export "$line" ;; esac
   done < <(scripts/storage.sh env)
@@ -79,12 +69,4 @@ if [ $# -eq 0 ]; then set -- tests; fi
 # start once; every worker has its own SparkSession and Airflow home. TEST_WORKERS=1 runs in one process.
 workers=${TEST_WORKERS:-2}
 if [ "$workers" -gt 1 ]; then set -- -n "$workers" --dist loadfile --no-loadscope-reorder "$@"; fi
-status=0
-.venv/bin/python -m pytest "$@" || status=$?
-# The background starts, reported: a failed training only cost the run its speed, a failed cluster its tests
-if ! wait "$cds_pid"; then echo "tidemark: training the class-data archive failed:"; cat "$cds_log"; status=1; fi
-cds_pid=
-if wait "$cluster_pid"; then grep -m1 "brokers ready" "$cluster_log" || true
-else echo "tidemark: the three-broker cluster did not start:"; cat "$cluster_log"; status=1; fi
-cluster_pid=
-exit "$status"
+.venv/bin/python -m pytest "$@"
