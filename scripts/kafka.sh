@@ -2,7 +2,8 @@
 # A single-node Apache Kafka broker in KRaft mode on 127.0.0.1, from the jars in .cache/jars/kafka.
 #   scripts/kafka.sh up | down | status | wait | run-class MAIN_CLASS ARGS...
 # Environment: KAFKA_PORT (9092), KAFKA_CONTROLLER_PORT (KAFKA_PORT+1), KAFKA_HOME
-# (.cache/kafka-<port>: data, logs, pid), KAFKA_HEAP (512m), KAFKA_START_TIMEOUT (90 s).
+# (.cache/kafka-<port>: data, logs, pid), KAFKA_HEAP (512m), KAFKA_START_TIMEOUT (90 s), KAFKA_JVM_OPTS (the
+# broker's GC and JIT options; `make test` gives a cheaper pair for a broker that mostly waits: scripts/test.sh).
 # A second listener speaks SASL_PLAINTEXT with SCRAM-SHA-512 on KAFKA_SASL_PORT (KAFKA_PORT+2),
 # with the user KAFKA_SASL_USER (tidemark) / KAFKA_SASL_PASSWORD (tidemark-local; a local default,
 # not a secret; no commas, brackets or quotes); PLAINTEXT stays the inter-broker listener and needs
@@ -69,6 +70,8 @@ log.retention.check.interval.ms=5000
 log.segment.delete.delay.ms=1000
 log.cleaner.backoff.ms=1000
 auto.create.topics.enable=false
+# the controller's no-op record (it proves the controller alive) every 5 s, not 0.5 s: less CPU at idle
+metadata.max.idle.interval.ms=5000
 PROPS
 }
 
@@ -90,7 +93,7 @@ cmd_up() {
       || { echo "kafka: formatting storage failed; see $home/logs/format.log" >&2; cat "$home/logs/format.log" >&2; exit 1; }
     scram_marker >"$home/data/.scram-user"
   fi
-  service_launch "$home" java -Xms"$heap" -Xmx"$heap" -XX:+UseG1GC -cp "$(classpath)" \
+  service_launch "$home" java -Xms"$heap" -Xmx"$heap" ${KAFKA_JVM_OPTS:--XX:+UseG1GC} -cp "$(classpath)" \
     -Dlog4j2.configurationFile="$root/config/kafka-log4j2.yaml" -Dkafka.logs.dir="$home/logs" \
     kafka.Kafka "$home/server.properties"
   service_await_start

@@ -23,7 +23,8 @@
 # The CA and certificates are made once with openssl under $home/tls (mode 0700, never committed);
 # every certificate of the brokers names 127.0.0.1 and localhost, so hostname verification stays on.
 # Environment: KAFKA_CLUSTER_HOME (.cache/kafka-cluster: data, logs, pids, tls),
-# KAFKA_CLUSTER_HEAP (384m per broker), KAFKA_CLUSTER_START_TIMEOUT (120 s).
+# KAFKA_CLUSTER_HEAP (384m per broker), KAFKA_CLUSTER_START_TIMEOUT (120 s), KAFKA_CLUSTER_JVM_OPTS (the brokers'
+# GC and JIT options; `make test` gives a cheaper pair for brokers that mostly wait: scripts/test.sh).
 # `up` is idempotent (live brokers are left alone, missing ones started); `down` stops all three.
 set -euo pipefail
 source "$(dirname "$0")/lib/service.sh"
@@ -161,7 +162,7 @@ launch() {  # launch N: start broker N in the background (nothing if it runs)
   service_alive && return 0
   rm -f "$pidfile"
   service_port_free "$(port "$1" plaintext)" KAFKA_CLUSTER_BASE_PORT
-  service_launch "$dir" java -Xms64m -Xmx"$heap" -XX:+UseG1GC -XX:ParallelGCThreads=1 -XX:ConcGCThreads=1 \
+  service_launch "$dir" java -Xms64m -Xmx"$heap" ${KAFKA_CLUSTER_JVM_OPTS:--XX:+UseG1GC -XX:ParallelGCThreads=1 -XX:ConcGCThreads=1} \
     -cp "$jars/*" "$(java_opts)" -Dkafka.logs.dir="$dir/logs" kafka.Kafka "$dir/server.properties"
 }
 

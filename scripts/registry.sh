@@ -9,7 +9,8 @@
 # REGISTRY_HEAP (256m), REGISTRY_COMPATIBILITY (BACKWARD, Confluent's default; Apicurio's own is NONE:
 # any change accepted), REGISTRY_JAVA_HOME (a JDK 21+; otherwise JAVA_HOME, `java` on PATH or
 # /usr/lib/jvm/*, the first that is 21 or newer), REGISTRY_START_TIMEOUT (90 s).
-# The app is downloaded once into .cache/registry (checked against Maven Central's .sha1) and unpacked there.
+# The app is downloaded once per user into REGISTRY_CACHE (~/.cache/tidemark/registry, shared by every checkout;
+# checked against Maven Central's .sha1) and unpacked there, under a lock.
 # State lives in the server's memory (an in-memory H2 database): `down` (or a crash) forgets every schema.
 # `up` is idempotent: a live server is left alone, a stale pid file is cleared.
 set -euo pipefail
@@ -20,7 +21,7 @@ home=${REGISTRY_HOME:-$root/.cache/registry-$port}
 heap=${REGISTRY_HEAP:-256m}
 compatibility=${REGISTRY_COMPATIBILITY:-BACKWARD}
 version=3.3.3
-cache=$root/.cache/registry
+cache=${REGISTRY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tidemark/registry}
 name=apicurio-registry-app-$version
 url=https://repo.maven.apache.org/maven2/io/apicurio/apicurio-registry-app/$version/$name-all.tar.gz
 tarball=$cache/$name-all.tar.gz
@@ -30,8 +31,10 @@ ccompat=$base/apis/ccompat/v7
 service=registry pidfile=$home/server.pid logfile=$home/logs/server.log where="on $base"
 start_timeout=${REGISTRY_START_TIMEOUT:-90}
 
-fetch_app() {  # download (temp file + rename, sha1-checked) and unpack, once
+fetch_app() {  # download (temp file + rename, sha1-checked) and unpack, once, one checkout at a time
   mkdir -p "$cache"
+  exec {lock}>"$cache/.lock"
+  flock "$lock"
   if [ ! -f "$tarball" ]; then
     echo "registry: downloading Apicurio Registry $version (about 160 MB) into $cache"
     local started=$SECONDS part="$tarball.part"
@@ -62,6 +65,7 @@ fetch_app() {  # download (temp file + rename, sha1-checked) and unpack, once
     mv "$tmp" "$app"
     touch "$app/.unpacked"
   fi
+  exec {lock}>&-
 }
 
 runnable() {  # the Quarkus fast-jar launcher inside the unpacked app

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -63,6 +64,8 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 
 _MODULE_SECONDS: Counter[tuple[str, str]] = Counter()
+_TIMELINE: list[dict] = []
+TIMELINE = TESTS.parent / ".cache" / "test-timeline.json"
 
 
 def pytest_runtest_logreport(report) -> None:
@@ -71,6 +74,8 @@ def pytest_runtest_logreport(report) -> None:
     node = getattr(report, "node", None)
     worker = node.gateway.id if node is not None else "main"
     _MODULE_SECONDS[worker, report.nodeid.split("::", 1)[0]] += report.duration
+    _TIMELINE.append({"worker": worker, "test": report.nodeid, "when": report.when,
+                      "start": round(report.start, 2), "stop": round(report.stop, 2)})
 
 
 def pytest_sessionfinish(session) -> None:
@@ -85,6 +90,9 @@ def pytest_sessionfinish(session) -> None:
             continue  # a test from outside tests/
         measured[module] += seconds
     module_order.record(measured)
+    # When each phase of each test ran on which worker: where a worker waited (a lock, a fixture) shows as a gap
+    TIMELINE.parent.mkdir(parents=True, exist_ok=True)
+    TIMELINE.write_text(json.dumps(_TIMELINE) + "\n")
 
 
 def pytest_terminal_summary(terminalreporter, config) -> None:
