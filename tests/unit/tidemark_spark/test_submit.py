@@ -33,3 +33,33 @@ def test_in_a_checkout_spark_submit_runs_the_job_script_in_spark_jobs():
     root = Path(__file__).resolve().parents[3]
     assert INGEST_SCRIPT == str(root / "spark_jobs" / "ingest.py")
     assert "from tidemark_spark.ingest import main" in Path(INGEST_SCRIPT).read_text()
+
+
+def test_the_core_archive_carries_bytecode_that_imports_without_compiling_and_keeps_source_lines(monkeypatch,
+                                                                                              tmp_path):
+    """A job imports the core from the `--py-files` zip, where Python keeps no bytecode of its own: the zip holds a
+    hash-checked ``.pyc`` beside each ``.py``, which the import uses, and a traceback still shows the source."""
+    import subprocess
+    import sys
+    import tempfile
+    import zipfile
+
+    from tidemark_spark.submit import core_archive
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    archive = core_archive()
+    assert archive.startswith(str(tmp_path)) and sys.implementation.cache_tag in archive
+    names = set(zipfile.ZipFile(archive).namelist())
+    sources = {n for n in names if n.endswith(".py")}
+    assert "tidemark/config.py" in sources and "tidemark_spark/ingest.py" in sources
+    assert {n for n in names if n.endswith(".pyc")} == {f"{n}c" for n in sources}
+    script = ("import sys; sys.path.insert(0, sys.argv[1]); sys.dont_write_bytecode = True\n"
+              "import tidemark.records as m; print(m.__file__)\n"
+              "from tidemark.config import load_pipeline\n"
+              "import traceback\n"
+              "try: load_pipeline('not a Path')\n"
+              "except AttributeError: print(traceback.format_exc(), file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", script, archive], capture_output=True, text=True)
+    assert done.stdout == f"{archive}/tidemark/records.pyc\n", done  # the module came from the archive's bytecode
+    # a formatted traceback (as the job logs one) names the source in the archive and shows its line
+    assert f'File "{archive}/tidemark/config.py", line ' in done.stderr and ".read_text()" in done.stderr, done.stderr
