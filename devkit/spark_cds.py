@@ -66,7 +66,10 @@ def _train(spark_env: dict[str, str], archive: Path) -> None:
                    "--driver-memory", "1g", "--jars", ",".join(spark_jars()),
                    "--conf", "spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension",
                    "--conf", "spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog",
-                   "--conf", "spark.ui.enabled=false", __file__, "--job", localstack.bootstrap(),
+                   "--conf", "spark.ui.enabled=false",
+                   # the ingest job's (tidemark_spark.ingest.build_session): Delta's default of 50 tasks per
+                   # snapshot doubled the training's CPU, each task generating the same large encoder again
+                   "--conf", "spark.databricks.delta.snapshotPartitions=4", __file__, "--job", localstack.bootstrap(),
                    localstack.create_topic(localstack.unique("cds"), partitions=1), work]
         env = {**os.environ, **spark_env,
                "SPARK_SUBMIT_OPTS": f"{SHORT_LIVED} -XX:ArchiveClassesAtExit={partial} {QUIET}"}
@@ -77,7 +80,8 @@ def _train(spark_env: dict[str, str], archive: Path) -> None:
 
 
 def _job(bootstrap: str, topic: str, work: str) -> None:
-    """The training job (runs under spark-submit): a Kafka read, a Delta append, a Delta read."""
+    """The training job (runs under spark-submit): a Kafka read, JSON parsed, a Delta append, a MERGE (keyed
+    tables) and a Delta read."""
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.getOrCreate()
@@ -86,8 +90,12 @@ def _job(bootstrap: str, topic: str, work: str) -> None:
              .option("subscribe", topic).option("startingOffsets", "earliest")
              .option("endingOffsets", "latest").load())
     kafka.selectExpr("CAST(value AS STRING) AS value", "partition", "offset", "timestamp").collect()
-    rows = spark.range(100).selectExpr("id", "CAST(id AS STRING) AS value", "current_timestamp() AS at")
+    rows = spark.range(100).selectExpr("id", "CAST(id AS STRING) AS value", "current_timestamp() AS at",
+                                       "from_json(to_json(named_struct('a', id)), 'a bigint').a AS parsed")
     rows.write.format("delta").mode("append").option("txnAppId", "cds").option("txnVersion", 1).save(table)
+    spark.sql(f"MERGE INTO delta.`{table}` t USING (SELECT id, value, at, parsed FROM delta.`{table}` WHERE id < 10) u "
+              "ON t.id = u.id WHEN MATCHED AND u.parsed IS NULL THEN DELETE WHEN MATCHED THEN UPDATE SET * "
+              "WHEN NOT MATCHED THEN INSERT *")
     spark.read.format("delta").load(table).groupBy("value").count().collect()
     spark.stop()
 
