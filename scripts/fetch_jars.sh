@@ -17,9 +17,10 @@
 # Maven five times and building the LogStore (34 s of a fresh clone's setup).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+source "$root/scripts/lib/user_cache.sh"
 venv=${VENV:-$root/.venv}
 cache=${TIDEMARK_JAR_CACHE:-$root/.cache/jars}
-user_cache=${TIDEMARK_USER_JAR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tidemark/jars}
+user_cache=${TIDEMARK_USER_JAR_CACHE:-$user_cache_root/jars}
 
 set_hash() {  # set_hash POM_DIR [FILE...]: the key of a set: its pom, the Maven settings it resolves
   # with, and the files (relative name and content) of anything built into it. With no FILE the
@@ -73,7 +74,7 @@ keep_for_user() {  # keep_for_user NAME HASH DIR: a copy (hard links) of a compl
   mkdir -p "$user_cache" || return 0
   tmp=$user_cache/.$1-$2.$$
   rm -rf "$tmp"
-  { cp -al "$3" "$tmp" 2>/dev/null || { rm -rf "$tmp"; cp -a "$3" "$tmp"; }; } && mv -T "$tmp" "$kept" 2>/dev/null
+  link_copy "$3" "$tmp" && mv -T "$tmp" "$kept" 2>/dev/null
   rm -rf "$tmp"
   for d in "$user_cache/$1"-*/; do  # sets of older poms
     [ "$d" = "$kept/" ] || rm -rf "$d"
@@ -93,7 +94,7 @@ fetch() {  # fetch NAME POM_DIR [FILE...] (files built into the set, part of its
   if [ ! -f "$dest/.complete" ] && [ -f "$user_cache/$name-$hash/.complete" ]; then
     echo "tidemark: $name jars (pom hash $hash) from $user_cache"
     rm -rf "$dest.tmp"
-    cp -al "$user_cache/$name-$hash" "$dest.tmp" 2>/dev/null || { rm -rf "$dest.tmp"; cp -a "$user_cache/$name-$hash" "$dest.tmp"; }
+    link_copy "$user_cache/$name-$hash" "$dest.tmp"
     rm -rf "$dest" && mv "$dest.tmp" "$dest"
   fi
   if [ ! -f "$dest/.complete" ]; then

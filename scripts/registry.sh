@@ -15,13 +15,14 @@
 # `up` is idempotent: a live server is left alone, a stale pid file is cleared.
 set -euo pipefail
 source "$(dirname "$0")/lib/service.sh"
+source "$(dirname "$0")/lib/user_cache.sh"
 port=${REGISTRY_PORT:-8081}
 mport=${REGISTRY_MANAGEMENT_PORT:-$((port + 1))}
 home=${REGISTRY_HOME:-$root/.cache/registry-$port}
 heap=${REGISTRY_HEAP:-256m}
 compatibility=${REGISTRY_COMPATIBILITY:-BACKWARD}
 version=3.3.3
-cache=${REGISTRY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tidemark/registry}
+cache=${REGISTRY_CACHE:-$user_cache_root/registry}
 name=apicurio-registry-app-$version
 url=https://repo.maven.apache.org/maven2/io/apicurio/apicurio-registry-app/$version/$name-all.tar.gz
 tarball=$cache/$name-all.tar.gz

@@ -6,7 +6,8 @@
 # Prints the folder. A wheel already there is kept: its name holds the version the lock pins.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-dir=${TIDEMARK_WHEELS:-${XDG_CACHE_HOME:-$HOME/.cache}/tidemark/wheels}
+source "$root/scripts/lib/user_cache.sh"
+dir=${TIDEMARK_WHEELS:-$user_cache_root/wheels}
 mkdir -p "$dir"
 missing=()
 for name in pyspark pyspark-client; do
