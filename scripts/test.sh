@@ -68,9 +68,9 @@ export "$(scripts/connect.sh env)"
 echo "tidemark: tests (unit, integration, e2e) against the broker on 127.0.0.1:$KAFKA_PORT, S3 on 127.0.0.1:$S3_PORT" \
   "and the Schema Registry at $SCHEMA_REGISTRY_URL"
 if [ $# -eq 0 ]; then set -- tests; fi
-# Three workers (pytest-xdist), each taking whole modules in collection order (longest first: tests/conftest.py;
+# Two workers (pytest-xdist), each taking whole modules in collection order (longest first: tests/conftest.py;
 # pytest-xdist would otherwise sort them by their number of tests), so module fixtures (a local Airflow, a cluster)
 # start once; every worker has its own SparkSession and Airflow home. TEST_WORKERS=1 runs in one process.
-workers=${TEST_WORKERS:-3}
+workers=${TEST_WORKERS:-2}
 if [ "$workers" -gt 1 ]; then set -- -n "$workers" --dist loadfile --no-loadscope-reorder "$@"; fi
 .venv/bin/python -m pytest "$@"

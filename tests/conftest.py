@@ -54,8 +54,7 @@ def _module(item) -> str:
 def pytest_collection_modifyitems(config, items) -> None:
     """Mark every test with the tier of its folder (tests/unit and tests/dags are ``unit``); run the
     longest modules of the last run first. Slow tests carry ``slow`` in their own modules."""
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))  # set by pytest-xdist in each worker
-    rank = module_order.longest_first((_module(item) for item in items), _durations(config), max(workers, 2))
+    rank = module_order.longest_first((_module(item) for item in items), _durations(config))
     items.sort(key=lambda item: rank[_module(item)])  # stable: a module's tests keep their order
     for item in items:
         relative = _relative(item)

@@ -1,6 +1,6 @@
 """The order the test modules run in: longest first, from each module's time in the last run.
 
-`make test` runs pytest-xdist workers (TEST_WORKERS, 3) that each take whole modules in collection order, so the long
+`make test` runs two pytest-xdist workers that each take whole modules in collection order, so the long
 modules go first and no worker is left with one at the end. Each run's controller writes the module times
 it measured to ``.cache/test-durations.json``, merged into what is there (a partial run keeps the other
 modules' times); a fresh clone (CI) orders by the committed ``tests/durations.json``. Keys are module
@@ -38,26 +38,25 @@ def load(cache: Path = CACHE, fallback: Path = FALLBACK) -> dict[str, float]:
 APART = ("e2e/test_celery_chaos.py", "integration/test_kafka_failover.py")
 """Modules that take the shared three-broker cluster to themselves (``Cluster.alone``) and hold it through long
 fixtures: run at the same time, one worker sat idle for the other (93 s of one run). The later one is moved to
-where the modules before it add up to the earlier one's time times the number of workers (about when it has
-ended)."""
+where the modules before it add up to twice the earlier one's time (two workers: about when it has ended)."""
 
 
-def longest_first(modules: Iterable[str], seconds: Mapping[str, float], workers: int = 2) -> dict[str, int]:
+def longest_first(modules: Iterable[str], seconds: Mapping[str, float]) -> dict[str, int]:
     """Each module's rank: the modules with a known time longest first, then the others (new modules)
-    in the order given; the modules of ``APART`` kept apart for ``workers`` workers."""
+    in the order given; the modules of ``APART`` kept apart."""
     modules = list(dict.fromkeys(modules))
     known = sorted((m for m in modules if m in seconds), key=lambda m: -seconds[m])
-    order = _kept_apart(known, seconds, workers)
+    order = _kept_apart(known, seconds)
     return {m: rank for rank, m in enumerate(order + [m for m in modules if m not in seconds])}
 
 
-def _kept_apart(order: list[str], seconds: Mapping[str, float], workers: int) -> list[str]:
+def _kept_apart(order: list[str], seconds: Mapping[str, float]) -> list[str]:
     apart = [m for m in order if m in APART]
     if len(apart) < 2:
         return order
     first, later = apart[0], apart[1]
     rest = [m for m in order if m != later]
-    start, until = 0.0, workers * seconds[first]
+    start, until = 0.0, 2 * seconds[first]
     for position, module in enumerate(rest):
         if start >= until:
             return [*rest[:position], later, *rest[position:]]
