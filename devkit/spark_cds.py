@@ -36,6 +36,7 @@ from pathlib import Path
 from tidemark.settings import spark_jars
 from tidemark_spark import submit
 from tidemark_spark.class_data import QUIET
+from tidemark_spark.ingest import SNAPSHOT_PARTITIONS
 from tidemark_spark.submit import local_spark_env
 
 SHORT_LIVED = "-XX:TieredStopAtLevel=1"
@@ -66,10 +67,9 @@ def _train(spark_env: dict[str, str], archive: Path) -> None:
                    "--driver-memory", "1g", "--jars", ",".join(spark_jars()),
                    "--conf", "spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension",
                    "--conf", "spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog",
-                   "--conf", "spark.ui.enabled=false",
-                   # the ingest job's (tidemark_spark.ingest.build_session): Delta's default of 50 tasks per
-                   # snapshot doubled the training's CPU, each task generating the same large encoder again
-                   "--conf", "spark.databricks.delta.snapshotPartitions=4", __file__, "--job", localstack.bootstrap(),
+                   "--conf", "spark.ui.enabled=false",  # and Delta's snapshots as the ingest job rebuilds them:
+                   "--conf", f"spark.databricks.delta.snapshotPartitions={SNAPSHOT_PARTITIONS}",  # 50 doubled the CPU
+                   __file__, "--job", localstack.bootstrap(),
                    localstack.create_topic(localstack.unique("cds"), partitions=1), work]
         env = {**os.environ, **spark_env,
                "SPARK_SUBMIT_OPTS": f"{SHORT_LIVED} -XX:ArchiveClassesAtExit={partial} {QUIET}"}

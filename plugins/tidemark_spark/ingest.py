@@ -39,6 +39,10 @@ log = logging.getLogger("tidemark.ingest")
 
 REMOTE_ENV_VAR = "TIDEMARK_SPARK_REMOTE"
 """The Spark Connect URL of the warm path (unset: the job runs in spark-submit's own JVM)."""
+SNAPSHOT_PARTITIONS = "4"
+"""The tasks Delta rebuilds a table's state with (``spark.databricks.delta.snapshotPartitions``; Delta's default
+is 50, far too many for the small logs of ingestion tables on a small driver: each task generates the same large
+encoder again)."""
 
 
 
@@ -66,9 +70,7 @@ def build_session(pipeline: str = "ingest", defaults: dict[str, str] | None = No
             .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
             .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
             .config("spark.sql.session.timeZone", "UTC")
-            # Delta rebuilds a table's state with this many tasks (default 50): far too many for
-            # the small logs of ingestion tables on a small driver.
-            .config("spark.databricks.delta.snapshotPartitions", "4")
+            .config("spark.databricks.delta.snapshotPartitions", SNAPSHOT_PARTITIONS)
             .getOrCreate())
 
 

@@ -66,9 +66,9 @@ def run_watching_maps(env: dict, pipeline: str, archive_dir: Path, log: Path
 def _mapped_from(pid: int, folder: str) -> set[str]:
     """The files under ``folder`` that process ``pid`` maps, from /proc/PID/maps (psutil's memory_maps reads
     smaps, whose page-table walk cost about 30 ms of kernel time per look at a JVM, five looks a second)."""
-    with open(f"/proc/{pid}/maps") as maps:
-        paths = {line.split(maxsplit=5)[5].strip() for line in maps if len(line.split(maxsplit=5)) == 6}
-    return {path for path in paths if path.startswith(folder)}
+    with open(f"/proc/{pid}/maps") as maps:  # address, perms, offset, device, inode, then the file, if any
+        paths = {fields[5] for fields in (line.split(maxsplit=5) for line in maps) if len(fields) == 6}
+    return {path.strip() for path in paths if path.startswith(folder)}
 
 
 def test_the_first_job_starts_the_trainer_without_waiting_for_it_and_the_next_maps_the_archive(kafka_bootstrap,
