@@ -22,15 +22,6 @@ if [ "${1:-}" != "--inside" ]; then
 fi
 shift
 scripts/lint.sh
-# The full run's unit tier (tests/unit, tests/dags: no service) runs now, beside the services' start, on the CPU
-# the class-data training leaves idle (its archive dump at exit is one thread), at a lower priority so that it
-# slows no service's start; the main run below leaves it out.
-unit_pid=; unit_log=
-if [ $# -eq 0 ]; then
-  unit_log=$(mktemp)
-  nice -n 10 .venv/bin/python -m pytest -q -p no:cacheprovider -m unit tests/unit tests/dags > "$unit_log" 2>&1 &
-  unit_pid=$!
-fi
 export S3_PORT=${TEST_S3_PORT:-19000}
 export REGISTRY_PORT=${TEST_REGISTRY_PORT:-18081}
 export CONNECT_PORT=${TEST_CONNECT_PORT:-15012}
@@ -43,12 +34,20 @@ scripts/kafka_cluster.sh down >/dev/null 2>&1 || true
 scripts/cdc.sh down >/dev/null 2>&1 || true
 # A fresh cluster each run (no topics of earlier runs); the CA and certificates in tls/ are kept
 rm -rf "$KAFKA_CLUSTER_HOME"/broker-*
-cds_pid=; cds=; cluster_pid=; cluster_log=
+cds_pid=; cds=; cluster_pid=; cluster_log=; unit_pid=; unit_log=
 trap 'scripts/connect.sh down >/dev/null 2>&1 || true; scripts/registry.sh down >/dev/null 2>&1 || true;
       scripts/cdc.sh down >/dev/null 2>&1 || true;
       scripts/storage.sh down >/dev/null 2>&1 || true; kill "$cds_pid" 2>/dev/null || true; rm -f "$cds" "$cds.log";
       kill "$cluster_pid" 2>/dev/null || true; scripts/kafka_cluster.sh down >/dev/null 2>&1 || true;
       kill "$unit_pid" 2>/dev/null || true; rm -f "$cluster_log" "$unit_log"' EXIT
+# The full run's unit tier (tests/unit, tests/dags: no service) runs now, beside the services' start, on the CPU
+# the class-data training leaves idle (its archive dump at exit is one thread), at a lower priority so that it
+# slows no service's start; the main run below leaves it out.
+if [ $# -eq 0 ]; then
+  unit_log=$(mktemp)
+  nice -n 10 .venv/bin/python -m pytest -q -p no:cacheprovider -m unit tests/unit tests/dags > "$unit_log" 2>&1 &
+  unit_pid=$!
+fi
 # The run's Spark JVMs share a class-data archive (devkit/spark_cds.py): built once per class path (about
 # 30 s, kept in .cache/jvm), it halves each short job's CPU. It is built while S3, the registry and the
 # three-broker cluster start.
@@ -74,7 +73,7 @@ rm -f "$cds" "$cds.log"
 )
 export "$(scripts/registry.sh env)"
 export "$(scripts/connect.sh env)"
-echo "tidemark: tests (unit, integration, e2e) against the broker on 127.0.0.1:$KAFKA_PORT, S3 on 127.0.0.1:$S3_PORT" \
+echo "tidemark: tests against the broker on 127.0.0.1:$KAFKA_PORT, S3 on 127.0.0.1:$S3_PORT" \
   "and the Schema Registry at $SCHEMA_REGISTRY_URL"
 if [ -n "$unit_pid" ]; then
   if ! wait "$unit_pid"; then echo "tidemark: the unit tests failed:" >&2; cat "$unit_log" >&2; exit 1; fi
