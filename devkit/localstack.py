@@ -115,13 +115,16 @@ def produce(topic: str, count: int, start: int = 0, timestamp_ms: int | None = N
     return per_partition
 
 
-def produce_values(topic: str, values: list[bytes], partition: int = 0, timestamp_ms: int | None = None) -> None:
-    """Send exact value bytes (poison records, say) to one partition, at ``timestamp_ms`` if given."""
+def produce_values(topic: str, values: list[bytes], partition: int = 0, timestamp_ms: int | None = None,
+                   headers: list[tuple[str, bytes]] | None = None) -> None:
+    """Send exact value bytes (poison records, say) to one partition, keyed ``v<i>``, at ``timestamp_ms`` and with
+    ``headers`` if given."""
     from kafka import KafkaProducer
 
     producer = KafkaProducer(bootstrap_servers=bootstrap(), max_request_size=4 * 1024 * 1024)
     for i, value in enumerate(values):
-        producer.send(topic, key=f"v{i}".encode(), value=value, partition=partition, timestamp_ms=timestamp_ms)
+        producer.send(topic, key=f"v{i}".encode(), value=value, partition=partition, timestamp_ms=timestamp_ms,
+                      headers=headers)
     producer.flush()
     producer.close()
 

@@ -239,6 +239,28 @@ lie, not where each one is (``write_output_tallying``): a set no larger than the
 however many records are bad, and a burst of bad records is read again as the few pages it spans."""
 
 
+CARRIED_RECORDS = 1000
+"""The one pass brings up to this many bad records to the driver with its counts (``write_output_tallying``): a
+batch with no more bad records than that, each small enough (``CARRIED_BYTES``), has its dead letters written from
+them (``tidemark.batch.carried``), with no second Spark job and no second read of Kafka."""
+CARRIED_BYTES = 16 * 1024
+"""A bad record is carried when its key and value take at most this many bytes together, so that what a task and
+the driver hold of them stays under CARRIED_RECORDS x 16 KiB (16 MiB)."""
+CARRIED_FIELDS = ("kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key", "kafka_headers",
+                  "value", "error", "ingested_at")
+"""What the pass carries of a bad record: its dead-letter row but the pipeline and the batch id (the plan's). The
+two timestamps are carried as microseconds since the epoch (``unix_micros``), exact and free of the driver's time
+zone."""
+
+
+def carried_record() -> Column:
+    """A bad record as the pass carries it (``CARRIED_FIELDS``)."""
+    from pyspark.sql import functions as F
+
+    micros = {"kafka_timestamp", "ingested_at"}
+    return F.struct(*[F.unix_micros(name).alias(name) if name in micros else F.col(name) for name in CARRIED_FIELDS])
+
+
 class OnePass(NamedTuple):
     """What Spark counted while it wrote a batch's good records (``write_output_tallying``)."""
 
@@ -249,6 +271,9 @@ class OnePass(NamedTuple):
     ``BAD_PAGE_BITS``, not yet clipped to the batch's range)."""
     bad_buckets: list[int]
     """The ``bad_bucket`` of every bad record."""
+    carried: list[dict] | None = None
+    """Every bad record (``CARRIED_FIELDS``, as dicts), when the pass carried them all; None when some were too many
+    or too large to carry (the dead letters are then read again)."""
 
 
 def write_output_tallying(rows: DataFrame, plan: BatchPlan) -> OnePass | None:
@@ -262,16 +287,23 @@ def write_output_tallying(rows: DataFrame, plan: BatchPlan) -> OnePass | None:
 
     bad = F.col("error").isNotNull()
     page = F.struct("kafka_topic", "kafka_partition", F.shiftright("kafka_offset", BAD_PAGE_BITS).alias("page"))
+    size = F.coalesce(F.octet_length("value"), F.lit(0)) + F.coalesce(F.octet_length("kafka_key"), F.lit(0))
+    carry = bad & (size <= CARRIED_BYTES)
     observed = _write_observed(rows, plan, F.count(F.lit(1)).alias("total"), F.count_if(bad).alias("bad"),
                                F.collect_set(F.when(bad, page)).alias("pages"),
-                               F.collect_set(F.when(bad, bad_bucket())).alias("buckets"))
+                               F.collect_set(F.when(bad, bad_bucket())).alias("buckets"),
+                               F.min_by(F.when(carry, carried_record()), F.when(carry, F.col("kafka_offset")),
+                                        CARRIED_RECORDS + 1).alias("carried"))
     if observed is None:
         return None
     spans: dict[TopicPartition, tuple[int, int]] = {}
     for topic, partition, number in observed["pages"]:
         tp, first, last = TopicPartition(topic, partition), number << BAD_PAGE_BITS, (number + 1) << BAD_PAGE_BITS
         spans[tp] = (min(first, spans[tp][0]), max(last, spans[tp][1])) if tp in spans else (first, last)
-    return OnePass(int(observed["total"]), int(observed["bad"]), spans, sorted(int(b) for b in observed["buckets"]))
+    bad_records = int(observed["bad"])
+    carried = [r.asDict(recursive=True) for r in observed["carried"] or () if r is not None]
+    return OnePass(int(observed["total"]), bad_records, spans, sorted(int(b) for b in observed["buckets"]),
+                   carried if len(carried) == bad_records <= CARRIED_RECORDS else None)
 
 
 def tally(rows: DataFrame) -> dict[TopicPartition, Tally]:

@@ -35,13 +35,17 @@ def props() -> dict[str, str]:
     return {"bootstrap.servers": helpers.bootstrap()}
 
 
-def test_good_records_are_typed_columns_and_bad_ones_are_dead_letters(kafka_bootstrap, spark, lake):
+def test_good_records_are_typed_columns_and_bad_ones_are_dead_letters(kafka_bootstrap, spark, lake, caplog):
+    """A few small bad records: the one pass that writes the output carries them, and the dead letters are written
+    from them (delta-rs), with every column as the read-again path writes it."""
     topic = helpers.create_topic(helpers.unique("json"), partitions=2)
     helpers.produce(topic, 10)  # good: {"order_id", "amount"}; "note" is optional
-    helpers.produce_values(topic, [v for v, _ in POISON], partition=1)
+    helpers.produce_values(topic, [v for v, _ in POISON], partition=1, headers=[("source", b"test")])
     config = json_pipeline(topic)
     plan = prepare_batch(config, props())
-    execute_batch(spark, plan, props(), "read_committed")
+    with caplog.at_level("INFO", logger="tidemark"):
+        execute_batch(spark, plan, props(), "read_committed")
+    assert f"{len(POISON)} dead letters written to {config.dead_letter_uri} (carried by the pass" in caplog.text
 
     out = spark.read.format("delta").load(config.table_uri)
     assert out.columns == ["kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key",
@@ -51,9 +55,16 @@ def test_good_records_are_typed_columns_and_bad_ones_are_dead_letters(kafka_boot
 
     dead = sorted(spark.read.format("delta").load(config.dead_letter_uri).collect(), key=lambda r: r.kafka_offset)
     assert len(dead) == len(POISON)
+    written = out.collect()
     for row, (value, error) in zip(dead, POISON, strict=True):
         assert row.value == value and error in row.error
         assert (row.pipeline, row.kafka_topic, row.kafka_partition, row.ingest_batch_id) == (topic, topic, 1, 1)
+        assert row.kafka_headers == [("source", b"test")] and row.kafka_key == f"v{row.kafka_offset - 5}".encode()
+        assert row.ingested_at == written[0].ingested_at  # the batch's one time, to the microsecond
+        assert abs((row.kafka_timestamp - written[0].kafka_timestamp).total_seconds()) < 600  # Kafka's, not 1970's
+    assert [f.name for f in spark.read.format("delta").load(config.dead_letter_uri).schema] == [
+        "pipeline", "kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key", "kafka_headers",
+        "value", "error", "ingest_batch_id", "ingested_at"]
 
     rows = {r.partition: r for r in Ledger(settings.ledger_uri()).rows(topic)}
     assert (rows[0].record_count, rows[0].dead_letter_count) == (5, 0)
@@ -126,6 +137,7 @@ def test_a_burst_of_bad_records_is_read_again_alone_for_the_dead_letters(kafka_b
     from tidemark import spark_io
 
     monkeypatch.setattr(spark_io, "BAD_PAGE_BITS", 2)  # pages of 4 offsets: [20, 24) holds the burst
+    monkeypatch.setattr(spark_io, "CARRIED_RECORDS", 2)  # more bad records than the pass carries
     topic = helpers.create_topic(helpers.unique("burst"), partitions=2)
     good = [json.dumps({"order_id": i, "amount": 1.0}).encode() for i in range(40)]
     helpers.produce_values(topic, good[:20] + [v for v, _ in POISON[:3]] + good[20:], partition=0)
@@ -154,6 +166,7 @@ def test_the_read_for_the_dead_letters_decodes_only_the_records_that_share_a_bad
     from tidemark import spark_io
 
     monkeypatch.setattr(spark_io, "BAD_BUCKETS", buckets)
+    monkeypatch.setattr(spark_io, "CARRIED_BYTES", 100)  # one bad record (POISON's last) too large to carry
     topic = helpers.create_topic(helpers.unique("spread"), partitions=1)
     values = [json.dumps({"order_id": i, "amount": 1.0}).encode() for i in range(60)]
     for k, (value, _) in enumerate(POISON):

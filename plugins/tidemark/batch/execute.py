@@ -28,7 +28,7 @@ import logging
 from collections.abc import Mapping
 
 from tidemark import crash, spark_io, spark_records
-from tidemark.batch import keyed_transform, transformed
+from tidemark.batch import carried, keyed_transform, transformed
 from tidemark.batch.finalize import finalize_batch
 from tidemark.batch.plan import BatchPlan
 from tidemark.batch.read_checks import bad_records_error, cached_and_counted, kafka_errors
@@ -89,7 +89,7 @@ def execute_batch(spark, plan: BatchPlan, properties: Mapping[str, str], isolati
             rows = spark_io.drop_already_written(spark, rows, plan, store)
             finalize_batch(plan, tallies=write_counted_first(rows, plan), store=store)
         elif plan.format.can_reject:
-            counted = write_checked_in_one_pass(spark, rows, plan, properties, isolation_level)
+            counted = write_checked_in_one_pass(spark, rows, plan, properties, isolation_level, store)
             if counted is None:  # another attempt committed the output meanwhile
                 complete_dead_letters(spark, plan, properties, isolation_level, store)
                 finalize_batch(plan, store=store)
@@ -197,11 +197,12 @@ def _read_rows(spark, plan: BatchPlan, properties: Mapping[str, str], isolation_
 
 
 def write_checked_in_one_pass(spark, rows, plan: BatchPlan, properties: Mapping[str, str],
-                              isolation_level: str) -> spark_io.OnePass | None:
+                              isolation_level: str, store: ObjectStore | None = None) -> spark_io.OnePass | None:
     """Values that can be bad: one pass over Kafka writes the good records (the commit point) while
     Spark counts every record and the bad ones, and notes where they lie; under ``on_bad_record:
-    fail`` a bad record fails the job before Delta commits. Then the dead letters: only the offsets
-    of each partition that hold its bad records are read again. Returns what Spark counted, for the
+    fail`` a bad record fails the job before Delta commits. Then the dead letters: from the bad records
+    the pass carried when it could carry them all (``tidemark.batch.carried``: no Spark job), else only
+    the offsets of each partition that hold them are read again. Returns what Spark counted, for the
     reconciliation (None when the output already held the batch, so no job ran to count)."""
     good = spark_io.fail_on_bad_records(rows) if plan.format.on_bad_record == "fail" else rows
     try:
@@ -220,7 +221,11 @@ def write_checked_in_one_pass(spark, rows, plan: BatchPlan, properties: Mapping[
              plan.batch_id, plan.table_uri, written.records_read, written.bad_records, plan.total_offsets)
     crash.crash_point(crash.AFTER_OUTPUT_COMMIT)
     spans = bad_spans(plan, written.bad_spans) if written.bad_records else []
-    if spans:  # none although Spark counted bad records: finalize_batch refuses the batch
+    if spans and written.carried is not None:
+        carried.write(plan, written.carried, store)
+        log.info("pipeline '%s': %d dead letters written to %s (carried by the pass: Kafka not read again)",
+                 plan.pipeline, written.bad_records, plan.dead_letter_uri)
+    elif spans:  # none although Spark counted bad records: finalize_batch refuses the batch
         only = dataclasses.replace(plan, ranges=spans)
         again = _read_rows(spark, only, properties, isolation_level)
         buckets = written.bad_buckets
