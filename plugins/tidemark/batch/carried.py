@@ -15,6 +15,7 @@ from tidemark.batch.plan import BatchPlan
 from tidemark.batch.tables import output_txn_version
 from tidemark.storage import ObjectStore
 
+
 def arrow_schema():
     """The dead-letter table's columns as Spark writes them (``spark_io.write_dead_letters``), for a table that
     does not exist yet."""

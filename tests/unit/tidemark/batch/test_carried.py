@@ -40,9 +40,9 @@ def test_carried_bad_records_become_one_marked_commit_of_dead_letters_once(tmp_p
     rows = table.to_pyarrow_table().sort_by("kafka_offset").to_pylist()
     assert [r["kafka_offset"] for r in rows] == [7, 9]
     assert rows[0] == {"pipeline": "orders_pipe", "kafka_topic": "orders", "kafka_partition": 1, "kafka_offset": 7,
-                       "kafka_timestamp": STAMP, "kafka_key": b"k", "kafka_headers": [{"key": "source", "value": b"web"}],
-                       "value": b"{not json", "error": "value is not a JSON object", "ingest_batch_id": 3,
-                       "ingested_at": STAMP + dt.timedelta(microseconds=1)}
+                       "kafka_timestamp": STAMP, "kafka_key": b"k", "value": b"{not json",
+                       "kafka_headers": [{"key": "source", "value": b"web"}], "error": "value is not a JSON object",
+                       "ingest_batch_id": 3, "ingested_at": STAMP + dt.timedelta(microseconds=1)}
 
 
 def test_carried_dead_letters_append_to_a_table_with_more_columns_leaving_them_null(tmp_path):
