@@ -239,13 +239,13 @@ lie, not where each one is (``write_output_tallying``): a set no larger than the
 however many records are bad, and a burst of bad records is read again as the few pages it spans."""
 
 
-CARRIED_RECORDS = 1000
+CARRIED_RECORDS = 2000
 """The one pass brings up to this many bad records to the driver with its counts (``write_output_tallying``): a
 batch with no more bad records than that, each small enough (``CARRIED_BYTES``), has its dead letters written from
 them (``tidemark.batch.carried``), with no second Spark job and no second read of Kafka."""
-CARRIED_BYTES = 16 * 1024
+CARRIED_BYTES = 8 * 1024
 """A bad record is carried when its key and value take at most this many bytes together, so that what a task and
-the driver hold of them stays under CARRIED_RECORDS x 16 KiB (16 MiB)."""
+the driver hold of them stays under CARRIED_RECORDS x 8 KiB (16 MiB)."""
 CARRIED_FIELDS = ("kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key", "kafka_headers",
                   "value", "error", "ingested_at")
 """What the pass carries of a bad record: its dead-letter row but the pipeline and the batch id (the plan's). The
