@@ -134,10 +134,10 @@ def test_the_one_parse_flags_exactly_the_values_the_full_checks_reject(spark):
 
 def test_a_burst_of_bad_records_is_read_again_alone_for_the_dead_letters(kafka_bootstrap, spark, lake, caplog,
                                                                          monkeypatch):
-    from tidemark import spark_io
+    from tidemark import spark_tally
 
-    monkeypatch.setattr(spark_io, "BAD_PAGE_BITS", 2)  # pages of 4 offsets: [20, 24) holds the burst
-    monkeypatch.setattr(spark_io, "CARRIED_RECORDS", 2)  # more bad records than the pass carries
+    monkeypatch.setattr(spark_tally, "BAD_PAGE_BITS", 2)  # pages of 4 offsets: [20, 24) holds the burst
+    monkeypatch.setattr(spark_tally, "CARRIED_RECORDS", 2)  # more bad records than the pass carries
     topic = helpers.create_topic(helpers.unique("burst"), partitions=2)
     good = [json.dumps({"order_id": i, "amount": 1.0}).encode() for i in range(40)]
     helpers.produce_values(topic, good[:20] + [v for v, _ in POISON[:3]] + good[20:], partition=0)
@@ -163,10 +163,10 @@ def test_the_read_for_the_dead_letters_decodes_only_the_records_that_share_a_bad
     """Bad records spread over the batch: the span is the whole partition (its one page), but only the records whose
     coordinates hash into a bad record's bucket are decoded again. With few buckets (more bad buckets
     than a quarter of them) every record is decoded. Either way the dead letters are exactly the bad ones."""
-    from tidemark import spark_io
+    from tidemark import spark_tally
 
-    monkeypatch.setattr(spark_io, "BAD_BUCKETS", buckets)
-    monkeypatch.setattr(spark_io, "CARRIED_BYTES", 100)  # one bad record (POISON's last) too large to carry
+    monkeypatch.setattr(spark_tally, "BAD_BUCKETS", buckets)
+    monkeypatch.setattr(spark_tally, "CARRIED_BYTES", 100)  # one bad record (POISON's last) too large to carry
     topic = helpers.create_topic(helpers.unique("spread"), partitions=1)
     values = [json.dumps({"order_id": i, "amount": 1.0}).encode() for i in range(60)]
     for k, (value, _) in enumerate(POISON):
@@ -194,7 +194,7 @@ def test_a_batch_in_the_output_with_a_record_for_every_offset_is_finalized_witho
     already holds a good record for every offset of its ranges (then none can be bad). The planner's
     recovery then rolls the batch forward without a Spark job, and a job handed the batch finalizes it
     without reading Kafka: shown with a Kafka that does not answer. No dead-letter table appears."""
-    from tidemark import spark_io
+    from tidemark import spark_tally
     from tidemark.batch.execute import _read_rows
     from tidemark.batch.recovery import recover
 
@@ -202,7 +202,7 @@ def test_a_batch_in_the_output_with_a_record_for_every_offset_is_finalized_witho
     helpers.produce(topic, 12)
     config = json_pipeline(topic)
     plan = prepare_batch(config, props())
-    assert spark_io.write_output_tallying(_read_rows(spark, plan, props(), "read_committed"), plan).bad_records == 0
+    assert spark_tally.write_output_tallying(_read_rows(spark, plan, props(), "read_committed"), plan).bad_records == 0
     # the kill: the output holds the batch, its dead letters (none) were never confirmed, the ledger still says planned
     ledger = Ledger(settings.ledger_uri())
     assert ledger.state(topic).pending_batch_id == plan.batch_id

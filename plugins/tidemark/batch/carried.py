@@ -1,6 +1,6 @@
 """Dead letters from what the one pass carried: a batch of values that can be bad writes its good records in one
 pass over Kafka, and that pass brings its bad records to the driver with its counts
-(``spark_io.write_output_tallying``) when they are few and small. They are written here, after the output commit
+(``spark_tally.write_output_tallying``) when they are few and small. They are written here, after the output commit
 as before, with delta-rs: one commit of the dead-letter table with the batch's marker, no Spark job and no second
 read of Kafka. The order of the commits, the markers and recovery are those of the read-again path
 (``execute.write_checked_in_one_pass``): a crash between the output commit and this one leaves the dead letters to

@@ -27,7 +27,7 @@ import datetime as dt
 import logging
 from collections.abc import Mapping
 
-from tidemark import crash, spark_io, spark_records
+from tidemark import crash, spark_io, spark_records, spark_tally
 from tidemark.batch import carried, keyed_transform, transformed
 from tidemark.batch.finalize import finalize_batch
 from tidemark.batch.plan import BatchPlan
@@ -197,7 +197,7 @@ def _read_rows(spark, plan: BatchPlan, properties: Mapping[str, str], isolation_
 
 
 def write_checked_in_one_pass(spark, rows, plan: BatchPlan, properties: Mapping[str, str],
-                              isolation_level: str, store: ObjectStore | None = None) -> spark_io.OnePass | None:
+                              isolation_level: str, store: ObjectStore | None = None) -> spark_tally.OnePass | None:
     """Values that can be bad: one pass over Kafka writes the good records (the commit point) while
     Spark counts every record and the bad ones, and notes where they lie; under ``on_bad_record:
     fail`` a bad record fails the job before Delta commits. Then the dead letters: from the bad records
@@ -207,7 +207,7 @@ def write_checked_in_one_pass(spark, rows, plan: BatchPlan, properties: Mapping[
     good = spark_io.fail_on_bad_records(rows) if plan.format.on_bad_record == "fail" else rows
     try:
         with kafka_errors(plan):
-            written = spark_io.write_output_tallying(good, plan)
+            written = spark_tally.write_output_tallying(good, plan)
     except Exception as exc:
         failure = spark_io.jvm_failure(exc)
         if failure is None or failure.kind != "bad_record":
@@ -229,14 +229,14 @@ def write_checked_in_one_pass(spark, rows, plan: BatchPlan, properties: Mapping[
         only = dataclasses.replace(plan, ranges=spans)
         again = _read_rows(spark, only, properties, isolation_level)
         buckets = written.bad_buckets
-        sifted = len(buckets) <= spark_io.BAD_BUCKETS // 4  # else most records would pass: decode them all
+        sifted = len(buckets) <= spark_tally.BAD_BUCKETS // 4  # else most records would pass: decode them all
         if sifted:
-            again = again.where(spark_io.in_buckets(buckets))  # Spark filters before it decodes
+            again = again.where(spark_tally.in_buckets(buckets))  # Spark filters before it decodes
         with kafka_errors(plan):
             spark_io.write_dead_letters(again, plan)
         log.info("pipeline '%s': %d dead letters written to %s (read again: %s; decoded again: %s)", plan.pipeline,
                  written.bad_records, plan.dead_letter_uri, describe_ranges(only.ranges),
-                 f"the records of {len(buckets)} of {spark_io.BAD_BUCKETS} buckets" if sifted else "every record")
+                 f"the records of {len(buckets)} of {spark_tally.BAD_BUCKETS} buckets" if sifted else "every record")
     crash.crash_point(crash.AFTER_DEAD_LETTERS)
     return written
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from tidemark.batch.plan import BatchPlan
 from tidemark.offsets import OffsetRange
 from tidemark.offsets import TopicPartition as TP
-from tidemark.spark_io import BAD_PAGE_BITS
+from tidemark.spark_tally import BAD_PAGE_BITS
 
 PAGE = 1 << BAD_PAGE_BITS
 
