@@ -36,21 +36,34 @@ def rows(plan: BatchPlan, carried: Sequence[dict]) -> list[dict]:
              "ingest_batch_id": plan.batch_id} for record in carried]
 
 
+class UnfitTableError(Exception):
+    """The dead-letter table cannot take the carried records as they are (a column of another type, say, in a
+    table an earlier release or another tool made); nothing was committed: read the dead letters again, so that
+    Spark writes them as it always has."""
+
+
 def write(plan: BatchPlan, carried: Sequence[dict], store: ObjectStore | None = None) -> bool:
     """Append the carried bad records to the dead-letter table in one commit with the batch's marker
     (``txnAppId`` = pipeline, ``txnVersion`` = batch id) and its metadata, unless the marker is there already
-    (another attempt wrote them). Returns whether this call wrote them."""
+    (another attempt wrote them). Returns whether this call wrote them; raises UnfitTableError when the table's
+    columns cannot take them (before any commit)."""
     import pyarrow as pa
     from deltalake import CommitProperties, Transaction, write_deltalake
+    from deltalake.exceptions import SchemaMismatchError
 
     if (output_txn_version(plan.dead_letter_uri, plan.pipeline, store) or 0) >= plan.batch_id:
         return False
     table = storage.open_table(plan.dead_letter_uri, store)
     schema = arrow_schema() if table is None else pa.schema(table.schema().to_arrow())
-    data = pa.Table.from_pylist(rows(plan, carried), schema=schema)  # a column the table has beyond these: null
-    write_deltalake(table if table is not None else storage.delta_rs_uri(plan.dead_letter_uri), data, mode="append",
-                    storage_options=None if table is not None else storage.delta_options(plan.dead_letter_uri, store),
-                    commit_properties=CommitProperties(
-                        app_transactions=[Transaction(app_id=plan.pipeline, version=plan.batch_id)],
-                        custom_metadata={"userMetadata": plan.commit_metadata()}))
+    try:
+        data = pa.Table.from_pylist(rows(plan, carried), schema=schema)  # a column the table has beyond these: null
+        write_deltalake(table if table is not None else storage.delta_rs_uri(plan.dead_letter_uri), data,
+                        mode="append",
+                        storage_options=None if table is not None else storage.delta_options(plan.dead_letter_uri,
+                                                                                              store),
+                        commit_properties=CommitProperties(
+                            app_transactions=[Transaction(app_id=plan.pipeline, version=plan.batch_id)],
+                            custom_metadata={"userMetadata": plan.commit_metadata()}))
+    except (pa.ArrowInvalid, pa.ArrowTypeError, SchemaMismatchError) as exc:
+        raise UnfitTableError(f"{plan.dead_letter_uri}: {exc}") from exc
     return True

@@ -221,8 +221,7 @@ def write_checked_in_one_pass(spark, rows, plan: BatchPlan, properties: Mapping[
              plan.batch_id, plan.table_uri, written.records_read, written.bad_records, plan.total_offsets)
     crash.crash_point(crash.AFTER_OUTPUT_COMMIT)
     spans = bad_spans(plan, written.bad_spans) if written.bad_records else []
-    if spans and written.carried is not None:
-        carried.write(plan, written.carried, store)
+    if spans and written.carried is not None and _write_carried(plan, written, store):
         log.info("pipeline '%s': %d dead letters written to %s (carried by the pass: Kafka not read again)",
                  plan.pipeline, written.bad_records, plan.dead_letter_uri)
     elif spans:  # none although Spark counted bad records: finalize_batch refuses the batch
@@ -239,6 +238,18 @@ def write_checked_in_one_pass(spark, rows, plan: BatchPlan, properties: Mapping[
                  f"the records of {len(buckets)} of {spark_tally.BAD_BUCKETS} buckets" if sifted else "every record")
     crash.crash_point(crash.AFTER_DEAD_LETTERS)
     return written
+
+
+def _write_carried(plan: BatchPlan, written: spark_tally.OnePass, store: ObjectStore | None) -> bool:
+    """The dead letters from the bad records the pass carried; False when the table cannot take them as carried
+    (nothing committed: the caller reads them again)."""
+    try:
+        carried.write(plan, written.carried or [], store)
+    except carried.UnfitTableError as exc:
+        log.warning("pipeline '%s': batch %d: the dead-letter table cannot take the carried bad records (%s); they "
+                    "are read again from Kafka", plan.pipeline, plan.batch_id, exc)
+        return False
+    return True
 
 
 def bad_spans(plan: BatchPlan, spans: Mapping[TopicPartition, tuple[int, int]]) -> list[OffsetRange]:

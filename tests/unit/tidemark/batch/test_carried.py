@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pyarrow as pa
+import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from tidemark.batch import carried
@@ -52,3 +53,12 @@ def test_carried_dead_letters_append_to_a_table_with_more_columns_leaving_them_n
     table = DeltaTable(str(tmp_path / "dead"))
     held = table.to_pyarrow_table().to_pylist()
     assert [(r["kafka_offset"], r["note"], r["ingest_batch_id"]) for r in held] == [(1, None, 4)]
+
+
+def test_a_table_whose_columns_cannot_take_the_carried_records_is_refused_before_any_commit(tmp_path):
+    other = pa.schema([("pipeline", pa.string()), ("kafka_offset", pa.string())])  # an offset kept as text
+    write_deltalake(str(tmp_path / "dead"), pa.Table.from_pylist([], schema=other))
+    with pytest.raises(carried.UnfitTableError, match=str(tmp_path / "dead")):
+        carried.write(plan(tmp_path, 5), [record(1)])
+    table = DeltaTable(str(tmp_path / "dead"))
+    assert table.version() == 0 and table.transaction_version("orders_pipe") is None
