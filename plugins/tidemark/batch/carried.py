@@ -12,7 +12,6 @@ from collections.abc import Sequence
 
 from tidemark import storage
 from tidemark.batch.plan import BatchPlan
-from tidemark.batch.tables import output_txn_version
 from tidemark.storage import ObjectStore
 
 
@@ -51,9 +50,9 @@ def write(plan: BatchPlan, carried: Sequence[dict], store: ObjectStore | None = 
     from deltalake import CommitProperties, Transaction, write_deltalake
     from deltalake.exceptions import SchemaMismatchError
 
-    if (output_txn_version(plan.dead_letter_uri, plan.pipeline, store) or 0) >= plan.batch_id:
+    table = storage.open_table(plan.dead_letter_uri, store)  # one load: the marker checked is the one written on
+    if table is not None and (table.transaction_version(plan.pipeline) or 0) >= plan.batch_id:
         return False
-    table = storage.open_table(plan.dead_letter_uri, store)
     schema = arrow_schema() if table is None else pa.schema(table.schema().to_arrow())
     try:
         data = pa.Table.from_pylist(rows(plan, carried), schema=schema)  # a column the table has beyond these: null
