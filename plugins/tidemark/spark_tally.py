@@ -54,13 +54,26 @@ CARRIED_RECORDS = 2000
 batch with no more bad records than that, each small enough (``CARRIED_BYTES``), has its dead letters written from
 them (``tidemark.batch.carried``), with no second Spark job and no second read of Kafka."""
 CARRIED_BYTES = 8 * 1024
-"""A bad record is carried when its key and value take at most this many bytes together, so that what a task and
-the driver hold of them stays under CARRIED_RECORDS x 8 KiB (16 MiB)."""
+"""A bad record is carried when its key, value, headers and error text take at most this many bytes together
+(``carried_size``), so that what a task and the driver hold of them stays under about CARRIED_RECORDS x 8 KiB
+(16 MiB), plus the fixed fields."""
 CARRIED_FIELDS = ("kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key", "kafka_headers",
                   "value", "error", "ingested_at")
 """What the pass carries of a bad record: its dead-letter row but the pipeline and the batch id (the plan's). The
 two timestamps are carried as microseconds since the epoch (``unix_micros``), exact and free of the driver's time
 zone."""
+
+
+def carried_size() -> Column:
+    """The bytes of a record's variable fields (key, value, header keys and values, error text), which bound what
+    carrying it costs (``CARRIED_BYTES``)."""
+    from pyspark.sql import functions as F
+
+    def length(column: Column) -> Column:
+        return F.coalesce(F.octet_length(column), F.lit(0))
+
+    headers = F.aggregate("kafka_headers", F.lit(0), lambda total, h: total + length(h["key"]) + length(h["value"]))
+    return length(F.col("value")) + length(F.col("kafka_key")) + length(F.col("error")) + F.coalesce(headers, F.lit(0))
 
 
 def carried_record() -> Column:
@@ -97,8 +110,7 @@ def write_output_tallying(rows: DataFrame, plan: BatchPlan) -> OnePass | None:
 
     bad = F.col("error").isNotNull()
     page = F.struct("kafka_topic", "kafka_partition", F.shiftright("kafka_offset", BAD_PAGE_BITS).alias("page"))
-    size = F.coalesce(F.octet_length("value"), F.lit(0)) + F.coalesce(F.octet_length("kafka_key"), F.lit(0))
-    carry = bad & (size <= CARRIED_BYTES)
+    carry = bad & (carried_size() <= CARRIED_BYTES)  # And stops at a good record: its size is never computed
     observed = write_observed(rows, plan, F.count(F.lit(1)).alias("total"), F.count_if(bad).alias("bad"),
                                F.collect_set(F.when(bad, page)).alias("pages"),
                                F.collect_set(F.when(bad, bad_bucket())).alias("buckets"),

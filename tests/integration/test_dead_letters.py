@@ -156,6 +156,17 @@ def test_a_burst_of_bad_records_is_read_again_alone_for_the_dead_letters(kafka_b
     assert (rows[0].record_count, rows[0].dead_letter_count) == (43, 3)
     assert (rows[1].record_count, rows[1].dead_letter_count) == (5, 0)
 
+    # The next batch's one bad record is carried: delta-rs appends it to the table Spark made, after Spark's commit
+    monkeypatch.setattr(spark_tally, "CARRIED_RECORDS", 2000)
+    helpers.produce_values(topic, [good[0], POISON[3][0]], partition=1)
+    caplog.clear()
+    with caplog.at_level("INFO", logger="tidemark"):
+        execute_batch(spark, prepare_batch(config, props()), props(), "read_committed")
+    assert "carried by the pass: Kafka not read again" in caplog.text and "read again:" not in caplog.text
+    dead = spark.read.format("delta").load(config.dead_letter_uri).orderBy("kafka_partition", "kafka_offset").collect()
+    assert [(r.kafka_partition, r.kafka_offset, r.ingest_batch_id) for r in dead] == [
+        (0, 20, 1), (0, 21, 1), (0, 22, 1), (1, 6, 2)]
+
 
 @pytest.mark.parametrize("buckets", [65536, 4])
 def test_the_read_for_the_dead_letters_decodes_only_the_records_that_share_a_bad_records_bucket(
@@ -166,7 +177,7 @@ def test_the_read_for_the_dead_letters_decodes_only_the_records_that_share_a_bad
     from tidemark import spark_tally
 
     monkeypatch.setattr(spark_tally, "BAD_BUCKETS", buckets)
-    monkeypatch.setattr(spark_tally, "CARRIED_BYTES", 100)  # one bad record (POISON's last) too large to carry
+    monkeypatch.setattr(spark_tally, "CARRIED_BYTES", 0)  # no bad record is small enough to carry
     topic = helpers.create_topic(helpers.unique("spread"), partitions=1)
     values = [json.dumps({"order_id": i, "amount": 1.0}).encode() for i in range(60)]
     for k, (value, _) in enumerate(POISON):

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from tidemark import storage
 from tidemark.batch.plan import BatchPlan
+from tidemark.errors import ConcurrentBatchWriteError
 from tidemark.storage import ObjectStore
 
 
@@ -35,6 +36,26 @@ def rows(plan: BatchPlan, carried: Sequence[dict]) -> list[dict]:
              "ingest_batch_id": plan.batch_id} for record in carried]
 
 
+def beside_spark(dead_letter_uri: str, spark_log_store: str | None) -> bool:
+    """Whether delta-rs may commit to this dead-letter table beside Spark, which commits to it on the read-again
+    path: always on a local disk; on object storage only when Spark commits with Tidemark's log store, whose
+    conditional PUT of ``_delta_log/N.json`` is delta-rs' own. Delta's DynamoDB log store (``storage.SAFE_LOG_STORES``)
+    claims a version in DynamoDB and copies the file afterwards, which delta-rs' commits would not see: with it,
+    the dead letters are always read again and written by Spark."""
+    return not storage.is_object_store(dead_letter_uri) or spark_log_store == storage.LOG_STORE
+
+
+def check_fits(schema, columns: Sequence[str], uri: str) -> None:
+    """Refuse the schema of the table at ``uri`` when it cannot take rows of these columns: a column it lacks
+    (Arrow would drop it without a word) or a column of its own the rows leave null although it takes no null."""
+    missing = [name for name in columns if name not in schema.names]
+    required = [field.name for field in schema if field.name not in columns and not field.nullable]
+    if missing or required:
+        raise UnfitTableError(f"{uri}: " + "; ".join(
+            ([f"it has no column {', '.join(missing)}"] if missing else [])
+            + ([f"its column {', '.join(required)} takes no null"] if required else [])))
+
+
 class UnfitTableError(Exception):
     """The dead-letter table cannot take the carried records as they are (a column of another type, say, in a
     table an earlier release or another tool made); nothing was committed: read the dead letters again, so that
@@ -48,14 +69,16 @@ def write(plan: BatchPlan, carried: Sequence[dict], store: ObjectStore | None = 
     columns cannot take them (before any commit)."""
     import pyarrow as pa
     from deltalake import CommitProperties, Transaction, write_deltalake
-    from deltalake.exceptions import SchemaMismatchError
+    from deltalake.exceptions import CommitFailedError, SchemaMismatchError
 
     table = storage.open_table(plan.dead_letter_uri, store)  # one load: the marker checked is the one written on
-    if table is not None and (table.transaction_version(plan.pipeline) or 0) >= plan.batch_id:
+    if _holds(table, plan):
         return False
     schema = arrow_schema() if table is None else pa.schema(table.schema().to_arrow())
+    records = rows(plan, carried)
+    check_fits(schema, list(dict.fromkeys(name for row in records for name in row)), plan.dead_letter_uri)
     try:
-        data = pa.Table.from_pylist(rows(plan, carried), schema=schema)  # a column the table has beyond these: null
+        data = _arrow_table(records, schema, plan.dead_letter_uri)  # a column the table has beyond these: null
         write_deltalake(table if table is not None else storage.delta_rs_uri(plan.dead_letter_uri), data,
                         mode="append",
                         storage_options=None if table is not None else storage.delta_options(plan.dead_letter_uri,
@@ -65,4 +88,33 @@ def write(plan: BatchPlan, carried: Sequence[dict], store: ObjectStore | None = 
                             custom_metadata={"userMetadata": plan.commit_metadata()}))
     except (pa.ArrowInvalid, pa.ArrowTypeError, SchemaMismatchError) as exc:
         raise UnfitTableError(f"{plan.dead_letter_uri}: {exc}") from exc
+    except CommitFailedError as exc:  # a commit delta-rs could not rebase on: another attempt's, perhaps
+        if _holds(storage.open_table(plan.dead_letter_uri, store), plan):
+            return False
+        raise ConcurrentBatchWriteError(
+            f"the dead letters could not be committed to {plan.dead_letter_uri}: another writer committed first "
+            f"({exc}); nothing of this attempt was committed there, and a retry writes them",
+            pipeline=plan.pipeline, batch_id=plan.batch_id, location=plan.dead_letter_uri) from None
+    except OSError as exc:
+        raise storage.storage_failure(exc, plan.dead_letter_uri, store, plan.pipeline) from None
     return True
+
+
+def _arrow_table(records: list[dict], schema, uri: str):
+    """The rows as an Arrow table of the table's schema, column by column, so that a column that cannot take
+    its values is named (Arrow's own message does not name it)."""
+    import pyarrow as pa
+
+    columns = []
+    for field in schema:
+        try:
+            columns.append(pa.array([row.get(field.name) for row in records], type=field.type))
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise UnfitTableError(f"{uri}: its column {field.name} ({field.type}) cannot take the carried values: "
+                                  f"{exc}") from exc
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _holds(table, plan: BatchPlan) -> bool:
+    """Whether the dead-letter table (None: none yet) already holds this batch's marker."""
+    return table is not None and (table.transaction_version(plan.pipeline) or 0) >= plan.batch_id

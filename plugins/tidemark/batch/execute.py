@@ -27,7 +27,7 @@ import datetime as dt
 import logging
 from collections.abc import Mapping
 
-from tidemark import crash, spark_io, spark_records, spark_tally
+from tidemark import crash, spark_io, spark_records, spark_tally, storage
 from tidemark.batch import carried, keyed_transform, transformed
 from tidemark.batch.finalize import finalize_batch
 from tidemark.batch.plan import BatchPlan
@@ -220,11 +220,9 @@ def write_checked_in_one_pass(spark, rows, plan: BatchPlan, properties: Mapping[
     log.info("pipeline '%s': batch %d committed to %s (%d records read, %d bad, from %d offsets)", plan.pipeline,
              plan.batch_id, plan.table_uri, written.records_read, written.bad_records, plan.total_offsets)
     crash.crash_point(crash.AFTER_OUTPUT_COMMIT)
+    # No spans although Spark counted bad records: finalize_batch refuses the batch
     spans = bad_spans(plan, written.bad_spans) if written.bad_records else []
-    if spans and written.carried is not None and _write_carried(plan, written, store):
-        log.info("pipeline '%s': %d dead letters written to %s (carried by the pass: Kafka not read again)",
-                 plan.pipeline, written.bad_records, plan.dead_letter_uri)
-    elif spans:  # none although Spark counted bad records: finalize_batch refuses the batch
+    if spans and not (written.carried is not None and _write_carried(spark, plan, written, store)):
         only = dataclasses.replace(plan, ranges=spans)
         again = _read_rows(spark, only, properties, isolation_level)
         buckets = written.bad_buckets
@@ -240,15 +238,30 @@ def write_checked_in_one_pass(spark, rows, plan: BatchPlan, properties: Mapping[
     return written
 
 
-def _write_carried(plan: BatchPlan, written: spark_tally.OnePass, store: ObjectStore | None) -> bool:
-    """The dead letters from the bad records the pass carried; False when the table cannot take them as carried
-    (nothing committed: the caller reads them again)."""
+def _write_carried(spark, plan: BatchPlan, written: spark_tally.OnePass, store: ObjectStore | None) -> bool:
+    """The dead letters from the bad records the pass carried; False when they must be read again instead
+    (nothing committed): the table cannot take them as carried, or Spark commits to it on object storage with a
+    log store delta-rs does not share (``carried.beside_spark``)."""
+    scheme = storage.spark_uri(plan.dead_letter_uri).split(":", 1)[0].lower()
+    log_store = (spark.conf.get(f"spark.delta.logStore.{scheme}.impl", None)
+                 if storage.is_object_store(plan.dead_letter_uri) else None)
+    if not carried.beside_spark(plan.dead_letter_uri, log_store):
+        log.info("pipeline '%s': batch %d: Spark commits to %s with %s, which delta-rs does not share; the dead "
+                 "letters are read again and written by Spark", plan.pipeline, plan.batch_id, plan.dead_letter_uri,
+                 log_store or "Delta's default log store")
+        return False
     try:
-        carried.write(plan, written.carried or [], store)
+        wrote = carried.write(plan, written.carried or [], store)
     except carried.UnfitTableError as exc:
         log.warning("pipeline '%s': batch %d: the dead-letter table cannot take the carried bad records (%s); they "
                     "are read again from Kafka", plan.pipeline, plan.batch_id, exc)
         return False
+    if wrote:
+        log.info("pipeline '%s': %d dead letters written to %s (carried by the pass: Kafka not read again)",
+                 plan.pipeline, written.bad_records, plan.dead_letter_uri)
+    else:
+        log.warning("pipeline '%s': batch %d: the dead letters were already in %s (another attempt wrote them)",
+                    plan.pipeline, plan.batch_id, plan.dead_letter_uri)
     return True
 
 

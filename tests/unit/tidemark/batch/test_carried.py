@@ -55,10 +55,35 @@ def test_carried_dead_letters_append_to_a_table_with_more_columns_leaving_them_n
     assert [(r["kafka_offset"], r["note"], r["ingest_batch_id"]) for r in held] == [(1, None, 4)]
 
 
-def test_a_table_whose_columns_cannot_take_the_carried_records_is_refused_before_any_commit(tmp_path):
-    other = pa.schema([("pipeline", pa.string()), ("kafka_offset", pa.string())])  # an offset kept as text
-    write_deltalake(str(tmp_path / "dead"), pa.Table.from_pylist([], schema=other))
-    with pytest.raises(carried.UnfitTableError, match=str(tmp_path / "dead")):
+def _without(name: str) -> pa.Schema:
+    schema = carried.arrow_schema()
+    return schema.remove(schema.get_field_index(name))
+
+
+def _retyped(name: str, kind: pa.DataType) -> pa.Schema:
+    schema = carried.arrow_schema()
+    return schema.set(schema.get_field_index(name), pa.field(name, kind))
+
+
+@pytest.mark.parametrize(("schema", "named"), [
+    (_retyped("kafka_offset", pa.string()), "kafka_offset"),  # an offset kept as text
+    (_without("kafka_headers"), "no column kafka_headers"),  # Arrow would drop the headers without a word
+    (carried.arrow_schema().append(pa.field("tenant", pa.string(), nullable=False)), "column tenant takes no null"),
+], ids=["a column of another type", "a column missing", "a required column of its own"])
+def test_a_table_whose_columns_cannot_take_the_carried_records_is_refused_before_any_commit(tmp_path, schema, named):
+    write_deltalake(str(tmp_path / "dead"), pa.Table.from_pylist([], schema=schema))
+    with pytest.raises(carried.UnfitTableError, match=str(tmp_path / "dead")) as refused:
         carried.write(plan(tmp_path, 5), [record(1)])
+    assert named in str(refused.value)
     table = DeltaTable(str(tmp_path / "dead"))
     assert table.version() == 0 and table.transaction_version("orders_pipe") is None
+
+
+@pytest.mark.parametrize(("uri", "log_store", "beside"), [
+    ("/lake/dead", None, True),
+    ("s3://lake/dead", "io.tidemark.delta.S3ConditionalPutLogStore", True),
+    ("s3a://lake/dead", "io.delta.storage.S3DynamoDBLogStore", False),  # its versions are claimed in DynamoDB
+    ("s3://lake/dead", None, False),
+])
+def test_delta_rs_commits_beside_spark_only_where_both_take_a_version_the_same_way(uri, log_store, beside):
+    assert carried.beside_spark(uri, log_store) is beside
