@@ -78,9 +78,25 @@ when ``from_avro`` (PERMISSIVE) failed, which it reports as a struct of nulls, n
 
 
 def _schema_id(column: str) -> Column:
+    """The schema id of a value in the Confluent wire format, as a number: for messages only. A good record's
+    tests compare its header bytes (``_id_is``, ``_magic_is_zero``), with no number or string made."""
     from pyspark.sql import functions as F
 
     return F.conv(F.hex(F.substring(column, 2, 4)), 16, 10).cast("long")
+
+
+def _id_bytes(schema_id: int) -> Column:
+    """A schema id as the 4 big-endian bytes of the wire format's header (a binary literal)."""
+    from pyspark.sql import functions as F
+
+    return F.expr(f"X'{schema_id:08X}'")
+
+
+def _id_is(column: str, schema_id: int) -> Column:
+    """Whether the header of a value in the wire format names this schema id: a compare of 4 bytes."""
+    from pyspark.sql import functions as F
+
+    return F.substring(column, 2, 4) == _id_bytes(schema_id)
 
 
 def _avro_decoded(frozen: dict, column: str = "value") -> Column:
@@ -96,12 +112,12 @@ def _avro_decoded(frozen: dict, column: str = "value") -> Column:
     if isinstance(reader, dict) and reader.get("type") == "record":
         reader["fields"] = [*reader["fields"], {"name": _DECODED, "type": "boolean", "default": True}]
     options = {"mode": "PERMISSIVE", "avroSchema": json.dumps(reader)}
-    body, schema_id = F.expr(f"substring({column}, 6)"), _schema_id(column)
+    body = F.expr(f"substring({column}, 6)")
     decoded = None
     for sid, writer in sorted(frozen["writers"].items()):
         branch = from_avro(body, writer, options)
-        decoded = (F.when(schema_id == int(sid), branch) if decoded is None
-                   else decoded.when(schema_id == int(sid), branch))
+        decoded = (F.when(_id_is(column, int(sid)), branch) if decoded is None
+                   else decoded.when(_id_is(column, int(sid)), branch))
     return decoded if decoded is not None else F.lit(None)
 
 
@@ -128,21 +144,22 @@ def _wire_header_error(frozen: dict, column: str, null_value: str) -> Column:
     header, the magic byte, the schema id (frozen at plan time: not readable into the reader, or unknown)."""
     from pyspark.sql import functions as F
 
-    size, schema_id = F.octet_length(column), _schema_id(column)
-    magic = F.conv(F.hex(F.substring(column, 1, 1)), 16, 10)
+    size, schema_id, header_id = F.octet_length(column), _schema_id(column), F.substring(column, 2, 4)
+    magic = F.conv(F.hex(F.substring(column, 1, 1)), 16, 10)  # for the message only
     label = "" if column == "value" else f"{column}: "
     if column == "value":
         error = F.when(F.col(column).isNull(), F.lit(null_value))
     else:
         error = F.when(F.col(column).isNull(), F.lit(None).cast("string"))
+    # A good record's tests compare bytes: its length, its first byte, its 4 id bytes with each known id's
     error = (error.when(size < 5, F.concat(F.lit(f"{label}value of "), size.cast("string"),
                                            F.lit(" bytes is shorter than the 5-byte Confluent header")))
-             .when(magic != "0", F.concat(F.lit(f"{label}magic byte is "), magic,
-                                          F.lit(", not 0: not the Confluent wire format"))))
+             .when(F.substring(column, 1, 1) != F.expr("X'00'"), F.concat(
+                 F.lit(f"{label}magic byte is "), magic, F.lit(", not 0: not the Confluent wire format"))))
     for sid, reason in sorted(frozen["unreadable"].items()):
-        error = error.when(schema_id == int(sid), F.lit(label + reason))
-    known = [int(sid) for sid in frozen["writers"]]
-    error = error.when(~schema_id.isin(known) if known else F.lit(True), F.concat(
+        error = error.when(header_id == _id_bytes(int(sid)), F.lit(label + reason))
+    known = [_id_bytes(int(sid)) for sid in frozen["writers"]]
+    error = error.when(~header_id.isin(*known) if known else F.lit(True), F.concat(
         F.lit(f"{label}schema id "), schema_id.cast("string"),
         F.lit(f" is not a version of subject '{frozen['subject']}' in the Schema Registry (as of plan time)")))
     return error
