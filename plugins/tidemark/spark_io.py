@@ -163,19 +163,28 @@ def write_observed(rows: DataFrame, plan: BatchPlan, *aggregates: Column, wait_s
     """Write the output in one pass over Kafka while Spark computes ``aggregates`` over the rows it
     reads (an ``Observation`` of the same job). Returns their values, or None when Delta skipped the
     write because the output already holds the batch (its marker): then no job ran to observe."""
-    import time
-
     from pyspark.sql import Observation
 
     observation = Observation(f"tidemark-{plan.pipeline}-{plan.batch_id}")
     write_output(rows.observe(observation, *aggregates), plan)
-    if not hasattr(observation, "_jo"):  # Spark Connect: the metrics came back with the write's reply
-        return dict(observation.get) or None  # none at all: Delta skipped the write
+    return observed_metrics(observation, wait_s)
+
+
+def observed_metrics(observation, wait_s: float = 10.0) -> dict | None:
+    """The values of an ``Observation`` after the action that computed them, or None when no job computed them
+    (Delta skipped a write: ``get`` would then block for ever), or when they came back as an empty row (seen after a
+    keyed batch's pass whose every change was filtered out before its shuffle)."""
+    import time
+
+    if not hasattr(observation, "_jo"):  # Spark Connect: the metrics came back with the action's reply
+        return dict(observation.get) or None  # none at all: no job ran
     deadline = time.monotonic() + wait_s
-    while not observation._jo.future().isCompleted():  # get() would block for ever after a skipped write
+    while not observation._jo.future().isCompleted():
         if time.monotonic() > deadline:
             return None
         time.sleep(0.1)
+    if observation._jo.getRow().length() == 0:  # an empty row, without even a schema to convert it with
+        return None
     return dict(observation.get)
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from tidemark.batch.plan import BatchPlan
 from tidemark.offsets import TopicPartition
-from tidemark.spark_io import write_observed
+from tidemark.spark_io import observed_metrics, write_observed
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -126,3 +126,37 @@ def write_output_tallying(rows: DataFrame, plan: BatchPlan) -> OnePass | None:
     carried = [r.asDict(recursive=True) for r in observed["carried"] or () if r is not None]
     return OnePass(int(observed["total"]), bad_records, spans, sorted(int(b) for b in observed["buckets"]),
                    carried if len(carried) == bad_records <= CARRIED_RECORDS else None)
+
+
+OBSERVED_PARTITIONS = 32
+"""A keyed batch of at most this many partitions is tallied per partition in the pass that reduces it to the newest
+change per key (``observe_by_partition``: four aggregates per partition, updated for every record); a batch of
+more is cached and tallied first, as a transformed keyed batch is."""
+
+
+def observe_by_partition(rows: DataFrame, plan: BatchPlan):
+    """The rows observed (an ``Observation``) per partition of the plan: records, bad records, first and last
+    offset; and all records. The first action that reads the rows computes them. Returns the observed rows and a
+    function that gives, once that action has run, ``(records, {partition: (records, bad, first, last)})`` for the
+    partitions that had records (records of a partition outside the plan count in the first number only), or
+    None when no action computed them."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    observation = Observation(f"tidemark-{plan.pipeline}-{plan.batch_id}-read")
+    bad = F.col("error").isNotNull()
+    aggregates = [F.count(F.lit(1)).alias("records")]
+    for i, r in enumerate(plan.ranges):
+        here = (F.col("kafka_topic") == r.topic) & (F.col("kafka_partition") == r.partition)
+        offset = F.when(here, F.col("kafka_offset"))
+        aggregates += [F.count_if(here).alias(f"n{i}"), F.count_if(here & bad).alias(f"bad{i}"),
+                       F.min(offset).alias(f"lo{i}"), F.max(offset).alias(f"hi{i}")]
+
+    def tallies() -> tuple[int, dict[TopicPartition, tuple[int, int, int | None, int | None]]] | None:
+        got = observed_metrics(observation)
+        if got is None:
+            return None
+        return int(got["records"]), {r.tp: (int(got[f"n{i}"]), int(got[f"bad{i}"]), got[f"lo{i}"], got[f"hi{i}"])
+                                     for i, r in enumerate(plan.ranges) if got[f"n{i}"]}
+
+    return rows.observe(observation, *aggregates), tallies

@@ -31,7 +31,7 @@ from tidemark import crash, spark_io, spark_records, spark_tally, storage
 from tidemark.batch import carried, keyed_transform, transformed
 from tidemark.batch.finalize import finalize_batch
 from tidemark.batch.plan import BatchPlan
-from tidemark.batch.read_checks import bad_records_error, cached_and_counted, kafka_errors
+from tidemark.batch.read_checks import bad_records_error, cached_and_counted, checked, kafka_errors
 from tidemark.batch.tables import Tally, dead_letters_settled, output_txn_version
 from tidemark.errors import (
     PipelineBusyError,
@@ -125,11 +125,13 @@ def write_counted_first(rows, plan: BatchPlan) -> dict[TopicPartition, Tally]:
 
 
 def write_keyed(spark, rows, plan: BatchPlan, store: ObjectStore | None = None) -> dict[TopicPartition, Tally]:
-    """A keyed table (``tidemark.keyed``): cache the batch and count good and bad records per partition, as
-    for re-reads; then one MERGE of the newest change per key (cached: the check and the MERGE read it),
-    skipping changes at offsets the table already applied (below the ledger's high water), so a re-read changes
-    nothing; then the dead letters (recovery completes them after a kill, as for values written in one pass).
-    The MERGE commit carries the marker and the counts, which finalize reads back after a crash."""
+    """A keyed table (``tidemark.keyed``): one pass over Kafka reduces the batch to the newest change per key
+    (cached: the check and the MERGE read it) while it counts good and bad records per partition, which are
+    checked before anything is written; changes at offsets the table already applied (below the ledger's high
+    water) are skipped, so a re-read changes nothing. Then one MERGE, then the dead letters, read again from Kafka
+    (recovery completes them after a kill, as for values written in one pass). The MERGE commit carries the marker
+    and the counts, which finalize reads back after a crash. A transformed batch, or one of more than
+    ``spark_tally.OBSERVED_PARTITIONS`` partitions, is cached and counted first instead, as for re-reads."""
     from tidemark import spark_keyed, storage
     from tidemark.keyed import KeyedSpec
     from tidemark.records import output_columns
@@ -138,12 +140,22 @@ def write_keyed(spark, rows, plan: BatchPlan, store: ObjectStore | None = None) 
     columns, add_columns, widen = output_columns(fmt, plan.partition_by), fmt.add_columns, fmt.widen
     if fmt.transform:  # checked before the read
         columns, add_columns, widen = keyed_transform.check(spark, rows, plan, spec, store)
-    rows, tallies, bad = cached_and_counted(rows, plan)
-    newest = None
+    # One pass: the read tallied while it is reduced to the newest change per key, nothing of it cached but
+    # that. A transform counts what it filters from the cached batch, and many partitions would cost too many
+    # aggregates per record: the batch is then cached and tallied first.
+    one_pass = not fmt.transform and len(plan.ranges) <= spark_tally.OBSERVED_PARTITIONS
+    tallies, bad, filtered, newest = {}, 0, None, None
+    if not one_pass:
+        rows, tallies, bad = cached_and_counted(rows, plan)
     try:
         applied = Ledger(plan.ledger_uri, store).state(plan.pipeline).high_water
-        changes, filtered = (keyed_transform.changes(spark, rows, plan, spec) if fmt.transform else (rows, None))
+        if one_pass:
+            changes, observed = spark_tally.observe_by_partition(rows, plan)
+        else:
+            changes, filtered = (keyed_transform.changes(spark, rows, plan, spec) if fmt.transform else (rows, None))
         newest = spark_keyed.newest_changes(changes, spec, applied).persist()  # read by the check and the MERGE
+        if one_pass:
+            tallies, bad = _reduced_and_tallied(plan, rows, newest, observed)
         exists = storage.open_table(plan.table_uri, store) is not None
         if widen and exists:
             _widen_keyed(spark, plan, widen)
@@ -151,28 +163,55 @@ def write_keyed(spark, rows, plan: BatchPlan, store: ObjectStore | None = None) 
             with kafka_errors(plan):
                 spark_keyed.check_one_partition_per_key(newest, spec, plan.pipeline)
         metadata = plan.commit_metadata({tp: t.records - t.bad for tp, t in tallies.items()}, filtered)
-        with kafka_errors(plan):
-            if exists:
-                spark_keyed.merge(spark, newest, spec, plan.table_uri, columns, app_id=plan.pipeline,
-                                  version=plan.batch_id, metadata=metadata, add_columns=add_columns)
-            else:  # the first batch creates the table: its newest upserts, as a MERGE into nothing would
-                spark_io.append_marked(newest.where(f"{spark_keyed.OP} = 'u'").select(*columns), plan.table_uri,
-                                       app_id=plan.pipeline, version=plan.batch_id, metadata=metadata,
-                                       pipeline=plan.pipeline, partition_by=plan.partition_by,
-                                       refused=f"batch {plan.batch_id}: another writer created {plan.table_uri} "
-                                               f"at the same moment; the next run finds the batch or reads it again")
+        _merge_newest(spark, plan, spec, newest, columns, metadata, add_columns=add_columns, exists=exists)
         log.info("pipeline '%s': batch %d merged into %s (%d records read, %d bad)", plan.pipeline, plan.batch_id,
                  plan.table_uri, sum(t.records for t in tallies.values()), bad)
         crash.crash_point(crash.AFTER_OUTPUT_COMMIT)
         if bad:  # after the MERGE, as for a transform: a MERGE that refuses the batch leaves nothing written
-            with kafka_errors(plan):
+            with kafka_errors(plan):  # from the cached batch, or (one pass) a second read of Kafka
                 spark_io.write_dead_letters(rows, plan)
         crash.crash_point(crash.AFTER_DEAD_LETTERS)
     finally:
-        rows.unpersist()
+        if not one_pass:
+            rows.unpersist()
         if newest is not None:
             newest.unpersist()
     return tallies
+
+
+def _merge_newest(spark, plan: BatchPlan, spec, newest, columns: list[str], metadata: str, *, add_columns: bool,
+                  exists: bool) -> None:
+    """The one commit of a keyed batch, with its marker: a MERGE of the newest changes, or, for the batch that
+    creates the table, an append of its newest upserts (as a MERGE into nothing would)."""
+    from tidemark import spark_keyed
+
+    with kafka_errors(plan):
+        if exists:
+            spark_keyed.merge(spark, newest, spec, plan.table_uri, columns, app_id=plan.pipeline,
+                              version=plan.batch_id, metadata=metadata, add_columns=add_columns)
+        else:
+            spark_io.append_marked(newest.where(f"{spark_keyed.OP} = 'u'").select(*columns), plan.table_uri,
+                                   app_id=plan.pipeline, version=plan.batch_id, metadata=metadata,
+                                   pipeline=plan.pipeline, partition_by=plan.partition_by,
+                                   refused=f"batch {plan.batch_id}: another writer created {plan.table_uri} "
+                                           f"at the same moment; the next run finds the batch or reads it again")
+
+
+def _reduced_and_tallied(plan: BatchPlan, rows, newest, observed) -> tuple[dict[TopicPartition, Tally], int]:
+    """Compute the newest changes (cached) in the one pass over Kafka that also tallies the batch per partition
+    (``spark_tally.observe_by_partition``), then check the tallies as ``cached_and_counted`` does, before anything
+    is written. Returns them and the number of bad records."""
+    with kafka_errors(plan):
+        newest.count()
+        counted = observed()
+        if counted is None:  # the counts came back empty (seen when every change was already applied: a replay)
+            log.info("pipeline '%s': batch %d: Spark returned no counts with the pass; the batch is counted by "
+                     "reading it again", plan.pipeline, plan.batch_id)
+            tallies, records = spark_io.tally(rows), None
+        else:
+            records, parts = counted
+            tallies = {tp: Tally(*part) for tp, part in parts.items()}
+    return tallies, checked(plan, rows, tallies, records)
 
 
 def _widen_keyed(spark, plan: BatchPlan, widen: dict[str, str]) -> None:

@@ -32,10 +32,15 @@ def _stored(written: dict[TopicPartition, Tally], dead: dict[TopicPartition, Tal
 
 
 def check_read(plan: BatchPlan, tallies: dict[TopicPartition, Tally], *, source: str = "Spark returned",
-               outcome: str = "nothing was written") -> None:
+               outcome: str = "nothing was written", records: int | None = None) -> None:
     """Records of the frozen ranges only: every offset inside its range, no more records than
     offsets, no partition outside the plan. ``tallies`` are what Spark read (before writing) or what
-    the tables hold for the batch (before the ledger commit). Raises ReconciliationError."""
+    the tables hold for the batch (before the ledger commit); ``records``, when Spark counted them all, is
+    more than the tallies' sum if some came from partitions outside the plan. Raises ReconciliationError."""
+    outside = (records or 0) - sum(t.records for t in tallies.values())
+    if outside > 0:
+        raise ReconciliationError(f"{source} {outside} records of partitions batch {plan.batch_id} does not read; "
+                                  f"{outcome}", pipeline=plan.pipeline)
     ranges = {r.tp: r for r in plan.ranges}
     for tp, tally in tallies.items():
         r = ranges.get(tp)

@@ -62,16 +62,24 @@ def cached_and_counted(rows, plan: BatchPlan) -> tuple[object, dict[TopicPartiti
     try:
         with kafka_errors(plan):
             tallies = spark_io.tally(rows)
-        check_read(plan, tallies)
-        bad = sum(t.bad for t in tallies.values())
-        log.info("pipeline '%s': batch %d read %d records (%d bad) from %d offsets", plan.pipeline, plan.batch_id,
-                 sum(t.records for t in tallies.values()), bad, plan.total_offsets)
-        if bad and plan.format.on_bad_record == "fail":
-            raise bad_records_error(plan, rows)
+        bad = checked(plan, rows, tallies)
     except BaseException:
         rows.unpersist()
         raise
     return rows, tallies, bad
+
+
+def checked(plan: BatchPlan, rows, tallies: dict[TopicPartition, Tally], records: int | None = None) -> int:
+    """What Spark read of the batch (``tallies`` per partition, ``records`` in all when it counted them) checked
+    against the frozen ranges (``check_read``) and logged; under ``on_bad_record: fail`` a bad record fails the
+    batch here. Returns the number of bad records."""
+    check_read(plan, tallies, records=records)
+    bad = sum(t.bad for t in tallies.values())
+    log.info("pipeline '%s': batch %d read %d records (%d bad) from %d offsets", plan.pipeline, plan.batch_id,
+             sum(t.records for t in tallies.values()), bad, plan.total_offsets)
+    if bad and plan.format.on_bad_record == "fail":
+        raise bad_records_error(plan, rows)
+    return bad
 
 
 def bad_records_error(plan: BatchPlan, rows) -> BadRecordsError:
