@@ -39,7 +39,7 @@ def check_read(plan: BatchPlan, tallies: dict[TopicPartition, Tally], *, source:
     more than the tallies' sum if some came from partitions outside the plan. Raises ReconciliationError."""
     outside = (records or 0) - sum(t.records for t in tallies.values())
     if outside > 0:
-        raise ReconciliationError(f"{source} {outside} records of partitions batch {plan.batch_id} does not read; "
+        raise ReconciliationError(f"{source} {outside} record(s) of partitions batch {plan.batch_id} does not read; "
                                   f"{outcome}", pipeline=plan.pipeline)
     ranges = {r.tp: r for r in plan.ranges}
     for tp, tally in tallies.items():

@@ -38,3 +38,7 @@ def test_records_outside_the_frozen_range_or_more_than_offsets_fail_the_read_che
         check_read(plan_of(OffsetRange("a", 0, 0, 3)), {A0: Tally(4, 0, 0, 2)})
     with pytest.raises(ReconciliationError, match="which batch 7 does not read"):
         check_read(plan_of(OffsetRange("a", 0, 0, 3)), {B0: Tally(1, 0, 0, 0)})
+    # A pass that counted per partition of the plan and all records: the difference came from elsewhere
+    check_read(plan_of(OffsetRange("a", 0, 0, 3)), {A0: Tally(2, 0, 0, 1)}, records=2)
+    with pytest.raises(ReconciliationError, match=r"Spark returned 1 record\(s\) of partitions batch 7 does not read"):
+        check_read(plan_of(OffsetRange("a", 0, 0, 3)), {A0: Tally(2, 0, 0, 1)}, records=3)
