@@ -48,9 +48,9 @@ def spark_work() -> None:
         rows = spark.range(200).select(F.col("id"), F.col("id").cast("string").alias("s"),
                                        F.current_timestamp().alias("at"),
                                        F.to_json(F.struct(F.col("id").alias("a"))).alias("j"))
-        for version in (1, 2):
-            (rows.write.format("delta").mode("append").option("txnAppId", "train").option("txnVersion", str(version))
-             .option("userMetadata", "{}").save(table))
+        for version in (1, 2):  # two appends of other keys: the MERGE below matches each row of the table once
+            (rows.withColumn("id", F.col("id") + 200 * (version - 1)).write.format("delta").mode("append")
+             .option("txnAppId", "train").option("txnVersion", str(version)).option("userMetadata", "{}").save(table))
         spark.sql(f"MERGE INTO delta.`{table}` t USING (SELECT id, s FROM delta.`{table}` WHERE id < 10) u "
                   f"ON t.id = u.id WHEN MATCHED THEN UPDATE SET s = u.s WHEN NOT MATCHED THEN INSERT (id, s) "
                   f"VALUES (u.id, u.s)")

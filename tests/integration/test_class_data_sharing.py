@@ -93,6 +93,8 @@ def test_the_first_job_starts_the_trainer_without_waiting_for_it_and_the_next_ma
                                  lambda: f"the trainer's archive; its log: {_training_log(archives)}")
     assert len(written) == 1 and written[0].stat().st_size > 10_000_000, sorted(archives.iterdir())
     helpers.wait_until(lambda: not list(archives.glob("*.training")), 30, "the trainer to release its lock")
+    training = sorted(archives.glob("*.training.log"))[0].read_text()
+    assert "Traceback" not in training, training[-3000:]  # every step of the training job ran, its classes archived
     assert sorted(p.name for p in archives.iterdir() if not p.name.endswith(".log")) == [written[0].name]
     assert topic.encode() not in written[0].read_bytes()  # class metadata, not the job's data
 
