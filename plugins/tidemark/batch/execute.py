@@ -132,7 +132,7 @@ def write_keyed(spark, rows, plan: BatchPlan, store: ObjectStore | None = None) 
     (recovery completes them after a kill, as for values written in one pass). The MERGE commit carries the marker
     and the counts, which finalize reads back after a crash. A transformed batch, or one of more than
     ``spark_tally.OBSERVED_PARTITIONS`` partitions, is cached and counted first instead, as for re-reads."""
-    from tidemark import spark_keyed, storage
+    from tidemark import spark_keyed
     from tidemark.keyed import KeyedSpec
     from tidemark.records import output_columns
 
