@@ -25,6 +25,11 @@
 # `up` creates, on the broker of KAFKA_PORT (also one that was already running), a topic of 3 partitions for
 # every topic listed by a pipeline file of the pipelines folder (TIDEMARK_PIPELINES_DIR, default dags/pipelines),
 # unless it exists, so that each pipeline's first scheduled run finds its topic; a topic_pattern creates none.
+# The ingest tasks run on the warm path by default: `up` starts a Spark Connect server (scripts/connect.sh, on
+# CONNECT_PORT, 15002), or uses the one of this checkout already running there, and points the `spark_default`
+# connection at it (in env.sh); `up` again starts it again if it stopped, `status` shows it, `down` stops it if
+# `up` started it. LAUNCHER=submit: no server, each batch a spark-submit JVM (the connection's default). A
+# Spark connection of your own in AIRFLOW_CONN_SPARK_DEFAULT wins over both.
 # `down` stops whatever `up` started, whichever executor it ran.
 # `source $AIRFLOW_LOCAL_HOME/env.sh` points the `airflow` and `tidemark` CLIs at this Airflow.
 set -euo pipefail
@@ -52,6 +57,15 @@ export REDIS_PORT=${REDIS_PORT:-6380}
 export REDIS_HOME=${REDIS_HOME:-$AIRFLOW_HOME/redis}
 workers_home=$AIRFLOW_HOME/workers
 log_port=${CELERY_LOG_PORT:-8793}
+launcher=${LAUNCHER:-connect}
+case $launcher in
+  connect|submit) ;;
+  *) echo "airflow: LAUNCHER=$launcher is not a launcher of this stack; use connect (the default: a Spark Connect" \
+          "server for every batch) or submit (a spark-submit JVM per batch)" >&2; exit 2 ;;
+esac
+export CONNECT_PORT=${CONNECT_PORT:-15002}
+warm_connection="{\"conn_type\": \"spark_connect\", \"host\": \"127.0.0.1\", \"port\": $CONNECT_PORT}"
+warm= spark_summary= connect_pid=  # set by `up` (spark_up)
 service=airflow logfile=$logs sessions=1  # each service with its task processes in a process group
 
 write_env() {  # the one environment every service and CLI call of this Airflow shares
@@ -101,6 +115,12 @@ export AIRFLOW__API__BASE_URL="http://127.0.0.1:$port"
 export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="$users"
 export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE="$AIRFLOW_HOME/passwords.json"
 ENV
+  if [ -n "$warm" ]; then
+    cat >>"$AIRFLOW_HOME/env.sh" <<ENV
+# The warm path: every pipeline's ingest job on the Spark Connect server of scripts/connect.sh (LAUNCHER=submit: none)
+export AIRFLOW_CONN_SPARK_DEFAULT='$warm_connection'
+ENV
+  fi
   if [ "$executor" = CeleryExecutor ]; then
     cat >>"$AIRFLOW_HOME/env.sh" <<ENV
 export AIRFLOW__CELERY__BROKER_URL="$(scripts/redis.sh url)"
@@ -170,6 +190,23 @@ cmd_worker_down() {
   echo "airflow: Celery worker $1 stopped"
 }
 
+spark_up() {  # the warm path's Spark Connect server, started in the background (connect_pid), unless LAUNCHER=submit
+  # or a connection of the caller's; sets warm and spark_summary
+  if [ -n "${AIRFLOW_CONN_SPARK_DEFAULT:-}" ] && [ "$AIRFLOW_CONN_SPARK_DEFAULT" != "$warm_connection" ]; then
+    spark_summary="the connection of AIRFLOW_CONN_SPARK_DEFAULT (no Spark Connect server started)"
+    return
+  fi
+  if [ "$launcher" = submit ]; then spark_summary="a spark-submit JVM per batch (LAUNCHER=submit)"; return; fi
+  warm=1 spark_summary="the Spark Connect server at sc://127.0.0.1:$CONNECT_PORT (the warm path; LAUNCHER=submit: none)"
+  if [ -f "$AIRFLOW_HOME/.started-connect" ] || ! scripts/connect.sh status >/dev/null 2>&1; then
+    mkdir -p "$AIRFLOW_HOME" && echo "$CONNECT_PORT" >"$AIRFLOW_HOME/.started-connect"
+    scripts/connect.sh up >"$AIRFLOW_HOME/connect-up.log" 2>&1 &  # beside PostgreSQL's start and the migration
+    connect_pid=$!
+  else
+    echo "connect: using the Spark Connect server at sc://127.0.0.1:$CONNECT_PORT (started before this stack)"
+  fi
+}
+
 cmd_up() {
   local started=$SECONDS
   if service_listening "$KAFKA_PORT"; then
@@ -178,6 +215,7 @@ cmd_up() {
     scripts/kafka.sh up
     mkdir -p "$AIRFLOW_HOME" && touch "$AIRFLOW_HOME/.started-kafka"
   fi
+  spark_up
   scripts/postgres.sh up
   if [ "$executor" = CeleryExecutor ]; then
     scripts/redis.sh up
@@ -219,6 +257,11 @@ PY
   start triggerer
   where="(a healthy metadata DB and scheduler) at http://127.0.0.1:$port/api/v2/monitor/health" \
     service_wait_ready 240 healthy
+  if [ -n "$connect_pid" ]; then
+    wait "$connect_pid" || { cat "$AIRFLOW_HOME/connect-up.log" >&2; echo "airflow: the Spark Connect server did not" \
+      "start (above); LAUNCHER=submit runs each batch by spark-submit instead" >&2; exit 1; }
+    cat "$AIRFLOW_HOME/connect-up.log"
+  fi
   local i workers=""
   if [ "$executor" = CeleryExecutor ]; then
     for i in $(seq 1 "${CELERY_WORKERS:-2}"); do worker_up "$i"; workers+=" worker-$i"; done
@@ -230,6 +273,7 @@ PY
 airflow: up in $((SECONDS - started)) s on PostgreSQL ($(scripts/postgres.sh url | sed 's/:[^:@]*@/:***@/'))
   UI:        http://127.0.0.1:$port   (Tidemark page: http://127.0.0.1:$port/plugin/tidemark)
   login:     $user / $password
+  spark:     $spark_summary
   executor:  $executor${workers:+ (Celery workers:$workers, each in $workers_home/<name>; broker $(scripts/redis.sh url))}
   services:  ${services[*]} (logs in $logs)
   CLI:       source $AIRFLOW_HOME/env.sh
@@ -248,6 +292,10 @@ cmd_down() {
     rm -f "$AIRFLOW_HOME/.started-redis"
   fi
   scripts/postgres.sh down
+  if [ -f "$AIRFLOW_HOME/.started-connect" ]; then
+    CONNECT_PORT=$(cat "$AIRFLOW_HOME/.started-connect") scripts/connect.sh down
+    rm -f "$AIRFLOW_HOME/.started-connect"
+  fi
   if [ -f "$AIRFLOW_HOME/.started-kafka" ]; then
     scripts/kafka.sh down
     rm -f "$AIRFLOW_HOME/.started-kafka"
@@ -267,6 +315,9 @@ cmd_status() {
     else echo "celery $(basename "$(dirname "$name")"): stopped"; code=1; fi
   done
   scripts/postgres.sh status || code=1
+  if [ -f "$AIRFLOW_HOME/.started-connect" ]; then
+    CONNECT_PORT=$(cat "$AIRFLOW_HOME/.started-connect") scripts/connect.sh status || code=1
+  fi
   if [ -f "$AIRFLOW_HOME/.started-redis" ]; then
     read -r REDIS_PORT REDIS_HOME <"$AIRFLOW_HOME/.started-redis"
     REDIS_PORT=$REDIS_PORT REDIS_HOME=$REDIS_HOME scripts/redis.sh status || code=1

@@ -1,5 +1,6 @@
 """`make airflow` (scripts/airflow.sh) and the tests against it: a real Airflow 3 (api-server, scheduler
-with the LocalExecutor, dag-processor, triggerer) on a private PostgreSQL, driven by the scheduler, by
+with the LocalExecutor, dag-processor, triggerer) on a private PostgreSQL, its ingest jobs on the Spark Connect
+server `up` starts (the warm path, `make airflow`'s default), driven by the scheduler, by
 Airflow's native backfill (`airflow backfill create`), by the REST API and, for the operator's side, by
 Debian's chromium through chromedriver (scripts/browser.sh).
 
@@ -24,6 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from devkit import localstack
 from tests import helpers
 from tests.e2e import airflow_stack
 from tests.e2e.airflow_stack import AirflowStack
@@ -88,7 +90,7 @@ class LocalAirflow(AirflowStack):
 
 
 @pytest.fixture(scope="module")
-def local_airflow(tmp_path_factory, kafka_bootstrap, spark_connect):
+def local_airflow(tmp_path_factory, kafka_bootstrap):
     base = tmp_path_factory.mktemp("local_airflow")
     pipelines, lake, home = base / "pipelines", base / "lake", base / "home"
     pipelines.mkdir()
@@ -118,9 +120,12 @@ def local_airflow(tmp_path_factory, kafka_bootstrap, spark_connect):
                TIDEMARK_PIPELINES_DIR=str(pipelines), AIRFLOW_USER="operator", AIRFLOW_VIEWERS=VIEWER,
                TIDEMARK_EXAMPLE_UPSTREAM=backfill_pipeline,  # the example DAG scheduled on its table
                TIDEMARK_JAR_CACHE=os.environ.get("TIDEMARK_JAR_CACHE", str(ROOT / ".cache" / "jars")),
-               # its ingest jobs on the warm path (the test run's Spark Connect server): the console is the subject
-               AIRFLOW_CONN_SPARK_DEFAULT=helpers.spark_connect_connection(spark_connect),
                AIRFLOW_CONN_AWS_DEFAULT=helpers.aws_connection())  # the last test moves a table to S3
+    # Its ingest jobs on the warm path as `make airflow` gives it: `up` starts a Spark Connect server of its own
+    # (no Spark connection given), here on a free port, with the settings and keys of a lake on the local S3 server
+    # (docs/OPERATIONS.md, "The warm path"), and `down` stops it.
+    env.update(CONNECT_PORT=str(helpers.free_port()), CONNECT_CONF=localstack.connect_conf(),
+               AWS_ACCESS_KEY_ID=localstack.S3_ACCESS_KEY, AWS_SECRET_ACCESS_KEY=localstack.S3_SECRET_KEY)
     # Airflow's metrics (and so Tidemark's) to a StatsD listener of the test; the alert callback's module
     statsd = StatsdListener()
     env.update(AIRFLOW__METRICS__STATSD_ON="True", AIRFLOW__METRICS__STATSD_HOST="127.0.0.1",
@@ -128,10 +133,15 @@ def local_airflow(tmp_path_factory, kafka_bootstrap, spark_connect):
                **airflow_stack.TEST_SETTINGS)
     with airflow_stack.started(SCRIPT, env, home, pg_home) as (out, url, user, password):
         assert "using the broker" in out  # the session's broker, not a second one
+        assert f"spark:     the Spark Connect server at sc://127.0.0.1:{env['CONNECT_PORT']}" in out, out
         airflow = LocalAirflow(env, home, url, user, password, pipeline, backfill_pipeline, lake)
         airflow.statsd, airflow.alerting, airflow.alerts = statsd, alerting, callbacks / "alerts.jsonl"
         yield airflow
     statsd.close()
+    import socket
+
+    with socket.socket() as probe:  # `down` stopped the Spark Connect server `up` started
+        assert probe.connect_ex(("127.0.0.1", int(env["CONNECT_PORT"]))) != 0, "the stack's Connect server still runs"
 
 
 def test_make_airflow_runs_scheduled_runs_by_the_scheduler_on_postgres(local_airflow):
@@ -156,6 +166,15 @@ def test_make_airflow_runs_scheduled_runs_by_the_scheduler_on_postgres(local_air
     assert stamps.search((airflow.logs / "scheduler.log").read_text()).group(1) > answering
     status = airflow.shell("scripts/airflow.sh status")
     assert all(f"{s}: running" in status for s in ("api-server", "scheduler", "dag-processor", "triggerer"))
+    # The warm path by default: the Spark Connect server `up` started is one of the stack's services, the
+    # spark_default connection of every service points at it, and the run's ingest job ran there.
+    port = airflow.env["CONNECT_PORT"]
+    assert f"connect: running at sc://127.0.0.1:{port}" in status, status
+    assert (f"export AIRFLOW_CONN_SPARK_DEFAULT='{{\"conn_type\": \"spark_connect\", \"host\": \"127.0.0.1\", "
+            f"\"port\": {port}}}'") in (airflow.home / "env.sh").read_text()
+    ingest_log = "".join(p.read_text() for p in airflow.home.glob(
+        f"logs/dag_id={airflow.dag_id}/run_id={run['dag_run_id']}/task_id=ingest/attempt=*.log"))
+    assert "on the Spark Connect server" in ingest_log and "Spark-Submit cmd" not in ingest_log, ingest_log[-3000:]
     # Airflow's default pool holds as many tasks as the executor runs: Airflow 3.3's LocalExecutor does not
     # hold [core] parallelism itself, and the tasks beyond it stalled the scheduler (OPERATIONS.md).
     parallelism = int(re.search(r"^export AIRFLOW__CORE__PARALLELISM=(\d+)$",
