@@ -169,10 +169,11 @@ bench-keyed: setup ## a keyed table: 2M changes over 200,000 keys into 1M rows (
 	scripts/bench_keyed.sh
 
 EXECUTOR ?= local
-airflow: setup ## a real local Airflow 3 on PostgreSQL (api-server, scheduler, dag-processor, triggerer) with the broker and the demo pipeline; prints the URL and the login. EXECUTOR=celery: the CeleryExecutor, Redis (apt-get installs redis-server when missing) and two Celery workers. Creates a 3-partition topic per listed topic of every pipeline file; a broker it starts keeps its data in .cache/kafka-<KAFKA_PORT> unless KAFKA_HOME says otherwise (scripts/airflow.sh)
-	EXECUTOR=$(EXECUTOR) scripts/airflow.sh up
+LAUNCHER ?= connect
+airflow: setup ## a real local Airflow 3 on PostgreSQL (api-server, scheduler, dag-processor, triggerer) with the broker, the demo pipeline and a Spark Connect server for the batches (the warm path; LAUNCHER=submit: a spark-submit JVM per batch); prints the URL and the login. EXECUTOR=celery: the CeleryExecutor, Redis (apt-get installs redis-server when missing) and two Celery workers. Creates a 3-partition topic per listed topic of every pipeline file; a broker it starts keeps its data in .cache/kafka-<KAFKA_PORT> unless KAFKA_HOME says otherwise (scripts/airflow.sh)
+	EXECUTOR=$(EXECUTOR) LAUNCHER=$(LAUNCHER) scripts/airflow.sh up
 
-airflow-down: ## stop what `make airflow` started (Airflow's services, Celery workers and Redis, PostgreSQL, the broker if it started it)
+airflow-down: ## stop what `make airflow` started (Airflow's services, Celery workers and Redis, PostgreSQL, the Spark Connect server and the broker if it started them)
 	scripts/airflow.sh down
 
 lock: ## re-resolve requirements.txt into requirements.lock in a scratch venv

@@ -36,6 +36,9 @@ set -euo pipefail
 source "$(dirname "$0")/lib/service.sh"
 cd "$root"
 export AIRFLOW_HOME=${AIRFLOW_LOCAL_HOME:-$root/.cache/airflow-local}
+# The caller's own Spark connection, if any, before scripts/env.sh fills in its spark-submit default (which, from
+# a shell that sourced scripts/env.sh, is no choice of the caller's either)
+callers_spark=${AIRFLOW_CONN_SPARK_DEFAULT:-}
 source scripts/env.sh
 port=${AIRFLOW_PORT:-8080}
 export PG_PORT=${PG_PORT:-5433}
@@ -192,7 +195,8 @@ cmd_worker_down() {
 
 spark_up() {  # the warm path's Spark Connect server, started in the background (connect_pid), unless LAUNCHER=submit
   # or a connection of the caller's; sets warm and spark_summary
-  if [ -n "${AIRFLOW_CONN_SPARK_DEFAULT:-}" ] && [ "$AIRFLOW_CONN_SPARK_DEFAULT" != "$warm_connection" ]; then
+  if [ -n "$callers_spark" ] && [ "$callers_spark" != "$warm_connection" ] \
+     && [ "$callers_spark" != '{"conn_type": "spark", "host": "local[2]"}' ]; then  # scripts/env.sh's default
     spark_summary="the connection of AIRFLOW_CONN_SPARK_DEFAULT (no Spark Connect server started)"
     return
   fi
