@@ -166,15 +166,12 @@ def test_make_airflow_runs_scheduled_runs_by_the_scheduler_on_postgres(local_air
     assert stamps.search((airflow.logs / "scheduler.log").read_text()).group(1) > answering
     status = airflow.shell("scripts/airflow.sh status")
     assert all(f"{s}: running" in status for s in ("api-server", "scheduler", "dag-processor", "triggerer"))
-    # The warm path by default: the Spark Connect server `up` started is one of the stack's services, the
-    # spark_default connection of every service points at it, and the run's ingest job ran there.
+    # The warm path by default: the Spark Connect server `up` started is one of the stack's services, and the
+    # spark_default connection of every service points at it (the native backfill's runs check their jobs ran there).
     port = airflow.env["CONNECT_PORT"]
     assert f"connect: running at sc://127.0.0.1:{port}" in status, status
     assert (f"export AIRFLOW_CONN_SPARK_DEFAULT='{{\"conn_type\": \"spark_connect\", \"host\": \"127.0.0.1\", "
             f"\"port\": {port}}}'") in (airflow.home / "env.sh").read_text()
-    ingest_log = "".join(p.read_text() for p in airflow.home.glob(
-        f"logs/dag_id={airflow.dag_id}/run_id={run['dag_run_id']}/task_id=ingest/attempt=*.log"))
-    assert "on the Spark Connect server" in ingest_log and "Spark-Submit cmd" not in ingest_log, ingest_log[-3000:]
     # Airflow's default pool holds as many tasks as the executor runs: Airflow 3.3's LocalExecutor does not
     # hold [core] parallelism itself, and the tasks beyond it stalled the scheduler (OPERATIONS.md).
     parallelism = int(re.search(r"^export AIRFLOW__CORE__PARALLELISM=(\d+)$",
@@ -326,6 +323,12 @@ def test_native_backfill_over_two_past_days_ingests_exactly_those_windows(local_
 
     runs = airflow.wait_for("the two backfill runs", backfills_done, timeout=600)
     assert {(r["run_type"], r["state"]) for r in runs} == {("backfill", "success")}, f"{runs}\n{airflow.service_logs()}"
+    # Their ingest jobs ran on the Spark Connect server `up` started (make airflow's default launcher).
+    for run in runs:
+        log = "".join(p.read_text() for p in airflow.home.glob(
+            f"logs/dag_id={dag_id}/run_id={run['dag_run_id']}/task_id=ingest/attempt=*.log"))
+        assert f"on the Spark Connect server sc://127.0.0.1:{airflow.env['CONNECT_PORT']}" in log, log[-3000:]
+        assert "Spark-Submit cmd" not in log
 
     # Exactly the records of [2025-06-01, 2025-06-03): offsets 1..5 of each partition, once each.
     table = str(airflow.lake / pipeline)
