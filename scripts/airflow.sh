@@ -6,7 +6,8 @@
 # (scripts/redis.sh) and CELERY_WORKERS (2) Celery workers, each with a folder and an AIRFLOW_HOME of its own
 # ($AIRFLOW_LOCAL_HOME/workers/worker-<i>: its env.sh, task logs, temporary files, pid and log), sharing
 # nothing with the others but PostgreSQL, Kafka and the lake.
-#   scripts/airflow.sh up | down | status | worker-up I | worker-down I
+#   scripts/airflow.sh up | down | status | launcher | worker-up I | worker-down I
+# `launcher` prints the `spark:` line `up` would print: which launcher the stack's batches get (below).
 # `worker-up I` / `worker-down I` start and stop Celery worker I alone (`worker-up` passes its caller's
 # environment on to that worker only).
 # Environment: AIRFLOW_PORT (8080), PG_PORT (5433), KAFKA_PORT (9092; a broker already listening there
@@ -193,15 +194,22 @@ cmd_worker_down() {
   echo "airflow: Celery worker $1 stopped"
 }
 
-spark_up() {  # the warm path's Spark Connect server, started in the background (connect_pid), unless LAUNCHER=submit
-  # or a connection of the caller's; sets warm and spark_summary
+spark_choice() {  # which launcher `up` gives the stack's batches: sets warm and spark_summary
   if [ -n "$callers_spark" ] && [ "$callers_spark" != "$warm_connection" ] \
      && [ "$callers_spark" != '{"conn_type": "spark", "host": "local[2]"}' ]; then  # scripts/env.sh's default
     spark_summary="the connection of AIRFLOW_CONN_SPARK_DEFAULT (no Spark Connect server started)"
-    return
+  elif [ "$launcher" = submit ]; then
+    spark_summary="a spark-submit JVM per batch (LAUNCHER=submit)"
+  else
+    warm=1 spark_summary="the Spark Connect server at sc://127.0.0.1:$CONNECT_PORT (the warm path; LAUNCHER=submit: none)"
   fi
-  if [ "$launcher" = submit ]; then spark_summary="a spark-submit JVM per batch (LAUNCHER=submit)"; return; fi
-  warm=1 spark_summary="the Spark Connect server at sc://127.0.0.1:$CONNECT_PORT (the warm path; LAUNCHER=submit: none)"
+}
+
+cmd_launcher() { spark_choice; echo "spark:     $spark_summary"; }
+
+spark_up() {  # spark_choice, then the warm path's server started in the background (connect_pid) unless it runs
+  spark_choice
+  [ -n "$warm" ] || return 0
   if [ -f "$AIRFLOW_HOME/.started-connect" ] || ! scripts/connect.sh status >/dev/null 2>&1; then
     mkdir -p "$AIRFLOW_HOME" && echo "$CONNECT_PORT" >"$AIRFLOW_HOME/.started-connect"
     scripts/connect.sh up >"$AIRFLOW_HOME/connect-up.log" 2>&1 &  # beside PostgreSQL's start and the migration
@@ -329,4 +337,4 @@ cmd_status() {
   return $code
 }
 
-service_main "up|down|status|worker-up I|worker-down I" "$@"
+service_main "up|down|status|launcher|worker-up I|worker-down I" "$@"
