@@ -27,6 +27,9 @@ from tidemark_spark import class_data
 log = logging.getLogger(__name__)
 
 MASTER = "local[1]"
+TRAINER_NICENESS = 10
+"""A trainer a job started runs at this lower CPU priority (and so does its JVM): it is off the critical path, and on a
+small host it shares the cores with the jobs that follow the one that started it."""
 TRAINING_JIT = "-XX:TieredStopAtLevel=1"
 """The training JVM compiles with C1 only: it lives a minute, and an archive holds classes, not compiled code, so
 C2's compile threads would only take CPU from the host's jobs (the trainer runs beside them)."""
@@ -115,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         return train(started.archive, started.partial, spark_jars(), env)
     if args.archive is None or args.partial is None:
         parser.error("--archive and --partial (or --now)")
+    os.nice(TRAINER_NICENESS)  # started by a job (class_data.prepare), in the background
     return train(args.archive, args.partial, [j for j in args.jars.split(",") if j], dict(os.environ))
 
 

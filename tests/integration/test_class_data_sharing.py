@@ -35,6 +35,8 @@ class Watched:
     """The job's JVMs (pid: command line), the trainer's left out."""
     trainer_sessions: set[bool] = field(default_factory=set)
     """For each trainer process seen: whether it ran in the run's own session."""
+    trainer_nice: dict[int, int] = field(default_factory=dict)
+    """Each trainer process's highest niceness seen (pid: nice)."""
 
 
 def run_watching_maps(env: dict, pipeline: str, archive_dir: Path, log: Path
@@ -53,6 +55,7 @@ def run_watching_maps(env: dict, pipeline: str, archive_dir: Path, log: Path
                     command = " ".join(child.cmdline())
                     if "class_data_train" in command or "class-data-training" in command:
                         seen.trainer_sessions.add(os.getsid(child.pid) == session)
+                        seen.trainer_nice[child.pid] = max(child.nice(), seen.trainer_nice.get(child.pid, -20))
                     elif child.name() == "java":
                         seen.job_jvms[child.pid] = command
                         seen.mapped |= _mapped_from(child.pid, str(archive_dir))
@@ -88,6 +91,8 @@ def test_the_first_job_starts_the_trainer_without_waiting_for_it_and_the_next_ma
         sorted(archives.iterdir()) if archives.exists() else []
     # No wait: the trainer ran detached (a session of its own), and no JVM of the job dumped an archive.
     assert seen.trainer_sessions == {False}, seen
+    # ... at a lower CPU priority than the job's (the processes live a minute: each is seen after its start)
+    assert seen.trainer_nice and min(seen.trainer_nice.values()) >= min(os.nice(0) + 10, 19), seen.trainer_nice
     assert seen.job_jvms and not [c for c in seen.job_jvms.values() if "ArchiveClassesAtExit" in c], seen.job_jvms
     written = helpers.wait_until(lambda: sorted(archives.glob("spark-*.jsa")), 300,
                                  lambda: f"the trainer's archive; its log: {_training_log(archives)}")
