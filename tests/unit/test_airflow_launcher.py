@@ -42,4 +42,5 @@ def test_the_launcher_up_gives_the_batches(env, line):
 def test_an_unknown_launcher_is_refused_with_the_choices():
     result = launcher(LAUNCHER="yarn")
     assert result.returncode == 2
-    assert "LAUNCHER=yarn is not a launcher of this stack; use connect" in result.stderr and "or submit" in result.stderr
+    assert "LAUNCHER=yarn is not a launcher of this stack; use connect" in result.stderr
+    assert "or submit" in result.stderr
