@@ -265,15 +265,15 @@ PY
   start api-server
   start dag-processor
   where="from the api-server at http://127.0.0.1:$port" service_wait_ready 240 healthy answering
-  start scheduler
-  start triggerer
-  where="(a healthy metadata DB and scheduler) at http://127.0.0.1:$port/api/v2/monitor/health" \
-    service_wait_ready 240 healthy
-  if [ -n "$connect_pid" ]; then
+  if [ -n "$connect_pid" ]; then  # before the scheduler: a run it starts at once sends its batch there
     wait "$connect_pid" || { cat "$AIRFLOW_HOME/connect-up.log" >&2; echo "airflow: the Spark Connect server did not" \
       "start (above); LAUNCHER=submit runs each batch by spark-submit instead" >&2; exit 1; }
     cat "$AIRFLOW_HOME/connect-up.log"
   fi
+  start scheduler
+  start triggerer
+  where="(a healthy metadata DB and scheduler) at http://127.0.0.1:$port/api/v2/monitor/health" \
+    service_wait_ready 240 healthy
   local i workers=""
   if [ "$executor" = CeleryExecutor ]; then
     for i in $(seq 1 "${CELERY_WORKERS:-2}"); do worker_up "$i"; workers+=" worker-$i"; done
