@@ -196,7 +196,7 @@ cmd_worker_down() {
 
 spark_choice() {  # which launcher `up` gives the stack's batches: sets warm and spark_summary
   if [ -n "$callers_spark" ] && [ "$callers_spark" != "$warm_connection" ] \
-     && [ "$callers_spark" != '{"conn_type": "spark", "host": "local[2]"}' ]; then  # scripts/env.sh's default
+     && [ "$callers_spark" != "$spark_submit_connection" ]; then  # scripts/env.sh's default: no choice of the caller's
     spark_summary="the connection of AIRFLOW_CONN_SPARK_DEFAULT (no Spark Connect server started)"
   elif [ "$launcher" = submit ]; then
     spark_summary="a spark-submit JVM per batch (LAUNCHER=submit)"
