@@ -2,7 +2,7 @@
 # A warm Spark: a long-running Spark Connect server (pyspark's own SparkConnectServer, with the
 # Kafka-source and Delta jars of `make jars`) on 127.0.0.1, that ingest jobs talk to instead of
 # starting a JVM each (a Spark connection of type `spark_connect`; see docs/OPERATIONS.md).
-#   scripts/connect.sh up | down | status | env
+#   scripts/connect.sh up | down | status | wait | env
 # Environment: CONNECT_PORT (15002), CONNECT_MASTER (local[2]), CONNECT_DRIVER_MEMORY (1g),
 # CONNECT_HOME (.cache/connect-<port>: log, pid), CONNECT_START_TIMEOUT (120 s), CONNECT_CONF (extra
 # `--conf key=value` arguments, space-separated: e.g. the S3A and Delta log-store settings of a lake
@@ -20,11 +20,17 @@ url=sc://127.0.0.1:$port
 service=connect pidfile=$home/server.pid logfile=$home/server.log where="at $url"
 start_timeout=${CONNECT_START_TIMEOUT:-120}
 
-answers() {  # a Connect client can open a session and run a query
-  service_listening "$port" && "$root/.venv/bin/python" - "$url" <<'EOF' >/dev/null 2>&1
+answers() {  # a Connect client can open a session and run a query, within 30 s: pyspark's own client retries
+  # a server that is not ready yet (gRPC UNAVAILABLE) for 10 minutes and more, which would hold `up` past
+  # CONNECT_START_TIMEOUT; here it retries for about 6 s, and `timeout` bounds the whole probe.
+  service_listening "$port" && timeout -k 5 30 "$root/.venv/bin/python" - "$url" <<'EOF' >/dev/null 2>&1
 import sys
 from pyspark.sql import SparkSession
-SparkSession.builder.remote(sys.argv[1]).getOrCreate().range(1).collect()
+from pyspark.sql.connect.client.retries import DefaultPolicy
+spark = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
+spark.client.set_retry_policies([DefaultPolicy(max_retries=5, backoff_multiplier=2.0, initial_backoff=200,
+                                               max_backoff=2000)])
+spark.range(1).collect()
 EOF
 }
 
@@ -57,4 +63,4 @@ cmd_up() {
   echo "connect: Spark Connect server ready at $url in $((SECONDS - started)) s (pid $(service_pid), master $master, log $logfile)"
 }
 
-service_main "up|down|status|env" "$@"
+service_main "up|down|status|wait|env" "$@"

@@ -60,15 +60,32 @@ class AirflowStack:
         return response.json()
 
 
+def _text(output: bytes | str | None) -> str:
+    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
+
+
+def log_tails(home: Path, lines: int = 12) -> str:
+    """The last lines of each log of a stack (its home's and its services'), for an `up` that did not end."""
+    tails = []
+    for log in sorted([*home.glob("*.log"), *home.glob("logs/services/*.log")]):
+        tails.append(f"--- {log}\n" + "\n".join(log.read_text(errors="replace").splitlines()[-lines:]))
+    return "\n".join(tails)
+
+
 @contextlib.contextmanager
 def started(script: Path, env: dict[str, str], home: Path, pg_home: Path, timeout: int = 400
             ) -> Iterator[tuple[str, str, str, str]]:
     """`scripts/airflow.sh up` with ``env``; yields its output, the UI's URL and the operator's login, then
     `down`, and checks no process of the stack (its home, its PostgreSQL) is left running."""
     started_at = time.monotonic()
-    up = subprocess.run([str(script), "up"], env=env, capture_output=True, text=True, timeout=timeout)
     try:
-        assert up.returncode == 0, f"scripts/airflow.sh up failed:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}"
+        up = subprocess.run([str(script), "up"], env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:  # `down` below stops what it started; its logs say where it stood
+        up = subprocess.CompletedProcess(exc.cmd, f"timed out after {timeout} s", _text(exc.stdout),
+                                         f"{_text(exc.stderr)}\n{log_tails(home)}")
+    try:
+        assert up.returncode == 0, f"scripts/airflow.sh up failed ({up.returncode}):\n{up.stdout[-3000:]}\n" \
+                                   f"{up.stderr[-6000:]}"
         url = re.search(r"UI:\s+(\S+)", up.stdout).group(1)
         user, password = re.search(r"login:\s+(\S+) / (\S+)", up.stdout).groups()
         print(f"airflow.sh up in {time.monotonic() - started_at:.0f} s\n{up.stdout}")
