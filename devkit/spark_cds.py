@@ -20,8 +20,12 @@ Tidemark's launchers share class data for a user's jobs the same way (``tidemark
 the test run keeps an archive of its own, trained up front while the services start and used by every
 Spark JVM of the run (the launchers then leave class-data sharing to these options).
 
-The archive is kept in ``.cache/jvm`` under a key of the Java version, Spark, the jars and this file,
-so a warm `make test` reuses it and anything that changes the class path builds a new one.
+The archive is kept once per user, in TIDEMARK_USER_JVM_CACHE (``~/.cache/tidemark/jvm``, beside the jar
+cache of scripts/fetch_jars.sh), under a key of the Java version, Spark's folder, the jars (each one's path,
+size and modification time, which the JDK checks before it maps an archive) and this file: a second `make test`
+of the same checkout, or of a fresh clone at the same path (CI's), reuses it instead of training again
+(about 200 s of the slower CPU model's run before the first test), and anything that changes the class path
+builds a new one. The KEEP archives used last are kept (about 200 MB each); older ones are deleted.
 """
 
 from __future__ import annotations
@@ -50,17 +54,36 @@ def empty_conf_dir(path: Path) -> Path:
     return path
 
 
+KEEP = 3
+
+
 def archive_key(spark_env: dict[str, str]) -> str:
     java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=True).stderr
-    parts = [java, spark_env["SPARK_HOME"], spark_env["SPARK_CONF_DIR"], *spark_jars(), Path(__file__).read_text()]
+    jars = [*sorted((Path(spark_env["SPARK_HOME"]) / "jars").glob("*.jar")), *map(Path, spark_jars())]
+    stamps = [f"{jar.resolve()} {jar.stat().st_size} {jar.stat().st_mtime_ns}" for jar in jars]
+    parts = [java, spark_env["SPARK_HOME"], spark_env["SPARK_CONF_DIR"], *spark_jars(), *stamps,
+             Path(__file__).read_text()]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def user_cache() -> Path:
+    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tidemark" / "jvm"
+    return Path(os.environ.get("TIDEMARK_USER_JVM_CACHE", default))
+
+
+def _prune(cache: Path, keep: Path) -> None:
+    """Leave ``keep`` and the KEEP - 1 other archives used last (a use touches its file)."""
+    others = sorted((a for a in cache.glob("spark-*.jsa") if a != keep), key=lambda a: a.stat().st_mtime,
+                    reverse=True)
+    for old in others[KEEP - 1:]:
+        old.unlink(missing_ok=True)
 
 
 def _train(spark_env: dict[str, str], archive: Path) -> None:
     """One job that loads what an ingest job loads, dumping its classes to ``archive`` at exit."""
     from devkit import localstack  # not at module level: the job itself runs this file as a script
 
-    partial = archive.with_suffix(".partial")
+    partial = archive.with_suffix(f".{os.getpid()}.partial")  # two runs training at once write apart
     partial.unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(prefix="tidemark-cds-") as work:
         command = [str(Path(spark_env["SPARK_HOME"]) / "bin" / "spark-submit"), "--master", "local[2]",
@@ -104,14 +127,16 @@ def main(argv: list[str]) -> None:
     if argv[:1] == ["--job"]:
         _job(*argv[1:4])
         return
-    cache = Path(".cache") / "jvm"
+    cache = user_cache()
     cache.mkdir(parents=True, exist_ok=True)
     spark_env = {**local_spark_env(), "SPARK_CONF_DIR": str(empty_conf_dir(Path(submit.empty_conf_dir())))}
     archive = (cache / f"spark-{archive_key(spark_env)}.jsa").resolve()
-    if not archive.is_file():
-        for old in cache.glob("spark-*.jsa"):
-            old.unlink()
+    if archive.is_file():
+        archive.touch()
+        print(f"spark_cds: the class-data archive of this class path, from an earlier run: {archive}", file=sys.stderr)
+    else:
         _train(spark_env, archive)
+    _prune(cache, archive)
     print(f"SPARK_CONF_DIR={spark_env['SPARK_CONF_DIR']}")
     print(f"SPARK_SUBMIT_OPTS={SHORT_LIVED} -XX:SharedArchiveFile={archive} {QUIET}")
 

@@ -41,16 +41,16 @@ trap 'scripts/connect.sh down >/dev/null 2>&1 || true; scripts/registry.sh down 
       kill "$cluster_pid" 2>/dev/null || true; scripts/kafka_cluster.sh down >/dev/null 2>&1 || true;
       kill "$unit_pid" 2>/dev/null || true; rm -f "$cluster_log" "$unit_log"' EXIT
 # The full run's unit tier (tests/unit, tests/dags: no service) runs now, beside the services' start, on the CPU
-# the class-data training leaves idle (its archive dump at exit is one thread), at a lower priority so that it
-# slows no service's start; the main run below leaves it out.
+# they and the class-data training (when no earlier run left its archive) leave idle, at a lower priority so that
+# it slows no service's start; the main run below leaves it out.
 if [ $# -eq 0 ]; then
   unit_log=$(mktemp)
   nice -n 10 .venv/bin/python -m pytest -q -p no:cacheprovider -m unit tests/unit tests/dags > "$unit_log" 2>&1 &
   unit_pid=$!
 fi
-# The run's Spark JVMs share a class-data archive (devkit/spark_cds.py): built once per class path (about
-# 30 s, kept in .cache/jvm), it halves each short job's CPU. It is built while S3, the registry and the
-# three-broker cluster start.
+# The run's Spark JVMs share a class-data archive (devkit/spark_cds.py): built once per class path (30-200 s,
+# kept per user in ~/.cache/tidemark/jvm), it halves each short job's CPU. It is built while S3, the registry and
+# the three-broker cluster start.
 cds=$(mktemp)
 .venv/bin/python -m devkit.spark_cds > "$cds" 2> "$cds.log" &
 cds_pid=$!
@@ -60,6 +60,7 @@ cluster_pid=$!
 scripts/storage.sh up
 scripts/registry.sh up
 if ! wait "$cds_pid"; then cat "$cds.log"; exit 1; fi
+cat "$cds.log"  # whether the archive came from an earlier run
 if ! wait "$cluster_pid"; then cat "$cluster_log"; exit 1; fi
 grep -m1 "brokers ready" "$cluster_log" || true
 while IFS= read -r line; do export "$line"; done < "$cds"

@@ -33,7 +33,7 @@ def test_wait_on_a_port_that_is_no_connect_server_fails_instead_of_retrying_for_
         # no server of this checkout runs there (no pid file): one probe, then `wait` fails
         result = subprocess.run([str(ROOT / "scripts" / "connect.sh"), "wait"], capture_output=True, text=True,
                                 env={**env, "CONNECT_PORT": str(port), "CONNECT_HOME": str(tmp_path),
-                                     "CONNECT_START_TIMEOUT": "5"}, timeout=120)
+                                     "CONNECT_START_TIMEOUT": "5"}, timeout=300)
     finally:
         listener.close()
     assert result.returncode != 0
