@@ -202,6 +202,10 @@ def _targets(summary: dict, results: dict) -> list[dict]:
     return out
 
 
+FLEET_TARGET_SPEEDUP = 4.0
+"""The warm fleet against the faster AvailableNow fleet (round 4, issue 41; round 3's was 3x)."""
+
+
 def _fleet_targets(fleet: dict | None) -> list[dict]:
     """bench/fleet.py: the warm fleet against the faster AvailableNow fleet, and every table checked."""
     if not fleet or "warm_speedup" not in (m := fleet["summary"]):
@@ -211,9 +215,10 @@ def _fleet_targets(fleet: dict | None) -> list[dict]:
     how = "one after another" if compared["concurrency"] == 1 else f"{compared['concurrency']} at a time"
     shape = f"{fleet['pipelines']} pipelines x {fleet['records_per_pipeline']:,} records"
     tables = sum(p.get("tables_checked", p.get("jobs", 0)) for p in phases.values())
-    return (_target(f"a fleet of {shape}, one scheduler tick: the warm path >= 3x faster than AvailableNow, the "
-                    f"faster of one after another and {fleet['concurrency']} at a time ({fleet['date']})",
-                    m["warm_speedup"], m["warm_target_met"], f"{{:.2f}}x ({warm['wall_seconds']} s vs "
+    return (_target(f"a fleet of {shape}, one scheduler tick: the warm path >= {FLEET_TARGET_SPEEDUP:g}x faster than "
+                    f"AvailableNow, the faster of one after another and {fleet['concurrency']} at a time "
+                    f"({fleet['date']})", m["warm_speedup"], m["warm_speedup"] >= FLEET_TARGET_SPEEDUP,
+                    f"{{:.2f}}x ({warm['wall_seconds']} s vs "
                                                             f"{compared['wall_seconds']} s, {how})")
             + _target(f"... every output table of the fleet holds each record exactly once ({fleet['date']})",
                       tables, True, "{} tables checked")
