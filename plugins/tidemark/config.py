@@ -313,6 +313,9 @@ def parse_pipeline(data: object, source: str) -> PipelineConfig:
     """Validate already-parsed YAML; ``source`` names the file in error messages."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping of keys (name, topics, table), got {type(data).__name__}")
+    if "max_offsets_per_run" in data and "max_records_per_run" in data:
+        raise ConfigError(f"{source}: 'max_records_per_run' is the old name of 'max_offsets_per_run': give only "
+                          f"max_offsets_per_run")
     try:
         return PipelineConfig.model_validate(data)
     except ValidationError as exc:

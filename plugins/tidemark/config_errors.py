@@ -35,8 +35,26 @@ def wrong_type(expected: str, value: object) -> str:
     return f", not {value!r}: write {expected}"
 
 
+def shape_hint(error: dict) -> str:
+    """How to write a value of the wrong shape where users most often give one: a pipeline's name, a Spark setting,
+    the inline value schema."""
+    loc, value = tuple(str(p) for p in error["loc"]), error.get("input")
+    if error["type"] == "string_pattern_mismatch" and loc == ("name",):
+        return (f"'name': {value!r} is not a pipeline name: letters, digits, '_', '.' and '-', up to 200 characters, "
+                f"not starting with '.' or '-'")
+    if error["type"] == "string_type" and loc[:1] == ("spark_conf",) and isinstance(value, (int, float, bool)):
+        shown = str(value).lower() if isinstance(value, bool) else value
+        return f"'{'.'.join(loc)}': Spark settings are strings: write the value in quotes, \"{shown}\""
+    if error["type"] == "dict_type" and loc == ("value_schema",) and isinstance(value, list):
+        return ("'value_schema': Input should be a mapping of field names to types, not a list: write value_schema: "
+                "{id: bigint, amount: 'decimal(10,2)', note: 'string?'}")
+    return ""
+
+
 def describe_error(error: dict, root: type[BaseModel]) -> str:
     """One validation error of ``root`` in the user's words."""
+    if hint := shape_hint(error):
+        return hint
     field = ".".join(str(p) for p in error["loc"]) or "(top level)"
     if error["type"] == "extra_forbidden":
         accepted = accepted_keys(tuple(error["loc"]), root)

@@ -110,13 +110,19 @@ def check(config: KeyedConfig, fields: Iterable[str], source: str = "value_schem
                          f"'debezium' adds ({', '.join(CDC_COLUMNS)}): rename it")
 
 
-def check_pipeline(keyed: KeyedConfig | None, value_format: str, fields: Iterable[str]) -> None:
+def check_pipeline(keyed: KeyedConfig | None, value_format: str, fields: Iterable[str],
+                   value_subject: str | None = None) -> None:
     """The ``keyed`` block against the rest of a pipeline file (Avro fields are checked at plan time, by
-    ``schemas.batch_format``)."""
+    ``schemas.batch_format``). Keyed tables take JSON values with an inline ``value_schema`` or Avro values: what
+    the tests cover."""
     if keyed is None:
         return
-    if value_format == "raw":
-        raise ValueError("keyed needs typed values (value_format: json or avro): its keys are fields of the value")
+    if value_format not in ("json", "avro"):
+        raise ValueError(f"keyed needs value_format: json (with an inline value_schema) or avro, not "
+                         f"'{value_format}': its keys are fields of the value")
+    if value_format == "json" and value_subject:
+        raise ValueError(f"keyed needs a JSON value's schema inline (value_schema): a keyed table does not take a "
+                         f"JSON Schema from the Schema Registry (value_subject: {value_subject}) yet")
     if value_format == "json":
         check(keyed, fields)
 

@@ -26,7 +26,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from tidemark import keyed
 from tidemark.errors import SchemaRegistryError
 from tidemark.records import Field
 from tidemark.schema_registry import RegisteredSchema, SchemaSource
@@ -197,20 +196,11 @@ def _readable(file, reader) -> tuple[str | None, tuple[int, ...] | None]:
 
 
 def batch_columns(config: PipelineConfig, frozen: FrozenProtobuf | None) -> tuple[tuple[Field, ...], str]:
-    """The columns of a batch's Protobuf values (the reader message's fields, checked against the keyed block) and
+    """The columns of a batch's Protobuf values (the reader message's fields) and
     where they come from, for messages (``schemas.batch_format``). Raises SchemaRegistryError saying what to do."""
     if frozen is None:
         raise SchemaRegistryError("Protobuf values need the schemas frozen with the batch; this batch has none (it was "
                                   "planned under another value_format): finish or reset it under that format",
                                   pipeline=config.name)
     source = f"subject '{frozen.subject}' version {frozen.reader_version} message '{frozen.message}'"
-    fields = frozen.fields()
-    if config.keyed and config.keyed.envelope == "debezium":
-        raise SchemaRegistryError("keyed.envelope 'debezium' reads JSON or Avro change events, not Protobuf: remove "
-                                  "envelope, or read the connector's topic as JSON or Avro", pipeline=config.name)
-    if config.keyed:
-        try:
-            keyed.check(config.keyed, [f.name for f in fields], source)
-        except ValueError as exc:
-            raise SchemaRegistryError(f"{exc}; change the keyed block or the schema", pipeline=config.name) from None
-    return fields, source
+    return frozen.fields(), source  # no keyed block: a keyed table of Protobuf values is refused with its file

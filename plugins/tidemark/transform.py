@@ -39,14 +39,21 @@ BATCH_COLUMNS = ("ingest_batch_id", "ingested_at")
 MAX_LENGTH = 20_000
 
 _COMMENTS = re.compile(r"--[^\n]*|/\*.*?\*/", re.S)
-_QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`[^`]*`", re.S)
+_QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`([^`]*)`", re.S)
+
+
+def _unquoted(match: re.Match) -> str:
+    """A string literal as an empty one; a backtick-quoted name (`records`) as the name, with only word characters
+    and dots kept (a ';' inside a quoted name is no second statement)."""
+    name = match.group(1)
+    return "''" if name is None else re.sub(r"[^\w.]", "_", name)
 
 
 def check_sql(sql: str) -> str:
     """A pipeline file's ``transform``: one query (``SELECT`` or ``WITH``) reading ``records``. Spark checks
     the rest (syntax, columns, types) before Kafka is read. Raises ValueError; returns the text stripped."""
     text = sql.strip().rstrip(";").strip()
-    bare = _QUOTED.sub("''", _COMMENTS.sub(" ", text))
+    bare = _QUOTED.sub(_unquoted, _COMMENTS.sub(" ", text))
     if not text:
         raise ValueError("is empty: give one SELECT over 'records', or leave transform out")
     if len(text) > MAX_LENGTH:

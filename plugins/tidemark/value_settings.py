@@ -48,5 +48,5 @@ def check_value_settings(config: Any) -> None:
             parse_field_type(name, declared)
         except ValueError as exc:
             raise ValueError(f"value_schema: {exc}") from None
-    check_pipeline(config.keyed, fmt, config.value_schema or {})
+    check_pipeline(config.keyed, fmt, config.value_schema or {}, config.value_subject)
     check_transform(config.transform, config.audit.verify_sample if config.audit else 0)

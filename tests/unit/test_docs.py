@@ -274,3 +274,27 @@ def test_the_cluster_docs_name_where_its_state_lives_and_its_base_port():
     section = text("docs/OPERATIONS.md").split("### The local three-broker cluster", 1)[1].split("\n### ", 1)[0]
     for variable in ("KAFKA_CLUSTER_HOME", "KAFKA_CLUSTER_BASE_PORT"):
         assert variable in section and variable in CLUSTER_SCRIPT.read_text()
+
+
+def yaml_blocks() -> list[tuple[str, int, str]]:
+    """Every ```yaml block of the docs: (doc, its line, its text)."""
+    found = []
+    for doc in DOCS:
+        for match in re.finditer(r"```yaml\n(.*?)```", text(doc), re.S):
+            found.append((doc, text(doc)[:match.start()].count("\n") + 1, match.group(1)))
+    return found
+
+
+@pytest.mark.parametrize(("doc", "line", "block"), yaml_blocks(), ids=lambda v: v if isinstance(v, (str, int)) else "")
+def test_every_yaml_example_is_yaml_and_every_pipeline_example_validates(doc, line, block, tmp_path, monkeypatch):
+    import yaml
+
+    from tidemark.config import parse_pipeline
+
+    monkeypatch.setenv("TIDEMARK_LAKE_ROOT", str(tmp_path))
+    try:
+        data = yaml.safe_load(block)
+    except yaml.YAMLError as exc:
+        pytest.fail(f"{doc}:{line}: the example is not valid YAML: {exc}")
+    if isinstance(data, dict) and {"name", "table"} <= data.keys() and ("topics" in data or "topic_pattern" in data):
+        parse_pipeline(data, f"{doc}:{line}")  # a ConfigError names the doc, the line and the problem

@@ -70,7 +70,17 @@ BROKEN = {
     "not_yaml": r"not valid YAML",
     "name_mismatch": r"'name' is 'other_name' but the file is named 'name_mismatch.yaml'",
     "not_mapping": r"expected a mapping of keys",
-    "bad_name": r"'name': String should match pattern",
+    "bad_name": r"'name': 'bad name!' is not a pipeline name: letters, digits, '_', '.' and '-', up to 200 "
+                r"characters, not starting with '.' or '-'$",
+    "spark_conf_number": r"'spark_conf.spark.executor.cores': Spark settings are strings: write the value in quotes, "
+                         r'"2"$',
+    "schema_as_list": r"'value_schema': Input should be a mapping of field names to types, not a list: write "
+                      r"value_schema: \{id: bigint",
+    "both_cap_names": r"'max_records_per_run' is the old name of 'max_offsets_per_run': give only max_offsets_per_run$",
+    "keyed_raw": r"keyed needs value_format: json \(with an inline value_schema\) or avro, not 'raw'",
+    "keyed_protobuf": r"keyed needs value_format: json \(with an inline value_schema\) or avro, not 'protobuf'",
+    "keyed_registry_json": r"keyed needs a JSON value's schema inline \(value_schema\): a keyed table does not take a "
+                           r"JSON Schema from the Schema Registry \(value_subject: a-value\) yet",
     # strict values (issue 42): a wrong type is a wrong pipeline, not a value read some other way
     "bool_cap": r"'max_offsets_per_run': Input should be a valid integer, not true \(a boolean\)$",
     "quoted_retries": r"'retries': Input should be a valid integer, not '3' \(a string\): write a whole number without "

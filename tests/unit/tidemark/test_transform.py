@@ -23,6 +23,7 @@ BASE = {"name": "orders", "topics": ["orders"], "table": "orders", "value_format
     "WITH x AS (SELECT * FROM records) SELECT * FROM x",
     "SELECT * FROM records -- trailing; comment",
     "SELECT * /* ; */ FROM records r LEFT JOIN delta.`/lake/dims` d ON r.country = d.code",
+    "SELECT `id;x` AS id FROM `records`",  # a quoted name: the view's, and a ';' inside one
 ])
 def test_one_query_over_records_is_accepted(sql):
     assert check_sql(sql) == sql.strip().rstrip(";").strip()
@@ -36,6 +37,7 @@ def test_one_query_over_records_is_accepted(sql):
     ("SELECT 1; SELECT * FROM records", "more than one statement"),
     ("SELECT * FROM orders", "does not read 'records'"),
     ("SELECT 'records' AS x FROM orders", "does not read 'records'"),
+    ('SELECT "records" AS x FROM `orders`', "does not read 'records'"),
     ("SELECT * FROM records WHERE x = '" + "y" * 20_000 + "'", "at most 20000"),
 ])
 def test_anything_else_is_refused_when_the_file_is_read(sql, says):
