@@ -12,6 +12,9 @@ import sys
 from tidemark.connections import Connection, EnvironmentResolver
 from tidemark.errors import ConfigError
 
+KAFKA_DEBUG_VARIABLE = "TIDEMARK_KAFKA_DEBUG"
+"""``TIDEMARK_KAFKA_DEBUG=1``: kafka-python's own log lines reach the CLI's stderr (``logs_to_stderr``)."""
+
 
 class CliConnectionResolver:
     """``AIRFLOW_CONN_<ID>`` from the environment first (fast, no Airflow import); otherwise
@@ -22,6 +25,12 @@ class CliConnectionResolver:
         self.environment = EnvironmentResolver()
 
     def get(self, conn_id: str, pipeline: str | None = None) -> Connection:
+        try:
+            return self._lookup(conn_id, pipeline)
+        finally:  # on every route (a Kafka client follows): Airflow's lookup set up its logging
+            logs_to_stderr()
+
+    def _lookup(self, conn_id: str, pipeline: str | None) -> Connection:
         if f"AIRFLOW_CONN_{conn_id.upper()}" in os.environ:
             return self.environment.get(conn_id, pipeline)
         try:
@@ -29,14 +38,12 @@ class CliConnectionResolver:
         except ImportError:
             return self.environment.get(conn_id, pipeline)  # no Airflow here: says how to define it
         try:
-            connection = AirflowConnectionResolver().get(conn_id, pipeline)
+            return AirflowConnectionResolver().get(conn_id, pipeline)
         except ConfigError:
             connection = _stored_connection(conn_id)
             if connection is None:
                 raise
-        finally:
-            logs_to_stderr()  # reading the connection set up Airflow's logging
-        return connection
+            return connection
 
     def mask(self, secrets) -> None:
         """The CLI prints no connection values."""
@@ -85,6 +92,5 @@ def logs_to_stderr() -> None:
         if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
             handler.setStream(sys.stderr)
     # kafka-python logs every failed connection attempt (dozens while it retries a bad address or a
-    # refused password); the CLI's own error sums them up. TIDEMARK_KAFKA_DEBUG=1 shows them.
-    if not os.environ.get("TIDEMARK_KAFKA_DEBUG"):
-        logging.getLogger("kafka").propagate = False
+    # refused password); the CLI's own error sums them up. TIDEMARK_KAFKA_DEBUG=1 (only 1) shows them.
+    logging.getLogger("kafka").propagate = os.environ.get(KAFKA_DEBUG_VARIABLE, "").strip() == "1"

@@ -45,7 +45,7 @@ from collections.abc import Sequence
 
 from tidemark.errors import ConfigError, TidemarkError
 from tidemark.observability import hold_warnings
-from tidemark_cli import dead_letters, maintenance
+from tidemark_cli import arguments, dead_letters, maintenance
 from tidemark_cli.connections import logs_to_stderr as _logs_to_stderr
 from tidemark_cli.connections import open_run
 from tidemark_cli.exits import (
@@ -91,8 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--to-latest", dest="scenario", action="store_const", const="to-latest")
     how.add_argument("--to-offset", type=int, metavar="N", help="an absolute offset")
     how.add_argument("--shift-by", type=int, metavar="N", help="move by N (negative: back)")
-    how.add_argument("--to-datetime", metavar="T", help="ISO-8601, e.g. 2026-11-01T08:00:00Z (UTC if no zone)")
-    how.add_argument("--by-duration", metavar="D", help="ISO-8601 duration back from now, e.g. PT30M, P1D")
+    how.add_argument("--to-datetime", type=arguments.date_time, metavar="T",
+                     help="ISO-8601, e.g. 2026-11-01T08:00:00Z (UTC if no zone)")
+    how.add_argument("--by-duration", type=arguments.duration, metavar="D",
+                     help="ISO-8601 duration back from now, e.g. PT30M, PT2H, P1D")
     how.add_argument("--from-file", metavar="CSV", help="a CSV file of topic,partition,offset lines")
     reset.add_argument("--topic", action="append", metavar="T[:P,...]",
                        help="limit to a topic or some of its partitions (repeatable); default: all")
@@ -145,8 +147,9 @@ def _add_ledger_and_audit(commands) -> None:
         "than one row (keyed tables), "
         "whose ranges are not counted. Exits 0 when none, 4 when damage is found.")
     audit.add_argument("--json", action="store_true", help="one JSON object with the lists and 'ok'")
-    audit.add_argument("--verify-sample", type=int, default=0, metavar="N",
-                       help="also read N committed ranges still retained in Kafka again and compare them "
+    audit.add_argument("--verify-sample", type=arguments.sample_size, default=0, metavar="N",
+                       help="also read N (a whole number; 0, the default: none) committed ranges still retained in "
+                            "Kafka again and compare them "
                             "(raw: checksums of the bytes; JSON/Avro: decoded in Spark, value by value); on a "
                             "keyed table, compare N keys, picked at random among those with a change Kafka still "
                             "holds, with their newest change (decoded in Spark): one equal row for an upsert, no "
