@@ -7,8 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from tidemark.config import load_all
-from tidemark_airflow.dag_builder import audit_dag_id, build_audit_dag
+from tidemark_airflow.dag_builder import build_audit_dag
 from tidemark_airflow.dag_files import dag_file_pipelines
+from tidemark_airflow.naming import audit_dag_id
 
 for config in load_all(dag_file_pipelines(Path(__file__).parent / "pipelines"))[0].values():
     if config.audit is not None:

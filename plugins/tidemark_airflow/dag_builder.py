@@ -10,7 +10,7 @@ import datetime as dt
 
 from tidemark.config import PipelineConfig
 from tidemark.reset_targets import SCENARIOS
-from tidemark_airflow.naming import ingest_dag_id, replay_dag_id
+from tidemark_airflow.naming import audit_dag_id, ingest_dag_id, maintenance_dag_id, replay_dag_id
 
 DEFAULT_START = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 
@@ -41,9 +41,10 @@ def trigger_form():
                                   "Backfills are deduplicated and never move the committed offsets."),
         "max_records": Param(None, type=["null", "integer"], minimum=1, title="Max records (capped run)"),
         "window_start": Param(None, type=["null", "string"], format="date-time",
-                              title="Window start (backfill_window)", description="ISO-8601, UTC if no zone"),
+                              title="Window start (backfill_window)",
+                              description="ISO-8601 with its zone, 2026-11-01T00:00:00Z"),
         "window_end": Param(None, type=["null", "string"], format="date-time", title="Window end (backfill_window)",
-                            description="exclusive; ISO-8601, UTC if no zone"),
+                            description="exclusive; ISO-8601 with its zone, 2026-11-02T00:00:00Z"),
         "on_empty_window": Param("skip", type="string", enum=["skip", "fail"], title="A partition with no records "
                                  "in the window", description="skip it, or fail the run"),
         "offsets": Param(None, type=["null", "array"], title="Offsets (backfill_offsets)",
@@ -142,11 +143,6 @@ def build_replay_dag(config: PipelineConfig):
     return dag
 
 
-def maintenance_dag_id(pipeline: str) -> str:
-    """The table-maintenance DAG of a pipeline whose file has ``maintenance:``."""
-    return f"tidemark_maintenance__{pipeline}"
-
-
 def build_maintenance_dag(config: PipelineConfig):
     """One task, ``maintain``, every ``maintenance.optimize_every``: a DAG of its own rather than a task of the
     ingest DAG, so that maintenance never delays or fails an ingest run (docs/DESIGN.md, *Table maintenance*)."""
@@ -171,11 +167,6 @@ def build_maintenance_dag(config: PipelineConfig):
                     + ". Safe while the ingest DAG commits batches.\n\n" + doc_md(config)) as dag:
         PythonOperator(task_id="maintain", python_callable=tasks.maintain, op_kwargs={"pipeline": config.name})
     return dag
-
-
-def audit_dag_id(pipeline: str) -> str:
-    """The scheduled-audit DAG of a pipeline whose file has ``audit:``."""
-    return f"tidemark_audit__{pipeline}"
 
 
 def build_audit_dag(config: PipelineConfig):

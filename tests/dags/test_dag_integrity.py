@@ -106,7 +106,11 @@ def test_the_trigger_form_validates_with_json_schema(dagbag):
 
     assert validate(mode="capped", max_records=100)["max_records"] == 100
     assert validate(mode="backfill_offsets", offsets=[{"topic": "orders", "partition": 0, "start": 1, "end": 5}])
-    for bad in ({"mode": "turbo"}, {"max_records": 0}, {"max_records": "ten"}, {"on_empty_window": "maybe"},
+    # a window's bounds carry their zone (docs/OPERATIONS.md): Airflow refuses one without
+    assert validate(mode="backfill_window", window_start="2026-11-01T00:00:00Z",
+                    window_end="2026-11-02T00:00:00+01:00")["window_end"] == "2026-11-02T00:00:00+01:00"
+    for bad in ({"window_start": "2026-11-01T00:00:00"}, {"window_start": "2026-11-01"},
+                {"mode": "turbo"}, {"max_records": 0}, {"max_records": "ten"}, {"on_empty_window": "maybe"},
                 {"offsets": [{"topic": "orders", "partition": -1, "start": 0, "end": 1}]},
                 {"offsets": [{"topic": "orders", "partition": 0, "start": 0}]}):
         with pytest.raises(ParamValidationError):

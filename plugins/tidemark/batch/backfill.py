@@ -69,16 +69,19 @@ def window_ranges(pipeline: str, tps: list[TopicPartition], start_offsets: Mappi
 
 def explicit_ranges(pipeline: str, offsets: Mapping[TopicPartition, tuple[int, int]],
                     earliest: Mapping[TopicPartition, int], latest: Mapping[TopicPartition, int]) -> list[OffsetRange]:
-    """Validate explicit per-partition offsets against what Kafka has."""
+    """Validate explicit per-partition offsets (the ingest form's field ``offsets``) against what Kafka has."""
     ranges = []
     for tp, (start, end) in sorted(offsets.items()):
         if tp not in latest:
-            raise ConfigError(f"{tp} is not a partition of this pipeline's topics", pipeline=pipeline)
+            topics = ", ".join(sorted({t.topic for t in latest}))
+            raise ConfigError(f"form field 'offsets': {tp} is not a partition of this pipeline's topics ({topics}; "
+                              f"partitions 0 to {max(t.partition for t in latest)} at most)", pipeline=pipeline)
         if not 0 <= start <= end:
-            raise ConfigError(f"{tp}: start {start} must be >= 0 and <= end {end}", pipeline=pipeline)
+            raise ConfigError(f"form field 'offsets': {tp}: start {start} must be >= 0 and <= end {end}",
+                              pipeline=pipeline)
         if start < earliest[tp] or end > latest[tp]:
-            raise ConfigError(f"{tp}: [{start}, {end}) is outside the offsets Kafka has "
-                              f"[{earliest[tp]}, {latest[tp]})", pipeline=pipeline)
+            raise ConfigError(f"form field 'offsets': {tp}: [{start}, {end}) is outside the offsets Kafka has "
+                              f"[{earliest[tp]}, {latest[tp]}): give a range inside it", pipeline=pipeline)
         if end > start:
             ranges.append(OffsetRange(tp.topic, tp.partition, start, end))
     return ranges

@@ -55,8 +55,8 @@ def reset_offsets(config: PipelineConfig, kafka_properties: Mapping[str, str], r
     """Plan a reset (and apply it when ``request.execute``). Refused while a batch is pending:
     an ingest run holds the pipeline or must finish its batch first."""
     if request.execute and not (request.reason or "").strip():
-        raise ResetError("executing a reset needs a reason (--reason); it is written to the ledger",
-                         pipeline=config.name)
+        raise ResetError("executing a reset needs a reason (the CLI's --reason, the replay form's field 'reason'); "
+                         "it is written to the ledger", pipeline=config.name)
     ledger = Ledger(ledger_uri or settings.ledger_uri(), store)
     state = ledger.state(config.name)
     if state.pending_batch_id is not None:
