@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export KAFKA_PORT ?= 9092
 
 .DEFAULT_GOAL := help
-.PHONY: help setup venv jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down storage-up storage-down registry-up registry-down demo test test-unit lint soak chaos bench bench-s3 bench-skew bench-scale bench-profile bench-read-path bench-cds bench-json bench-avro bench-small bench-tls bench-ledger bench-ledger-size bench-audit bench-maintenance bench-fleet bench-page bench-keyed bench-transform bench-protobuf connect-up connect-down airflow airflow-down browser redis lock clean
+.PHONY: help setup venv jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down storage-up storage-down registry-up registry-down demo test test-unit lint soak chaos bench bench-s3 bench-skew bench-scale bench-profile bench-read-path bench-cds bench-json bench-avro bench-small bench-tls bench-ledger bench-ledger-size bench-audit bench-maintenance bench-fleet bench-page bench-demo bench-keyed bench-transform bench-protobuf connect-up connect-down airflow airflow-down browser redis lock clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -107,7 +107,7 @@ chaos: setup redis ## CHAOS_FAULTS (100) random faults (Celery worker, Spark dri
 lint: venv ## ruff, and the import contracts (the core imports no adapter, no Airflow; no import loops: lint-imports)
 	scripts/lint.sh
 
-bench: setup ## Tidemark vs AvailableNow, plain batch, consumer perf; the DAG under a running scheduler; ledger growth; skew; a profile of the raw path; scale; then bench-json, bench-avro, bench-small, bench-tls, bench-ledger, bench-fleet, bench-transform, bench-protobuf, bench-keyed (BENCH_SKIP leaves parts out); not in make test
+bench: setup ## Tidemark vs AvailableNow, plain batch, consumer perf; the DAG under a running scheduler; ledger growth; skew; a profile of the raw path; scale; then bench-json, bench-avro, bench-small, bench-tls, bench-ledger, bench-fleet, bench-transform, bench-protobuf, bench-keyed, bench-demo (BENCH_SKIP leaves parts out); not in make test
 	scripts/bench.sh
 
 bench-s3: setup ## one batch (BENCH_RECORDS=2000000) to the local disk vs to the local S3 server; bench/results/object_storage.json
@@ -161,6 +161,9 @@ bench-maintenance: venv ## 1,000 small batches into one table (direct Delta appe
 
 bench-fleet: setup ## a fleet of 50 pipelines x 10,000 records (BENCH_FLEET_PIPELINES, BENCH_FLEET_RECORDS), one scheduler tick on make airflow's stack, warm path and spark-submit, vs 50 AvailableNow jobs one after another and 4 at a time; bench/results/fleet.json
 	scripts/bench_fleet.sh
+
+bench-demo: setup ## make demo's two DAG runs as on a fresh clone (a new class-data folder, Airflow home and lake; a private broker): each run's seconds and whether its ingest task waited for a class-data archive; bench/results/demo.json
+	scripts/with_broker.sh bench $${BENCH_KAFKA_PORT:-19292} .venv/bin/python -m bench.demo
 
 bench-page: setup ## the Tidemark page's response time as the ledger grows to 10,000 batches; bench/results/console.json
 	scripts/with_broker.sh bench $${BENCH_KAFKA_PORT:-19292} .venv/bin/python -m bench.console

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 
+from bench import demo
 from bench.settings import RESULTS, ROOT, save_result
 from bench.summary import part, side_parts, summarize
 
@@ -43,7 +44,7 @@ HOW = """\
 make bench                                       # everything: 2,000,000 records of 300 bytes, 3 repetitions
 BENCH_RECORDS=50000 BENCH_REPEATS=1 make bench   # a quick look
 make bench-json  # or bench-avro, bench-small, bench-tls, bench-skew, bench-scale, bench-profile, bench-s3, bench-page,
-                 # bench-read-path, bench-cds
+                 # bench-read-path, bench-cds, bench-demo
 make bench-fleet                                 # a fleet of 50 pipelines: one scheduler tick vs AvailableNow
 .venv/bin/python -m bench.report                 # this page again from bench/results/
 ```
@@ -487,7 +488,7 @@ def markdown(results: dict) -> str:
                          ("object_storage", object_storage), ("console", console), ("tls", tls),
                          ("ledger_contention", ledger_contention), ("fleet", fleet), ("audit", audit),
                          ("read_path", read_path), ("class_data", class_data),
-                         ("maintenance", maintenance), ("ledger_size", ledger_size)):
+                         ("maintenance", maintenance), ("ledger_size", ledger_size), ("demo", demo.section)):
         if found := part(results, name):
             parts.append(render(found))
     for name, title in (("typed_json", "JSON with a declared schema"), ("typed_json_clean", "JSON with no poison"),

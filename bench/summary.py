@@ -8,6 +8,7 @@ import json
 import statistics
 from collections.abc import Iterable
 
+from bench import demo
 from bench.contenders import AVAILABLE_NOW, CONSUMER_PERF, CONTENDERS, LABELS, PLAIN_BATCH, TIDEMARK_DAG, TIDEMARK_JOB
 from bench.settings import RESULTS
 
@@ -19,7 +20,7 @@ SIDE_PARTS = {"typed_json": "typed_json.json", "avro": "avro.json", "typed_json_
               "object_storage": "object_storage.json", "console": "console.json", "tls": "tls.json",
               "ledger_contention": "ledger_contention.json", "audit": "audit.json",
               "maintenance": "maintenance.json", "fleet": "fleet.json", "read_path": "read_path.json",
-              "class_data": "class_data.json", "ledger_size": "ledger_size.json"}
+              "class_data": "class_data.json", "ledger_size": "ledger_size.json", "demo": "demo.json"}
 """The benchmarks that run as programs of their own, by their key in bench.json's ``parts`` and their file."""
 
 
@@ -189,6 +190,7 @@ def _targets(summary: dict, results: dict) -> list[dict]:
                        f"that at {small['pipelines']} x {small['batches_each']}", contention["scale_ratio"],
                        contention["scale_ratio"] <= 2)
     out += _fleet_targets(part(results, "fleet"))
+    out += demo.targets(part(results, "demo"))
     if (audit := part(results, "audit")) and len(audit["sizes"]) > 1:
         small, large = audit["sizes"][0], audit["sizes"][-1]
         growth = round(large["peak_rss_mb"] / small["peak_rss_mb"], 2)

@@ -65,6 +65,9 @@ fi
 if ! skipped keyed; then  # a keyed table: MERGE vs AvailableNow, a replay, 1M vs 5M rows: bench/results/keyed.json
   scripts/bench_keyed.sh
 fi
+if ! skipped demo; then  # make demo's two DAG runs on a fresh class-data folder: bench/results/demo.json
+  scripts/with_broker.sh bench "${BENCH_KAFKA_PORT:-19292}" .venv/bin/python -m bench.demo
+fi
 # bench.run wrote docs/BENCHMARKS.md before typed_json.json, avro.json, small_batch.json and tls.json were new:
 # fold them into bench.json and write the page again (from the stored JSON).
 .venv/bin/python -m bench.report

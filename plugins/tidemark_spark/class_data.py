@@ -187,6 +187,7 @@ def prepare(env: Mapping[str, str], master: str, conf: Mapping[str, str], jars: 
     assert folder is not None
     archive = folder / f"spark-{archive_key(env, jars)}.jsa"
     if archive.is_file():
+        log.info("the job's JVM maps the class-data archive %s", archive)
         return ClassData(f"-XX:SharedArchiveFile={archive} {QUIET}", archive)
     if _recent(_failed(archive), FAILED_SECONDS) or not (train() if callable(train) else train):
         return ClassData()
@@ -196,7 +197,9 @@ def prepare(env: Mapping[str, str], master: str, conf: Mapping[str, str], jars: 
         if lock.exists() and not _recent(lock, STALE_LOCK_SECONDS):
             lock.unlink(missing_ok=True)  # its job died without finishing
         descriptor = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    except OSError:  # another job is training (or the folder is not writable): run without
+    except OSError as exc:  # another job is training (or the folder is not writable): run without
+        log.info("no class-data archive yet for this class path, and none started: %s; this job runs without it",
+                 "another process is training it" if _lock(archive).exists() else exc)
         return ClassData()
     os.write(descriptor, str(os.getpid()).encode())
     os.close(descriptor)

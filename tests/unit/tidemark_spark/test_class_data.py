@@ -49,19 +49,23 @@ def test_a_conf_folder_with_a_file_would_fail_the_dump_so_it_runs_without(env):
     assert "not an empty folder" in class_data.why_not(env, "local[2]", {})
 
 
-def test_the_first_launch_trains_one_at_a_time_and_the_next_maps_the_archive(env):
+def test_the_first_launch_trains_one_at_a_time_and_the_next_maps_the_archive(env, caplog):
     trainer = class_data.prepare(env, "local[2]", {}, JARS, background=False)
     assert trainer.training and not trainer.java_options  # the caller trains: class_data_train
     # the lock: one trainer at a time
-    assert class_data.prepare(env, "local[2]", {}, JARS, background=False) == class_data.ClassData()
+    with caplog.at_level("INFO", logger="tidemark_spark.class_data"):
+        assert class_data.prepare(env, "local[2]", {}, JARS, background=False) == class_data.ClassData()
+    assert "another process is training it" in caplog.text
     assert class_data.prepare(env, "local[2]", {}, JARS, train=False,
                               background=False) == class_data.ClassData()
 
     trainer.partial.write_bytes(b"archive")  # what the JVM dumps as it exits
     trainer.finish(0)
     assert sorted(p.name for p in trainer.archive.parent.iterdir()) == [trainer.archive.name]
-    user = class_data.prepare(env, "local[2]", {}, JARS, background=False)
+    with caplog.at_level("INFO", logger="tidemark_spark.class_data"):
+        user = class_data.prepare(env, "local[2]", {}, JARS, background=False)
     assert not user.training and user.java_options == f"-XX:SharedArchiveFile={trainer.archive} {class_data.QUIET}"
+    assert f"the job's JVM maps the class-data archive {trainer.archive}" in caplog.messages  # the task's log says so
     assert user.environment({**env, "SPARK_SUBMIT_OPTS": "-Dx=1"})["SPARK_SUBMIT_OPTS"] == f"-Dx=1 {user.java_options}"
 
 
