@@ -48,3 +48,14 @@ def sample_size(text: str) -> int:
             f"'{text}' is not a whole number >= 0 (the committed ranges, or keys of a keyed table, to compare with "
             f"Kafka; 0, the default, compares none)")
     return value
+
+
+def row_count(text: str) -> int:
+    """``offsets history --limit``: a whole number >= 1."""
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number >= 1 (the rows to show)")
+    return value

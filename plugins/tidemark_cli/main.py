@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     history = offsets_cmd.add_parser("history", help="the ledger's rows, newest first (batches, resets, ...)")
     history.add_argument("pipeline")
-    history.add_argument("--limit", type=int, default=50, help="rows to show (default 50)")
+    history.add_argument("--limit", type=arguments.row_count, default=50, help="rows to show (default 50)")
     history.add_argument("--json", action="store_true", help="machine-readable output")
 
     reset = offsets_cmd.add_parser(

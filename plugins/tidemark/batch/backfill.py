@@ -128,7 +128,8 @@ def prepare_backfill(config: PipelineConfig, kafka_properties: Mapping[str, str]
         ranges = _backfill_ranges(config, kafka, request)
         topic_ids = kafka.topic_ids({r.topic for r in ranges})
     if not ranges:
-        log.info("pipeline '%s': the backfill window holds no records; nothing to do", config.name)
+        log.info("pipeline '%s': the backfill %s holds no records; nothing to do", config.name,
+                 "window" if request.window else "offsets' ranges (each empty: start = end)")
         return build_plan(config, ledger.uri, 0, [], owner=owner)
     check_topic_ids(config.name, state.topic_ids, topic_ids, state.positions)
     frozen = freeze_schemas(config, schemas)

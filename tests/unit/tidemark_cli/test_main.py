@@ -160,3 +160,16 @@ def test_audit_verify_sample_takes_a_whole_number_of_0_or_more(monkeypatch, caps
     parser = build_parser()
     assert [parser.parse_args(["audit", "o", *more]).verify_sample for more in
             ([], ["--verify-sample", "0"], ["--verify-sample", "3"])] == [0, 0, 3]
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "ten"])
+def test_offsets_history_limit_takes_a_whole_number_of_1_or_more(monkeypatch, capsys, value):
+    from tidemark_cli import main as cli
+
+    monkeypatch.setattr(cli, "open_run", lambda name: pytest.fail("the pipeline was opened"))
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["offsets", "history", "orders", "--limit", value])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"tidemark offsets history: error: argument --limit: '{value}' is not a whole number >= 1 (the rows to show)")
+    assert build_parser().parse_args(["offsets", "history", "o", "--limit", "7"]).limit == 7
