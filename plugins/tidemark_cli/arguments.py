@@ -37,25 +37,23 @@ def duration(text: str) -> str:
     return text
 
 
-def sample_size(text: str) -> int:
-    """``audit --verify-sample``: a whole number >= 0 (0, the default: no sample)."""
+def _whole_number(text: str, least: int, meaning: str) -> int:
+    """``text`` as a whole number >= ``least``, else argparse's error naming ``meaning``."""
     try:
         value = int(text.strip())
     except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(
-            f"'{text}' is not a whole number >= 0 (the committed ranges, or keys of a keyed table, to compare with "
-            f"Kafka; 0, the default, compares none)")
+        value = least - 1
+    if value < least:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number >= {least} ({meaning})")
     return value
+
+
+def sample_size(text: str) -> int:
+    """``audit --verify-sample``: a whole number >= 0 (0, the default: no sample)."""
+    return _whole_number(text, 0, "the committed ranges, or keys of a keyed table, to compare with Kafka; 0, the "
+                                  "default, compares none")
 
 
 def row_count(text: str) -> int:
     """``offsets history --limit``: a whole number >= 1."""
-    try:
-        value = int(text.strip())
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number >= 1 (the rows to show)")
-    return value
+    return _whole_number(text, 1, "the rows to show")
