@@ -48,9 +48,10 @@ class Airflow:
         self.pg_home = Path(tempfile.mkdtemp(prefix="tidemark-bench-postgres-"))
         self.pg_home.chmod(0o755)
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "TIDEMARK_"))}
+        free = localstack.free_ports(2)
         self.env.update(AIRFLOW_LOCAL_HOME=str(self.home), PG_HOME=str(self.pg_home),
-                        AIRFLOW_PORT=str(airflow_port or localstack.free_port()),
-                        PG_PORT=str(pg_port or localstack.free_port()), KAFKA_PORT=str(settings.kafka_port),
+                        AIRFLOW_PORT=str(airflow_port or free[0]),
+                        PG_PORT=str(pg_port or free[1]), KAFKA_PORT=str(settings.kafka_port),
                         TIDEMARK_LAKE_ROOT=str(settings.lake), TIDEMARK_PIPELINES_DIR=str(settings.pipelines),
                         AIRFLOW_CONN_SPARK_DEFAULT=f'{{"conn_type": "spark", "host": "{settings.master}"}}',
                         AIRFLOW_USER="bench")

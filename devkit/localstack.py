@@ -60,13 +60,55 @@ def bootstrap() -> str:
     return f"127.0.0.1:{os.environ.get('KAFKA_PORT', '9092')}"
 
 
-def free_port() -> int:
-    """A TCP port nothing listens on right now."""
+FREE_PORTS = range(20000, 27000)
+"""Where `free_ports` looks: below Linux's ephemeral range (32768-60999), so no outgoing connection of Kafka,
+Spark or Airflow takes a port between its choice and the service's bind, and below the fixed ports of the
+broker clusters (27092, 27192)."""
+
+
+def free_port_blocks(*lengths: int) -> list[int]:
+    """For each of ``lengths``, the first of that many consecutive TCP ports on 127.0.0.1 nothing listens on right
+    now; every port is held (bound) until all are chosen, so services started together never share one."""
+    import random
     import socket
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    held: list[socket.socket] = []
+    firsts: list[int] = []
+    try:
+        for first in random.sample(FREE_PORTS, len(FREE_PORTS)):
+            if len(firsts) == len(lengths):
+                return firsts
+            block = []
+            for port in range(first, first + lengths[len(firsts)]):
+                probe = socket.socket()
+                try:
+                    probe.bind(("127.0.0.1", port))
+                except OSError:
+                    probe.close()
+                    break
+                block.append(probe)
+            else:
+                firsts.append(first)
+                held += block
+                continue
+            for probe in block:
+                probe.close()
+        if len(firsts) == len(lengths):
+            return firsts
+        raise RuntimeError(f"no free ports for blocks of {lengths} in {FREE_PORTS.start}-{FREE_PORTS.stop - 1}")
+    finally:
+        for probe in held:
+            probe.close()
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free TCP ports on 127.0.0.1 (`free_port_blocks` of one port each)."""
+    return free_port_blocks(*[1] * count)
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now (`free_ports`)."""
+    return free_ports(1)[0]
 
 
 def unique(prefix: str) -> str:
@@ -267,23 +309,6 @@ def txn_version(table_uri: str, app_id: str) -> int | None:
         return None
 
 
-def start_holding_run(command: list[str], env: dict, ledger, pipeline: str, timeout: float = 120):
-    """Starts ``command`` (a `tidemark run`) and returns it once it holds ``pipeline``: its batch is
-    frozen in ``ledger`` (a ``tidemark.ledger.Ledger``) and not committed yet. Fails if the run ends
-    first or never freezes; the caller then owns the process (its output is one text pipe)."""
-    import subprocess
-
-    run = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + timeout
-    while ledger.state(pipeline).pending_batch_id is None and run.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if run.poll() is not None or ledger.state(pipeline).pending_batch_id is None:
-        run.kill()
-        output, _ = run.communicate()
-        raise AssertionError(f"the run never held pipeline '{pipeline}' with a pending batch:\n{output[-4000:]}")
-    return run
-
-
 def describe_group(group: str) -> dict[int, tuple[int, int]]:
     """Kafka's own consumer-groups tool (from the broker jars): partition -> (current offset, lag)."""
     import subprocess
@@ -316,7 +341,7 @@ class StandaloneCluster:
 
     def __init__(self, work, workers: int = 2, cores: int = 1, memory: str = "1g") -> None:
         self.work, self.workers, self.cores, self.memory = work, workers, cores, memory
-        self.port, self.ui_port = free_port(), free_port()
+        self.port, self.ui_port = free_ports(2)
 
     @property
     def master(self) -> str:

@@ -3,8 +3,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TypeVar
 
 import pytest
@@ -21,6 +26,8 @@ from devkit.localstack import (  # noqa: F401
     describe_group,
     end_offsets,
     free_port,
+    free_port_blocks,
+    free_ports,
     past_ms,
     produce,
     produce_at_times,
@@ -37,7 +44,6 @@ from devkit.localstack import (  # noqa: F401
     set_compatibility,
     spark_connect_connection,
     spark_connect_url,
-    start_holding_run,
     table_version,
     txn_version,
     unique,
@@ -58,3 +64,35 @@ def wait_until(condition: Callable[[], T], timeout: float, what: str | Callable[
         if time.monotonic() >= deadline:
             pytest.fail(f"timed out after {timeout:.0f} s waiting for {what() if callable(what) else what}")
         time.sleep(interval)
+
+
+def stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (SIGSTOP): its state in /proc/PID/stat is ``T``."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def wait_until_paused(process: subprocess.Popen, log: Path, what: str) -> None:
+    """Until ``process`` (started in a session of its own) has stopped itself at its TIDEMARK_PAUSE_AT
+    point; fails at once if it exits first, showing its ``log``."""
+    def paused() -> bool:
+        assert process.poll() is None, f"{what} exited before its pause:\n{log.read_text()[-4000:]}"
+        return stopped(process.pid)
+
+    wait_until(paused, 300, f"{what} to reach its pause point")
+
+
+@contextlib.contextmanager
+def paused_run(command: list[str], env: dict, log: Path, point: str, what: str) -> Iterator[subprocess.Popen]:
+    """Starts ``command`` (a `tidemark run` or a job) in a session of its own with ``TIDEMARK_PAUSE_AT=point``
+    and its output to ``log`` (a file: nothing reads a pipe while it is stopped), and yields it once it has
+    stopped itself there; on leaving, continues its process group (SIGCONT). The caller then waits for it."""
+    with open(log, "w") as out:
+        process = subprocess.Popen(command, env={**env, "TIDEMARK_PAUSE_AT": point}, stdout=out,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_until_paused(process, log, what)
+        yield process
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGCONT)

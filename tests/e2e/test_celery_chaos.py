@@ -239,12 +239,11 @@ def celery_airflow(tmp_path_factory, kafka_bootstrap, spark_connect, s3_gate, ka
     # PostgreSQL runs as 'nobody' when the tests run as root: a folder every user can traverse
     pg_home = Path(tempfile.mkdtemp(prefix=f"tidemark-postgres-{suffix}-"))
     pg_home.chmod(0o755)
-    log_port = helpers.free_port()
-    while not all(_port_free(log_port + i) for i in range(len(WORKERS))):
-        log_port = helpers.free_port()
+    # the workers' log servers take CELERY_LOG_PORT and the ports after it, one each
+    airflow_port, pg_port, redis_port, log_port = helpers.free_port_blocks(1, 1, 1, len(WORKERS))
     env.update(EXECUTOR="celery", AIRFLOW_LOCAL_HOME=str(home), PG_HOME=str(pg_home),
-               AIRFLOW_PORT=str(helpers.free_port()), PG_PORT=str(helpers.free_port()),
-               REDIS_PORT=str(helpers.free_port()), CELERY_LOG_PORT=str(log_port),
+               AIRFLOW_PORT=str(airflow_port), PG_PORT=str(pg_port),
+               REDIS_PORT=str(redis_port), CELERY_LOG_PORT=str(log_port),
                KAFKA_PORT=os.environ["KAFKA_PORT"], TIDEMARK_LAKE_ROOT=lake, TIDEMARK_PIPELINES_DIR=str(pipelines),
                TIDEMARK_JAR_CACHE=os.environ.get("TIDEMARK_JAR_CACHE", str(ROOT / ".cache" / "jars")),
                AIRFLOW_CONN_SPARK_DEFAULT=helpers.spark_connect_connection(spark_connect),
@@ -269,13 +268,6 @@ def _through(connection: str, gate: S3Gate) -> str:
     conn = json.loads(connection)
     conn["extra"]["endpoint_url"] = gate.endpoint
     return json.dumps(conn)
-
-
-def _port_free(port: int) -> bool:
-    import socket
-
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) != 0
 
 
 def run_on_workers(airflow: CeleryAirflow, pipeline: str, run_id: str, attempts: dict[str, int]) -> dict[str, list]:

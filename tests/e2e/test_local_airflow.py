@@ -114,8 +114,9 @@ def local_airflow(tmp_path_factory, kafka_bootstrap):
     # temporary folder, which every user can traverse.
     pg_home = Path(tempfile.mkdtemp(prefix=f"tidemark-postgres-{pipeline}-"))
     pg_home.chmod(0o755)
-    env.update(AIRFLOW_LOCAL_HOME=str(home), PG_HOME=str(pg_home), AIRFLOW_PORT=str(helpers.free_port()),
-               PG_PORT=str(helpers.free_port()),
+    airflow_port, pg_port, connect_port = helpers.free_ports(3)
+    env.update(AIRFLOW_LOCAL_HOME=str(home), PG_HOME=str(pg_home), AIRFLOW_PORT=str(airflow_port),
+               PG_PORT=str(pg_port),
                KAFKA_PORT=os.environ["KAFKA_PORT"], TIDEMARK_LAKE_ROOT=str(lake),
                TIDEMARK_PIPELINES_DIR=str(pipelines), AIRFLOW_USER="operator", AIRFLOW_VIEWERS=VIEWER,
                TIDEMARK_EXAMPLE_UPSTREAM=backfill_pipeline,  # the example DAG scheduled on its table
@@ -124,7 +125,7 @@ def local_airflow(tmp_path_factory, kafka_bootstrap):
     # Its ingest jobs on the warm path as `make airflow` gives it: `up` starts a Spark Connect server of its own
     # (no Spark connection given), here on a free port, with the settings and keys of a lake on the local S3 server
     # (docs/OPERATIONS.md, "The warm path"), and `down` stops it.
-    env.update(CONNECT_PORT=str(helpers.free_port()), CONNECT_CONF=localstack.connect_conf(),
+    env.update(CONNECT_PORT=str(connect_port), CONNECT_CONF=localstack.connect_conf(),
                AWS_ACCESS_KEY_ID=localstack.S3_ACCESS_KEY, AWS_SECRET_ACCESS_KEY=localstack.S3_SECRET_KEY)
     # Airflow's metrics (and so Tidemark's) to a StatsD listener of the test; the alert callback's module
     statsd = StatsdListener()

@@ -114,7 +114,8 @@ class CommandLines(threading.Thread):
             try:
                 out = subprocess.run(["ps", "-e", "-ww", "-o", "args"], capture_output=True, env=self._env,
                                      timeout=30).stdout.decode("utf-8", "replace")
-                self.lines.update(out.splitlines()[1:])
+                # a new set, never one changed in place: the test iterates `lines` while this thread samples
+                self.lines = self.lines | set(out.splitlines()[1:])
                 self.samples += 1
             except (OSError, subprocess.SubprocessError) as error:
                 self.errors.append(repr(error))

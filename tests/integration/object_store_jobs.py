@@ -294,10 +294,26 @@ m = out["mixed"] = {"errors": []}
 print("READY-FOR-DELTA-RS", flush=True)
 sys.stdin.readline()
 lap("mixed_setup")
+# Each append's one task waits, after Delta took the snapshot it commits on, until delta-rs has committed again
+# (the test's racer counts its commits in the file DELTA_RS_COMMITS): the version Spark tries first is then
+# always taken, and the LogStore's refusal and Delta's retry happen in every append, not by chance.
+from pyspark.sql import functions as F
+@F.udf("long")
+def after_a_delta_rs_commit(value, counter=os.environ["DELTA_RS_COMMITS"]):
+    def count():
+        try:
+            with open(counter) as f:
+                return int(f.read() or 0)
+        except FileNotFoundError:
+            return 0
+    first, deadline = count(), time.monotonic() + 120
+    while count() == first and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return value
 for k in range(1, int(os.environ["SPARK_APPENDS_IN_RACE"]) + 1):
     try:
         spark.createDataFrame([(1000 + k, f"spark-{k}")], "id long, v string") \
-            .write.format("delta").mode("append").save(mixed)
+            .withColumn("id", after_a_delta_rs_commit("id")).write.format("delta").mode("append").save(mixed)
     except Exception as exc:
         m["errors"].append(describe(exc))
 print("SPARK-APPENDS-DONE", flush=True)

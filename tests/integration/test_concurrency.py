@@ -1,5 +1,7 @@
 """Two runs of one pipeline at the same time, as real processes: one commits, the other fails
-saying another run holds the pipeline, and writes nothing."""
+saying another run holds the pipeline, and writes nothing. The first run stops itself (SIGSTOP) right after
+it froze its batch, so the second runs while the first holds the pipeline every time, however fast the
+first would have committed."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests import helpers
+from tidemark import crash
 from tidemark.ledger import Ledger
 
 pytestmark = pytest.mark.integration
@@ -27,12 +30,12 @@ def test_second_run_while_the_first_holds_the_pipeline_fails_and_writes_nothing(
     helpers.produce(topic, 200)
     ledger = Ledger(str(lake / "_tidemark" / "offsets"))
 
-    first = helpers.start_holding_run([TIDEMARK, "run", topic], env, ledger, topic)
-    helpers.produce(topic, 50, start=200)  # the second run would have something new to read
-
-    second = subprocess.run([TIDEMARK, "run", topic], env=env, capture_output=True, text=True, timeout=300)
-    first_out, _ = first.communicate(timeout=600)
-    assert first.returncode == 0, first_out[-4000:]
+    log = tmp_path / "first.log"
+    with helpers.paused_run([TIDEMARK, "run", topic], env, log, crash.AFTER_PLAN_FROZEN, "the first run") as first:
+        assert ledger.state(topic).pending_batch_id == 1, log.read_text()[-4000:]
+        helpers.produce(topic, 50, start=200)  # the second run would have something new to read
+        second = subprocess.run([TIDEMARK, "run", topic], env=env, capture_output=True, text=True, timeout=300)
+    assert first.wait(timeout=600) == 0, log.read_text()[-4000:]
     assert second.returncode == 2, second.stdout + second.stderr
     assert "another run holds the pipeline" in second.stderr and "wrote nothing" in second.stderr
 

@@ -18,12 +18,13 @@ before it gives the cluster back."""
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import pytest
 
 from tests import helpers
-from tidemark import settings
+from tidemark import settings, spark_io
 from tidemark.batch.execute import execute_batch
 from tidemark.batch.prepare import prepare_batch
 from tidemark.config import parse_pipeline
@@ -79,7 +80,30 @@ def _mid_read(spark, thread: threading.Thread):
     return None if found == "ended" else found
 
 
-def test_the_partition_leader_killed_mid_read_loses_and_duplicates_nothing(kafka_cluster, spark, lake):
+def _hold_tasks_after(monkeypatch, spark, first_offset: int, gate) -> None:
+    """The batch's read holds every record from ``first_offset`` on until the file ``gate`` exists (a Python UDF
+    in the read's tasks): the tasks before it finish, the next ones wait after their first fetch, and the stage
+    stays part done until the test opens the gate."""
+    from pyspark.sql import functions as F
+
+    @F.udf("boolean")
+    def held(offset):
+        import os
+        import time
+
+        deadline = time.monotonic() + 600  # a test that failed before it opened the gate frees Spark's cores
+        while offset >= first_offset and not os.path.exists(str(gate)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return True
+
+    read = spark_io.read_ranges
+    monkeypatch.setattr(spark_io, "read_ranges", lambda session, options: read(session, options).where(
+        held(F.col("offset"))))
+    monkeypatch.setattr(spark.sparkContext, "pythonExec", sys.executable)  # the UDF's workers: this interpreter
+
+
+def test_the_partition_leader_killed_mid_read_loses_and_duplicates_nothing(kafka_cluster, spark, lake, monkeypatch,
+                                                                           tmp_path):
     records, per_task = 20_000, 2_000  # ten read tasks, two at a time: the kill lands between them
     topic = kafka_cluster.create_topic(helpers.unique("failover_read"), partitions=1)
     produced = kafka_cluster.produce(topic, records)
@@ -89,16 +113,21 @@ def test_the_partition_leader_killed_mid_read_loses_and_duplicates_nothing(kafka
     plan = prepare_batch(config, props)
     assert [(r.partition, r.start, r.end) for r in plan.ranges] == [(0, 0, records)]
 
+    gate = tmp_path / "gate"
+    _hold_tasks_after(monkeypatch, spark, 2 * per_task, gate)  # two tasks done, the third and on held
     with kafka_cluster.alone():
         leader = kafka_cluster.leader(topic)
         thread, errors = _read_in_background(spark, plan, props)
-        stage = _mid_read(spark, thread)
-        assert stage is not None, "the batch ended before the kill could land mid-read"
-        kafka_cluster.kill_broker(leader)
-        after_kill = spark.sparkContext.statusTracker().getStageInfo(stage.stageId)
-        assert after_kill is not None and after_kill.numCompletedTasks < after_kill.numTasks, \
-            "every read task was done before the leader was killed"
-        assert helpers.query_or_none(config.table_uri) is None  # nothing committed before the kill
+        try:
+            stage = _mid_read(spark, thread)
+            assert stage is not None, "the batch ended before the kill could land mid-read"
+            kafka_cluster.kill_broker(leader)
+            after_kill = spark.sparkContext.statusTracker().getStageInfo(stage.stageId)
+            assert after_kill is not None and after_kill.numCompletedTasks < after_kill.numTasks, \
+                "every read task was done before the leader was killed"
+            assert helpers.query_or_none(config.table_uri) is None  # nothing committed before the kill
+        finally:
+            gate.touch()
         thread.join(timeout=600)
         assert not thread.is_alive(), "the batch did not end within 10 minutes of the kill"
         new_leader = kafka_cluster.leader(topic)

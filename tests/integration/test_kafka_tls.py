@@ -104,12 +104,9 @@ def test_a_bad_certificate_or_password_is_a_terminal_error_naming_the_listener(c
     def refused() -> list[str]:
         return [line for line in _failed_authentications(kafka_cluster, ports) if line not in before]
 
-    took = []
     for _ in range(ATTEMPTS):
-        started = time.monotonic()
         with pytest.raises((KafkaAuthenticationError, ConfigError)) as err:
             prepare_batch(_pipeline(topic), props)
-        took.append(round(time.monotonic() - started, 2))
         message = str(err.value)
         assert message.startswith(f"pipeline '{topic}': ")
         assert props["bootstrap.servers"] in message and cause in message
@@ -122,8 +119,9 @@ def test_a_bad_certificate_or_password_is_a_terminal_error_naming_the_listener(c
     expected = 0 if case == "expired-client-certificate" else ATTEMPTS
     helpers.wait_until(lambda: len(refused()) >= expected, 10, f"the brokers to log {expected} failed authentications")
     time.sleep(0.5)  # a login after the failure (a client not closed) would show within this
+    # At the first refusal, not after kafka_timeout_seconds: a client that went on logging in would show here
+    # (the count, not the clock: a busy machine slows a prompt failure too).
     assert len(refused()) == expected, "\n".join(refused())
-    assert max(took) < 3, took  # at the first refusal (about 0.3 s over SASL), not after kafka_timeout_seconds
 
 
 @pytest.mark.parametrize("case", ["untrusted-ca", "wrong-hostname", "no-client-certificate"])

@@ -19,8 +19,6 @@ wrote (`s3a://`)."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 from pathlib import Path
 
@@ -140,21 +138,6 @@ def test_kill_9_of_the_driver_during_the_s3_write_then_recovery_on_the_warm_path
     assert {(r.batch_id, r.status) for r in ledger.rows(topic)} == {(1, "committed")}
 
 
-def _stopped(pid: int) -> bool:
-    with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().rsplit(")", 1)[1].split()[0] == "T"
-
-
-def _wait_until_paused(process: subprocess.Popen, log: Path, what: str) -> None:
-    """Until ``process`` (started in a session of its own) has stopped itself at its TIDEMARK_PAUSE_AT
-    point; fails at once if it exits first, showing its ``log``."""
-    def paused() -> bool:
-        assert process.poll() is None, f"{what} exited before its pause:\n{log.read_text()[-4000:]}"
-        return _stopped(process.pid)
-
-    helpers.wait_until(paused, 300, f"{what} to reach its pause point")
-
-
 @pytest.mark.slow
 def test_two_concurrent_runs_on_s3_one_commits_and_the_other_writes_nothing(s3_pipeline, spark_connect, tmp_path):
     """The first run stops itself (SIGSTOP) right after it froze its batch in the ledger on S3, so the second
@@ -164,16 +147,11 @@ def test_two_concurrent_runs_on_s3_one_commits_and_the_other_writes_nothing(s3_p
     produced = helpers.produce(topic, 90)
     ledger = Ledger(f"{lake}/_tidemark/offsets", store())
     log = tmp_path / "first.log"
-    with open(log, "w") as out:  # a file, not a pipe: nothing reads the first run's output while it holds
-        first = subprocess.Popen([TIDEMARK, "run", topic], env={
-            **env, "AIRFLOW_CONN_SPARK_DEFAULT": helpers.spark_connect_connection(spark_connect),
-            "TIDEMARK_PAUSE_AT": crash.AFTER_PLAN_FROZEN}, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        _wait_until_paused(first, log, "the first run")
+    with helpers.paused_run([TIDEMARK, "run", topic],
+                            {**env, "AIRFLOW_CONN_SPARK_DEFAULT": helpers.spark_connect_connection(spark_connect)},
+                            log, crash.AFTER_PLAN_FROZEN, "the first run") as first:
         assert ledger.state(topic).pending_batch_id == 1, log.read_text()[-4000:]
         second = run(env, topic)
-    finally:
-        os.killpg(first.pid, signal.SIGCONT)
     assert first.wait(timeout=600) == 0, log.read_text()[-4000:]
     assert "on the Spark Connect server" in log.read_text(), log.read_text()[-4000:]
     assert second.returncode == 2 and "another run holds the pipeline" in second.stderr, second.stderr[-3000:]
@@ -205,13 +183,8 @@ def test_a_stale_driver_that_wakes_after_a_take_over_commits_nothing(s3_pipeline
                storage.ENV_VAR: store().to_json()}
     plan_a = prepare_batch(config, properties, owner="manual__A", store=store())
     log = tmp_path / "driver_a.log"
-    with open(log, "w") as out:  # a file, not a pipe: a full pipe would block the driver before its pause
-        stale = subprocess.Popen(spark_submit_command(plan_a, "local[2]", config.isolation_level, config.spark_conf),
-                                 env={**job_env, "TIDEMARK_PAUSE_AT": crash.AFTER_DEAD_LETTERS}, stdout=out,
-                                 stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        _wait_until_paused(stale, log, "driver A")
-
+    with helpers.paused_run(spark_submit_command(plan_a, "local[2]", config.isolation_level, config.spark_conf),
+                            job_env, log, crash.AFTER_DEAD_LETTERS, "driver A") as stale:
         # A's run is over as far as the orchestrator knows: B takes the batch over and commits it.
         plan_b = prepare_batch(config, properties, owner="manual__B", run_state=lambda run_id: "failed",
                                store=store())
@@ -221,8 +194,6 @@ def test_a_stale_driver_that_wakes_after_a_take_over_commits_nothing(s3_pipeline
         table, ledger = f"{lake}/{topic}", Ledger(f"{lake}/_tidemark/offsets", store())
         versions = (helpers.table_version(table), ledger.version())
         assert counts(table) == exactly_once(produced)
-    finally:
-        os.killpg(stale.pid, signal.SIGCONT)
     stale.wait(timeout=300)
     stale_out = log.read_text()
 

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -34,11 +35,12 @@ pytestmark = pytest.mark.integration
 LOG_STORE = "io.tidemark.delta.S3ConditionalPutLogStore"
 LOG_STORE_JAR = "tidemark-delta-logstore.jar"
 TAKEN = "java.nio.file.FileAlreadyExistsException"
-SPARK_APPENDS_IN_RACE = 3  # Spark's appends to the table delta-rs appends to at the same time
+SPARK_APPENDS_IN_RACE = 2  # Spark's appends to the table delta-rs appends to at the same time, each made to lose
 
 
-def _delta_rs_appends(uri: str, stop: threading.Event, written: list, errors: list) -> None:
-    """Append one row per commit until told to stop (the default retries on a lost version)."""
+def _delta_rs_appends(uri: str, stop: threading.Event, written: list, errors: list, counter: Path) -> None:
+    """Append one row per commit until told to stop (the default retries on a lost version); after each commit,
+    ``counter`` holds how many it made (the Spark job's appends wait for the next)."""
     import pyarrow as pa
     from deltalake import write_deltalake
 
@@ -49,6 +51,8 @@ def _delta_rs_appends(uri: str, stop: threading.Event, written: list, errors: li
             write_deltalake(uri, pa.table({"id": pa.array([2000 + j], pa.int64()), "v": [f"rs-{j}"]}), mode="append",
                             storage_options=delta_rs_options())
             written.append(2000 + j)
+            counter.with_suffix(".tmp").write_text(str(len(written)))
+            counter.with_suffix(".tmp").replace(counter)
         except Exception as exc:  # reported by the test
             errors.append(repr(exc))
             return
@@ -67,13 +71,17 @@ def spark_log_store(object_store, tmp_path_factory):
                   IfNoneMatch="*")
     extra = {"spark.delta.logStore.s3a.impl": LOG_STORE, "spark.delta.logStore.s3.impl": LOG_STORE,
              "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem"}
+    work = tmp_path_factory.mktemp("spark_log_store")
+    counter = work / "delta_rs_commits"
     env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_REGION": REGION,
-           "PYSPARK_PYTHON": sys.executable, "SPARK_APPENDS_IN_RACE": str(SPARK_APPENDS_IN_RACE)}
+           "PYSPARK_PYTHON": sys.executable, "SPARK_APPENDS_IN_RACE": str(SPARK_APPENDS_IN_RACE),
+           "DELTA_RS_COMMITS": str(counter)}
     mixed_uri = f"s3://{BUCKET}/{prefix}/mixed"
     stop, written, rs_errors = threading.Event(), [], []
-    racer = threading.Thread(target=_delta_rs_appends, args=(mixed_uri, stop, written, rs_errors), daemon=True)
+    racer = threading.Thread(target=_delta_rs_appends, args=(mixed_uri, stop, written, rs_errors, counter),
+                             daemon=True)
     started, lines = time.monotonic(), []
-    log = tmp_path_factory.mktemp("spark_log_store") / "stderr.log"
+    log = work / "stderr.log"
     with open(log, "w") as stderr:  # a file, not a pipe: a chatty JVM must not block on a full pipe
         proc = subprocess.Popen([sys.executable, "-c", SPARK_LOGSTORE_SCRIPT, str(jar_dir), ENDPOINT, REGION, BUCKET,
                                  prefix, json.dumps(extra)],
@@ -270,4 +278,5 @@ def test_spark_and_delta_rs_racing_on_one_table_never_lose_a_commit(object_store
     rs_retried = sorted(v for v, info in commits.items() if not _by_spark(info) and _retried(info, v))
     print(f"\n{len(rs_written)} delta-rs and {SPARK_APPENDS_IN_RACE} Spark appends; commits that lost their first "
           f"version and were retried: Spark {spark_retried}, delta-rs {rs_retried}")
-    assert spark_retried, "Spark never lost a version to delta-rs: the race did not happen"
+    # each Spark append waited in its write for a delta-rs commit: its first version was always taken
+    assert len(spark_retried) == SPARK_APPENDS_IN_RACE, "a Spark append did not lose its version to delta-rs"
