@@ -3,14 +3,12 @@ a checkout and in the Docker image):
 
     spark-submit --jars ... --py-files <tidemark core zip> spark_jobs/ingest.py --plan '<frozen plan JSON>'
 
-It runs ``tidemark_spark.ingest.main``: parse arguments -> build the session -> call the core. A wheel
+It runs ``tidemark_spark.ingest.run_and_exit``: parse arguments -> build the session -> call the core. A wheel
 install, which has no spark_jobs/, submits the installed module ``tidemark_spark/ingest.py`` instead
 (``tidemark_spark.submit.INGEST_SCRIPT``).
 """
 
-import sys
-
-from tidemark_spark.ingest import main
+from tidemark_spark.ingest import run_and_exit
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_and_exit()

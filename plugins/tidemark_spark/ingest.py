@@ -150,5 +150,20 @@ def run_batch(plan: BatchPlan, job: JobSettings, isolation_level: str) -> None:
         spark.stop()
 
 
+def run_and_exit() -> None:
+    """The job scripts' entry: ``main``, then the process's exit with its code. On the warm path the interpreter's
+    own teardown after the batch (gRPC's channel threads, the client's release pool) took 0.3-0.4 s on the slower
+    CPU model, about 6 % of a 10,000-record batch, with nothing left to do: the batch is committed, or its failure
+    logged, and the session released by then. So there the job flushes its output and logs and leaves at once
+    (``os._exit``); under spark-submit, whose JVM owns the process's end, it exits as usual."""
+    code = main()
+    if os.environ.get(REMOTE_ENV_VAR):
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(int(code))
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run_and_exit()

@@ -26,7 +26,7 @@ INGEST_SCRIPT = str(_CHECKOUT_SCRIPT if _CHECKOUT_SCRIPT.is_file() and (_CHECKOU
                     else Path(__file__).resolve().parent / "ingest.py")
 """The job script spark-submit runs: the repository's ``spark_jobs/ingest.py`` in a checkout (and in the
 Docker image), else, in a wheel install that has no ``spark_jobs/``, the installed module beside this one.
-Either runs ``tidemark_spark.ingest.main``."""
+Either runs ``tidemark_spark.ingest.run_and_exit``."""
 DEFAULT_CONF = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false",
                 # Kafka credentials travel as reader options only (kafka.sasl.jaas.config): should a
                 # configuration or a plan description ever show one, Spark redacts it. (The job sets

@@ -32,7 +32,7 @@ def test_in_a_checkout_spark_submit_runs_the_job_script_in_spark_jobs():
 
     root = Path(__file__).resolve().parents[3]
     assert INGEST_SCRIPT == str(root / "spark_jobs" / "ingest.py")
-    assert "from tidemark_spark.ingest import main" in Path(INGEST_SCRIPT).read_text()
+    assert "from tidemark_spark.ingest import run_and_exit" in Path(INGEST_SCRIPT).read_text()
 
 
 def test_the_core_archive_carries_bytecode_that_imports_without_compiling_and_keeps_source_lines(monkeypatch,
