@@ -91,7 +91,9 @@ def log_facts(uri: str) -> dict:
 def measure(uri: str, config: PipelineConfig | None, settings: BenchSettings) -> dict:
     ledger = Ledger(uri)
     result = {"state": timed_ms(lambda: Ledger(uri).state(PIPELINE)),
-              "full_read": timed_ms(lambda: derive_state(ledger.rows(PIPELINE))), **log_facts(uri)}
+              "full_read": timed_ms(lambda: derive_state(ledger.rows(PIPELINE))),
+              "one_batch": timed_ms(lambda: ledger.batch(PIPELINE, 1)),  # a committed batch's summary
+              **log_facts(uri)}
     if config is not None:
         def plan() -> None:
             batch, _ = stack.plan_batch(settings, config, ledger_uri=uri)

@@ -201,5 +201,5 @@ def outcome(ledger: Ledger, pipeline: str, entry_id: int) -> list[dict]:
     """The committed rows of a reprocess entry, per partition, for people."""
     return [{"topic": r.topic, "partition": r.partition, "offsets": f"[{r.start_offset}, {r.end_offset})",
              "reprocessed": r.record_count, "still_dead_letters": r.dead_letter_count}
-            for r in sorted(ledger.rows(pipeline), key=lambda r: (r.topic, r.partition))
-            if r.batch_id == entry_id and r.kind == KIND_REPROCESS and r.status == COMMITTED]
+            for r in sorted(ledger.batch(pipeline, entry_id), key=lambda r: (r.topic, r.partition))
+            if r.kind == KIND_REPROCESS and r.status == COMMITTED]

@@ -223,8 +223,7 @@ def batch_summary(plan: BatchPlan, store: ObjectStore | None = None) -> dict:
     """What a committed batch put in the output, from the ledger (the counts the commit recorded) and
     the output table (its Delta version): the extra of the Airflow asset event of the output table.
     Raises PlanMismatchError when the ledger does not hold the batch as committed."""
-    rows = [r for r in Ledger(plan.ledger_uri, store).rows(plan.pipeline)
-            if r.batch_id == plan.batch_id and r.kind in WRITING_KINDS]
+    rows = [r for r in Ledger(plan.ledger_uri, store).batch(plan.pipeline, plan.batch_id) if r.kind in WRITING_KINDS]
     if not rows or any(r.status != COMMITTED for r in rows):
         raise PlanMismatchError(f"batch {plan.batch_id} is not committed in the ledger ({plan.ledger_uri}); no summary "
                           f"of it can be given", pipeline=plan.pipeline)

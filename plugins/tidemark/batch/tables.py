@@ -76,20 +76,27 @@ def dead_letters_settled(table_uri: str, dead_letter_uri: str | None, pipeline: 
     return total_offsets > 0 and sum(t.records for t in held.values()) == total_offsets
 
 
+RECENT_COMMITS = 5
+"""The commits `_batch_commit` reads first, before the last ``depth``."""
+
+
 def _batch_commit(table_uri: str, pipeline: str, batch_id: int, store: ObjectStore | None, depth: int
                   ) -> tuple[dict, dict] | None:
     """(commit info, held metadata) of the table's commit that holds the batch (its ``userMetadata`` names the
-    pipeline and batch id, ``BatchPlan.commit_metadata``), among the last ``depth`` commits; None if none."""
+    pipeline and batch id, ``BatchPlan.commit_metadata``), among the last ``depth`` commits; None if none. The
+    newest few commits are looked at first: a batch just committed is among them, and each commit looked at is a
+    read of its log file (a GET on object storage)."""
     table = storage.open_table(table_uri, store)
     if table is None:
         return None
-    for commit in table.history(depth):
-        try:
-            held = json.loads(commit.get("userMetadata") or "{}").get(METADATA_KEY) or {}
-        except (ValueError, AttributeError):
-            continue
-        if held.get("pipeline") == pipeline and held.get("batch_id") == batch_id:
-            return commit, held
+    for limit in sorted({min(RECENT_COMMITS, depth), depth}):
+        for commit in table.history(limit):
+            try:
+                held = json.loads(commit.get("userMetadata") or "{}").get(METADATA_KEY) or {}
+            except (ValueError, AttributeError):
+                continue
+            if held.get("pipeline") == pipeline and held.get("batch_id") == batch_id:
+                return commit, held
     return None
 
 

@@ -149,6 +149,20 @@ def test_mark_committed_stores_a_keyed_batchs_changes_and_leaves_an_appends_null
                       (2, 1): (None, None, None)}
 
 
+def test_batch_reads_the_rows_of_one_entry_of_one_pipeline(tmp_path):
+    ledger = Ledger(str(tmp_path / "offsets"))
+    assert ledger.batch("p", 1) == []  # no ledger yet
+    ranges = [OffsetRange("t", 1, 0, 5), OffsetRange("t", 0, 0, 7)]
+    for pipeline in ("p", "q"):
+        for batch_id in (1, 2):
+            ledger.append(planned_rows(pipeline, batch_id, ranges, "run"), expected=ledger.state(pipeline).fingerprint)
+            ledger.mark_committed(pipeline, batch_id, {r.tp: (5, 0) for r in ranges})
+    assert sorted((r.pipeline, r.batch_id, r.partition) for r in ledger.batch("p", 2)) == [("p", 2, 0), ("p", 2, 1)]
+    assert sorted(ledger.batch("q", 1), key=lambda r: r.partition) == sorted(
+        (r for r in ledger.rows("q") if r.batch_id == 1), key=lambda r: r.partition)
+    assert ledger.batch("p", 3) == [] and ledger.batch("other", 1) == []
+
+
 # --- the records a transform filtered out: per partition, on every row of the batch -----------------
 
 def test_a_transformed_batchs_filtered_counts_ride_on_each_partition():

@@ -64,3 +64,17 @@ def test_keyed_commit_finds_the_batchs_commit_with_its_records_and_changes(tmp_p
     assert keyed_commit(str(uri), "customers", 6) is None and keyed_commit(str(uri), "other", 4) is None
     assert keyed_commit(str(uri), "customers", 4, depth=2) is None  # beyond the scan
     assert keyed_commit(str(tmp_path / "missing"), "customers", 4) is None
+
+
+def test_a_batch_older_than_the_newest_commits_is_found_in_the_deeper_look(tmp_path, monkeypatch):
+    from deltalake import write_deltalake
+
+    from tidemark.batch import tables
+
+    uri = tmp_path / "orders"
+    write_deltalake(str(uri), pa.table({"id": pa.array([1], pa.int64())}))  # version 0, by delta-rs
+    for version, batch_id in ((1, 7), (2, 8), (3, 9)):
+        _commit(uri / "_delta_log", version, MERGE, "orders", batch_id)
+    monkeypatch.setattr(tables, "RECENT_COMMITS", 1)  # the first look reads version 3 only
+    assert [output_version(str(uri), "orders", b) for b in (9, 7)] == [3, 1]
+    assert output_version(str(uri), "orders", 7, depth=2) is None
