@@ -72,13 +72,25 @@ def crash_point(point: str) -> None:
         log.warning("TIDEMARK_PAUSE_AT=%s: continued", point)
 
 
+_soon: list[str] = []
+"""The points `crash_soon` armed in this process."""
+
+
 def crash_soon(point: str, max_delay_s: float = 0.3) -> None:
     """Die at a random moment within ``max_delay_s`` from now, from a background thread, so the
     kill lands in the middle of whatever the caller does next (a ledger commit, say)."""
     if _armed(point):
         delay = random.uniform(0, max_delay_s)
         threading.Thread(target=lambda: (time.sleep(delay), _kill(point)), daemon=True).start()
+        _soon.append(point)
         atexit.register(_kill, point)  # at the latest before a normal exit: an armed run never reports success
+
+
+def before_exit() -> None:
+    """For a process that leaves without its atexit handlers (``os._exit``: the warm-path job): the kill that
+    `crash_soon` promised, if its thread has not struck yet. An armed run never reports success."""
+    for point in _soon:
+        _kill(point)
 
 
 def crash_when_spark_is_busy(point: str, spark) -> None:

@@ -28,7 +28,7 @@ import os
 import re
 import sys
 
-from tidemark import storage
+from tidemark import crash, storage
 from tidemark.batch.execute import execute_batch
 from tidemark.batch.plan import BatchPlan
 from tidemark.errors import JobExit, TidemarkError
@@ -158,6 +158,7 @@ def run_and_exit() -> None:
     (``os._exit``); under spark-submit, whose JVM owns the process's end, it exits as usual."""
     code = main()
     if os.environ.get(REMOTE_ENV_VAR):
+        crash.before_exit()  # what an atexit handler of the crash injection would have done (tests only)
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()

@@ -24,3 +24,20 @@ def test_unknown_crash_point_is_an_error(monkeypatch):
     monkeypatch.setenv("TIDEMARK_CRASH_AT", "after_lunch")
     with pytest.raises(ValueError, match="not a crash point"):
         crash.crash_point(crash.AFTER_OUTPUT_COMMIT)
+
+
+@pytest.mark.parametrize("leave", ["sys.exit(0)", "crash.before_exit(); os._exit(0)"])
+def test_a_run_armed_to_crash_soon_never_leaves_with_success(leave):
+    """`crash_soon`'s kill comes from a thread after a random delay; a process that ends first is killed on the
+    way out: by an atexit handler on a normal exit, by `before_exit` where it leaves with os._exit (the warm-path
+    job). Either way the run does not report success."""
+    import subprocess
+    import sys
+
+    script = ("import os, sys\nfrom tidemark import crash\n"
+              f"crash.crash_soon(crash.DURING_LEDGER_COMMIT, max_delay_s=600)\nprint('done', flush=True)\n{leave}\n")
+    env = {**os.environ, "TIDEMARK_CRASH_AT": crash.DURING_LEDGER_COMMIT}
+    env.pop("TIDEMARK_CRASH_ONCE", None)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == -9, (done.returncode, done.stdout, done.stderr)
+    assert "done" in done.stdout and "killing process" in done.stderr
