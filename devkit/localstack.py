@@ -66,33 +66,39 @@ Spark or Airflow takes a port between its choice and the service's bind, and bel
 broker clusters (27092, 27192)."""
 
 
+def _bind_block(first: int, length: int) -> list | None:
+    """Sockets bound to ports ``first`` .. ``first + length - 1`` on 127.0.0.1, or None (none left bound) if one
+    of them is taken."""
+    import socket
+
+    block = []
+    for port in range(first, first + length):
+        probe = socket.socket()
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            probe.close()
+            for bound in block:
+                bound.close()
+            return None
+        block.append(probe)
+    return block
+
+
 def free_port_blocks(*lengths: int) -> list[int]:
     """For each of ``lengths``, the first of that many consecutive TCP ports on 127.0.0.1 nothing listens on right
     now; every port is held (bound) until all are chosen, so services started together never share one."""
     import random
-    import socket
 
-    held: list[socket.socket] = []
-    firsts: list[int] = []
+    held, firsts = [], []
     try:
         for first in random.sample(FREE_PORTS, len(FREE_PORTS)):
             if len(firsts) == len(lengths):
                 return firsts
-            block = []
-            for port in range(first, first + lengths[len(firsts)]):
-                probe = socket.socket()
-                try:
-                    probe.bind(("127.0.0.1", port))
-                except OSError:
-                    probe.close()
-                    break
-                block.append(probe)
-            else:
+            block = _bind_block(first, lengths[len(firsts)])
+            if block is not None:
                 firsts.append(first)
                 held += block
-                continue
-            for probe in block:
-                probe.close()
         if len(firsts) == len(lengths):
             return firsts
         raise RuntimeError(f"no free ports for blocks of {lengths} in {FREE_PORTS.start}-{FREE_PORTS.stop - 1}")

@@ -96,3 +96,26 @@ def paused_run(command: list[str], env: dict, log: Path, point: str, what: str) 
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGCONT)
+
+
+def gate_udf(gate: Path, from_value: int | None = None, waiting: Path | None = None):
+    """A Spark UDF (boolean, always true) that holds each row until the file ``gate`` exists: put in a read's filter,
+    it keeps a batch's tasks waiting while the test does something at that moment. ``from_value``: only rows whose
+    argument is at least that are held (the tasks before it finish); ``waiting``: a file the first held row creates.
+    Its Python workers must run this interpreter (``spark.sparkContext.pythonExec``)."""
+    from pyspark.sql import functions as F
+
+    def held(value) -> bool:
+        import os
+        import time
+
+        if from_value is not None and value < from_value:
+            return True
+        if waiting is not None:
+            open(str(waiting), "a").close()
+        deadline = time.monotonic() + 600  # a test that failed before it opened the gate frees Spark's cores
+        while not os.path.exists(str(gate)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return True
+
+    return F.udf(held, "boolean")

@@ -86,16 +86,7 @@ def _hold_tasks_after(monkeypatch, spark, first_offset: int, gate) -> None:
     stays part done until the test opens the gate."""
     from pyspark.sql import functions as F
 
-    @F.udf("boolean")
-    def held(offset):
-        import os
-        import time
-
-        deadline = time.monotonic() + 600  # a test that failed before it opened the gate frees Spark's cores
-        while offset >= first_offset and not os.path.exists(str(gate)) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return True
-
+    held = helpers.gate_udf(gate, from_value=first_offset)
     read = spark_io.read_ranges
     monkeypatch.setattr(spark_io, "read_ranges", lambda session, options: read(session, options).where(
         held(F.col("offset"))))

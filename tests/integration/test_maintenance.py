@@ -65,14 +65,7 @@ def test_optimize_committing_while_a_batch_commits_leaves_every_record_once(kafk
 
     from pyspark.sql import functions as F
 
-    @F.udf("boolean")
-    def held(_):
-        import os
-        import time
-
-        while not os.path.exists(str(gate)):  # the gate: the batch's tasks wait for the OPTIMIZE to commit
-            time.sleep(0.05)
-        return True
+    held = helpers.gate_udf(gate)  # the batch's tasks wait for the OPTIMIZE to commit
 
     read = spark_io.read_ranges
     with monkeypatch.context() as patched:
@@ -173,15 +166,7 @@ def test_optimize_beside_keyed_merge_batches_keeps_every_key_once(kafka_bootstra
 
     from pyspark.sql import functions as F
 
-    @F.udf("boolean")
-    def held(_):
-        import os
-        import time
-
-        open(str(waiting), "a").close()
-        while not os.path.exists(str(gate)):  # the MERGE's source waits for the OPTIMIZE to commit
-            time.sleep(0.05)
-        return True
+    held = helpers.gate_udf(gate, waiting=waiting)  # the MERGE's source waits for the OPTIMIZE to commit
 
     merge = spark_keyed.merge
     with monkeypatch.context() as patched:
