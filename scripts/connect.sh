@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# A warm Spark: a long-running Spark Connect server (pyspark's own SparkConnectServer, with the
-# Kafka-source and Delta jars of `make jars`) on 127.0.0.1, that ingest jobs talk to instead of
-# starting a JVM each (a Spark connection of type `spark_connect`; see docs/OPERATIONS.md).
+# A warm Spark: a long-running Spark Connect server (Spark's Connect plugin in a driver of its own,
+# plugins/tidemark_spark/connect_server.py, with the Kafka-source and Delta jars of `make jars`) on 127.0.0.1,
+# that ingest jobs talk to instead of starting a JVM each (a Spark connection of type `spark_connect`; see
+# docs/OPERATIONS.md). Its sessions share one class loader (artifact isolation off), so code Spark generates
+# for a batch is compiled once per server, not once per batch (the module says why).
 #   scripts/connect.sh up | down | status | wait | env
 # Environment: CONNECT_PORT (15002), CONNECT_MASTER (local[2]), CONNECT_DRIVER_MEMORY (1g),
 # CONNECT_HOME (.cache/connect-<port>: log, pid), CONNECT_START_TIMEOUT (120 s), CONNECT_CONF (extra
@@ -17,7 +19,8 @@ master=${CONNECT_MASTER:-local[2]}
 memory=${CONNECT_DRIVER_MEMORY:-1g}
 home=${CONNECT_HOME:-$root/.cache/connect-$port}
 url=sc://127.0.0.1:$port
-service=connect pidfile=$home/server.pid logfile=$home/server.log where="at $url"
+# sessions=1: the JVM, its Python driver and its Python workers are one process group, stopped together
+service=connect pidfile=$home/server.pid logfile=$home/server.log where="at $url" sessions=1
 start_timeout=${CONNECT_START_TIMEOUT:-120}
 
 answers() {  # a Connect client can open a session and run a query, within 30 s: pyspark's own client retries
@@ -49,7 +52,8 @@ cmd_up() {
   # a Connect session cannot change the SQL extensions or the catalog. Bound to 127.0.0.1 only: the
   # server runs whatever its clients send, with the rights of the user who started it.
   service_launch "$home" "$SPARK_HOME/bin/spark-submit" \
-    --class org.apache.spark.sql.connect.service.SparkConnectServer --name tidemark-connect \
+    --conf spark.plugins=org.apache.spark.sql.connect.SparkConnectPlugin \
+    --conf spark.sql.artifact.isolation.enabled=false --name tidemark-connect \
     --master "$master" --driver-memory "$memory" --jars "$jars" \
     --conf spark.connect.grpc.binding.address=127.0.0.1 --conf spark.connect.grpc.binding.port="$port" \
     --conf spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension \
@@ -58,7 +62,7 @@ cmd_up() {
     --conf spark.ui.showConsoleProgress=false \
     --conf "spark.redaction.regex=(?i)secret|password|token|access[.]?key|jaas" \
     --conf "spark.sql.redaction.options.regex=(?i)url|jaas|password|secret|token|keystore|truststore|ssl[.]key" \
-    "${extra[@]}" spark-internal
+    "${extra[@]}" "$root/plugins/tidemark_spark/connect_server.py"
   service_await_start
   echo "connect: Spark Connect server ready at $url in $((SECONDS - started)) s (pid $(service_pid), master $master, log $logfile)"
 }

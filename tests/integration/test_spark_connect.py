@@ -49,3 +49,24 @@ def test_a_server_that_does_not_answer_leaves_the_batch_planned_and_the_next_run
     assert {r.batch_id for r in history} == {1} and {r.status for r in history} == {"committed"}
     assert sorted((r.partition, r.start_offset, r.end_offset) for r in history) == sorted(
         (r.partition, r.start, r.end) for r in state.pending_ranges)
+
+
+def test_sessions_on_the_warm_path_server_run_their_tasks_with_one_class_loader(spark_connect):
+    """Every warm-path batch is a new Connect session. Spark keys the code it generates by class loader, so sessions
+    with loaders of their own (Spark's SparkConnectServer main forces that) compile a batch's code again each time;
+    scripts/connect.sh's server shares one loader between sessions (plugins/tidemark_spark/connect_server.py)."""
+    from pyspark.sql import SparkSession
+
+    loaders = []
+    for _ in range(2):
+        session = SparkSession.builder.remote(spark_connect).create()
+        try:
+            assert session.conf.get("spark.sql.artifact.isolation.enabled") == "false"
+            rows = (session.range(4).repartition(2)  # evaluated in tasks, where the generated code runs
+                    .selectExpr("reflect('org.apache.spark.util.Utils', 'getContextOrSparkClassLoader') AS loader")
+                    .distinct().collect())
+            loaders.append({r.loader for r in rows})
+        finally:
+            session.stop()
+    assert loaders[0] == loaders[1] and len(loaders[0]) == 1, loaders
+    assert "ExecutorClassLoader" not in next(iter(loaders[0]))  # a session's own loader (isolation) is one of these
