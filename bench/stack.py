@@ -22,8 +22,9 @@ from tidemark import storage
 from tidemark.batch.plan import BatchPlan
 from tidemark.config import PipelineConfig, find_pipeline
 from tidemark.connections import EnvironmentResolver
+from tidemark.job_settings import KAFKA_ENV_VAR
 from tidemark.offsets import OffsetRange
-from tidemark.run import KAFKA_ENV_VAR, PipelineRun
+from tidemark.run import PipelineRun
 from tidemark.settings import spark_jars
 from tidemark.spark_io import kafka_source_options
 from tidemark_airflow.naming import ingest_dag_id

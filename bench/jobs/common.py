@@ -9,9 +9,9 @@ import datetime as dt
 from typing import TYPE_CHECKING
 
 from tidemark.batch.plan import BatchPlan
+from tidemark.job_settings import JobSettings
 from tidemark.offsets import OffsetRange
 from tidemark.records import RecordFormat, output_columns
-from tidemark.run import JobSettings
 from tidemark.spark_io import kafka_source_options
 from tidemark.spark_records import to_rows
 from tidemark_spark.ingest import build_session

@@ -200,7 +200,7 @@ def answer_check(spark, check: ValueCheck, properties: Mapping[str, str], store=
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tidemark.run import JobSettings
+    from tidemark.job_settings import JobSettings
     from tidemark_spark.ingest import REMOTE_ENV_VAR, build_session, connect_session
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -6,7 +6,7 @@
 Kafka client properties (which may hold credentials) and the object-store settings come from the
 job's settings file (mode 0600, written by the launcher, its path in TIDEMARK_JOB_SETTINGS), never from
 the command line; the object store becomes S3A and Delta log store configuration of the job's own
-session (``tidemark.run.JobSettings``). The batch protocol itself is
+session (``tidemark.job_settings.JobSettings``). The batch protocol itself is
 ``tidemark.batch.execute.execute_batch``. The job's exit code is a ``tidemark.errors.JobExit``: 0 done,
 3 a terminal error (the launchers fail without retries), anything else a failure a retry may fix.
 
@@ -32,7 +32,7 @@ from tidemark import crash, storage
 from tidemark.batch.execute import execute_batch
 from tidemark.batch.plan import BatchPlan
 from tidemark.errors import JobExit, TidemarkError
-from tidemark.run import JobSettings
+from tidemark.job_settings import JobSettings
 from tidemark.spark_io import error_chain
 
 log = logging.getLogger("tidemark.ingest")

@@ -21,8 +21,9 @@ from pathlib import Path
 from tidemark import crash, spark_records, storage
 from tidemark.dead_letters import ReprocessPlan, finalize, ranges_sql
 from tidemark.errors import JobExit, TidemarkError
+from tidemark.job_settings import JobSettings
 from tidemark.records import DATE_COLUMN, output_columns
-from tidemark.run import JobSettings, PipelineRun
+from tidemark.run import PipelineRun
 from tidemark.spark_io import append_marked, error_chain
 
 log = logging.getLogger("tidemark.reprocess")

@@ -26,8 +26,8 @@ import pytest
 
 from tests import helpers
 from tidemark import crash, storage
+from tidemark.job_settings import SECRET_ENV_VARS
 from tidemark.ledger import Ledger
-from tidemark.run import SECRET_ENV_VARS
 
 pytestmark = pytest.mark.integration
 

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from tidemark.config import PipelineConfig
 from tidemark.offsets import HasRanges, OffsetRange
 from tidemark.records import RecordFormat
 from tidemark.schemas import BatchSchemas, batch_format
+
+if TYPE_CHECKING:
+    from tidemark.config import PipelineConfig
 
 METADATA_KEY = "tidemark"
 

@@ -11,8 +11,9 @@ import pytest
 from tidemark.config import parse_pipeline
 from tidemark.connections import EnvironmentResolver
 from tidemark.dead_letters import ReprocessPlan
+from tidemark.job_settings import SETTINGS_FILE_ENV_VAR
 from tidemark.offsets import OffsetRange
-from tidemark.run import SETTINGS_FILE_ENV_VAR, PipelineRun
+from tidemark.run import PipelineRun
 
 
 @pytest.mark.parametrize("spark", [{"conn_type": "spark", "host": "local[2]"},
