@@ -4,7 +4,9 @@ executes the same frozen ranges."""
 
 from __future__ import annotations
 
+import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -54,19 +56,28 @@ def test_a_server_that_does_not_answer_leaves_the_batch_planned_and_the_next_run
 def test_sessions_on_the_warm_path_server_run_their_tasks_with_one_class_loader(spark_connect):
     """Every warm-path batch is a new Connect session. Spark keys the code it generates by class loader, so sessions
     with loaders of their own (Spark's SparkConnectServer main forces that) compile a batch's code again each time;
-    scripts/connect.sh's server shares one loader between sessions (plugins/tidemark_spark/connect_server.py)."""
-    from pyspark.sql import SparkSession
-
-    loaders = []
-    for _ in range(2):
-        session = SparkSession.builder.remote(spark_connect).create()
-        try:
-            assert session.conf.get("spark.sql.artifact.isolation.enabled") == "false"
-            rows = (session.range(4).repartition(2)  # evaluated in tasks, where the generated code runs
-                    .selectExpr("reflect('org.apache.spark.util.Utils', 'getContextOrSparkClassLoader') AS loader")
-                    .distinct().collect())
-            loaders.append({r.loader for r in rows})
-        finally:
-            session.stop()
-    assert loaders[0] == loaders[1] and len(loaders[0]) == 1, loaders
-    assert "ExecutorClassLoader" not in next(iter(loaders[0]))  # a session's own loader (isolation) is one of these
+    scripts/connect.sh's server shares one loader between sessions (plugins/tidemark_spark/connect_server.py).
+    The sessions are opened in a process of their own, as a job opens its one: pyspark switches the process that
+    opens a Connect session to Connect mode for good (SPARK_CONNECT_MODE_ENABLED), which would break this worker's
+    own SparkSession and the jobs it starts."""
+    script = """
+import json, sys
+from pyspark.sql import SparkSession
+found = []
+for _ in range(2):
+    session = SparkSession.builder.remote(sys.argv[1]).create()
+    rows = (session.range(4).repartition(2)  # evaluated in tasks, where the generated code runs
+            .selectExpr("reflect('org.apache.spark.util.Utils', 'getContextOrSparkClassLoader') AS loader")
+            .distinct().collect())
+    found.append({"isolation": session.conf.get("spark.sql.artifact.isolation.enabled"),
+                  "loaders": sorted(r.loader for r in rows)})
+    session.stop()
+print(json.dumps(found))
+"""
+    result = subprocess.run([sys.executable, "-c", script, spark_connect], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    first, second = json.loads(result.stdout.strip().splitlines()[-1])
+    assert first["isolation"] == second["isolation"] == "false"
+    assert first["loaders"] == second["loaders"] and len(first["loaders"]) == 1, (first, second)
+    assert "ExecutorClassLoader" not in first["loaders"][0]  # a session's own loader (isolation) is one of these
