@@ -54,9 +54,27 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+CONNECT_ENV_VARS = ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")
+"""Environment variables that turn pyspark's session builder into a Spark Connect client. Under spark-submit the
+job runs on its own JVM; the warm path is chosen by the pipeline's Spark connection (TIDEMARK_SPARK_REMOTE), so a
+worker whose environment sets these for other work must not send the batch elsewhere (nor fail it: a process that
+once opened a Connect session passes SPARK_CONNECT_MODE_ENABLED to every process it starts)."""
+
+
+def drop_connect_environment(pipeline: str) -> list[str]:
+    """Remove :data:`CONNECT_ENV_VARS` from this process's environment, saying so; the names removed."""
+    dropped = [name for name in CONNECT_ENV_VARS if os.environ.pop(name, None) is not None]
+    for name in dropped:
+        log.warning("pipeline '%s': %s is set in the job's environment; ignored, since the job runs under "
+                    "spark-submit (a pipeline runs on a Spark Connect server through a Spark connection of type "
+                    "spark_connect)", pipeline, name)
+    return dropped
+
+
 def build_session(pipeline: str = "ingest", defaults: dict[str, str] | None = None):
     """The job's session. ``defaults`` (the object-store settings) apply where spark-submit's
     configuration (the pipeline's ``spark_conf``) sets nothing else."""
+    drop_connect_environment(pipeline)
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 

@@ -63,3 +63,19 @@ def test_the_core_archive_carries_bytecode_that_imports_without_compiling_and_ke
     assert done.stdout == f"{archive}/tidemark/records.pyc\n", done  # the module came from the archive's bytecode
     # a formatted traceback (as the job logs one) names the source in the archive and shows its line
     assert f'File "{archive}/tidemark/config.py", line ' in done.stderr and ".read_text()" in done.stderr, done.stderr
+
+
+def test_under_spark_submit_the_job_ignores_an_environment_that_would_make_it_a_connect_client(monkeypatch, caplog):
+    """pyspark's builder becomes a Spark Connect client when SPARK_REMOTE or SPARK_CONNECT_MODE_ENABLED is set (the
+    latter passes to every process a process that opened a Connect session starts); the spark-submit job must stay
+    on its own JVM."""
+    import os
+
+    from tidemark_spark.ingest import drop_connect_environment
+
+    monkeypatch.setenv("SPARK_REMOTE", "sc://elsewhere:15002")
+    monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")
+    assert drop_connect_environment("orders") == ["SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED"]
+    assert "SPARK_REMOTE" not in os.environ and "SPARK_CONNECT_MODE_ENABLED" not in os.environ
+    assert "pipeline 'orders': SPARK_REMOTE is set in the job's environment; ignored" in caplog.text
+    assert drop_connect_environment("orders") == []
