@@ -38,7 +38,11 @@ def epoch(stamp: str | None) -> float | None:
 class Airflow:
     """A running `scripts/airflow.sh` Airflow and its REST API. HOME is its AIRFLOW_LOCAL_HOME (default:
     the work folder's airflow-scheduler), AIRFLOW_PORT and PG_PORT its ports (default: free ones), ENV
-    more variables for its services (e.g. AIRFLOW_CONN_SPARK_DEFAULT: the Spark connection)."""
+    more variables for its services (e.g. AIRFLOW_CONN_SPARK_DEFAULT: the Spark connection).
+
+    The batches run on the Spark connection the part passes, spark-submit on the benchmark's master unless it
+    passes another: LAUNCHER=submit, because `up` takes a spark-submit connection equal to its own default for no
+    choice and starts the warm path's server (`make airflow`'s default since 2026-11-28)."""
 
     def __init__(self, settings: BenchSettings, home: Path | None = None, airflow_port: int | None = None,
                  pg_port: int | None = None, **env: str) -> None:
@@ -54,7 +58,7 @@ class Airflow:
                         PG_PORT=str(pg_port or free[1]), KAFKA_PORT=str(settings.kafka_port),
                         TIDEMARK_LAKE_ROOT=str(settings.lake), TIDEMARK_PIPELINES_DIR=str(settings.pipelines),
                         AIRFLOW_CONN_SPARK_DEFAULT=f'{{"conn_type": "spark", "host": "{settings.master}"}}',
-                        AIRFLOW_USER="bench")
+                        AIRFLOW_USER="bench", LAUNCHER="submit")
         self.env.update(env)
         self.url = self.user = self.password = ""
         self.token: str | None = None

@@ -1,6 +1,7 @@
 """The whole DAG under a running Airflow, as users run it: `scripts/airflow.sh up` (api-server, scheduler
 with the LocalExecutor, dag-processor and triggerer on a private PostgreSQL) against the benchmark's
-broker and backlog, with the default launcher (spark-submit, `local[2]`, 1g, as `make bench`'s job).
+broker and backlog, each batch by spark-submit (`local[2]`, 1g, as `make bench`'s job; `make airflow`'s
+default since 2026-11-28 is the warm path, which the fleet's part measures).
 
 Each repetition triggers one pipeline's DAG through the REST API (one pipeline per repetition, all on
 the backlog's topic, written before Airflow starts so the dag-processor has parsed them) and waits for
