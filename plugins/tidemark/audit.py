@@ -80,6 +80,7 @@ DAMAGE_KINDS = {  # the report's attribute -> the words ``tidemark audit --help`
     "in_both_rows": "offsets both in the output and the dead letters",
     "sample_mismatches": "sampled ranges (keyed tables: sampled keys) that differ from what Kafka still holds",
     "duplicate_key_rows": "keys held by more than one row (keyed tables)",
+    "deleted_keys_present": "keys held although their newest change still in Kafka is a delete (keyed tables)",
 }
 """Every kind of damage the audit reports: ``AuditReport.ok`` is true when none is found, and the CLI's help
 names each (``tests/unit/tidemark/test_audit.py`` holds the two to this table)."""
@@ -105,6 +106,10 @@ class AuditReport:
     """A keyed table's key columns: its rows are one per key, so a range's records are not counted in it."""
     duplicate_keys: list[dict] = field(default_factory=list)
     duplicate_key_rows: int = 0
+    deleted_keys_present: int | None = None
+    """A keyed table's keys held although their newest change in the committed ranges Kafka still holds is a
+    delete (None: not checked, no Spark job was given); ``deleted_keys``: the first of them."""
+    deleted_keys: list[dict] = field(default_factory=list)
     filtered: int | None = None
     """A transformed pipeline's records its transform filtered out over the checked ranges (None: no transform);
     its output records are counted by coordinate (one record may give several rows)."""
@@ -123,7 +128,9 @@ class AuditReport:
                 "missing": [asdict(m) for m in self.missing], "outside": self.outside,
                 "outside_rows": self.outside_rows, "in_both": self.in_both, "in_both_rows": self.in_both_rows,
                 **({} if self.keys is None else {"keys": self.keys, "duplicate_keys": self.duplicate_keys,
-                                                 "duplicate_key_rows": self.duplicate_key_rows}),
+                                                 "duplicate_key_rows": self.duplicate_key_rows,
+                                                 "deleted_keys_present": self.deleted_keys_present,
+                                                 "deleted_keys": self.deleted_keys}),
                 **({} if self.filtered is None else {"filtered": self.filtered}),
                 **({} if self.sample is None else {"sample": self.sample}), "ok": self.ok}
 
@@ -164,8 +171,10 @@ def verdict(report: AuditReport) -> str:
     """What was checked and the verdict, without the pipeline's name (an error that names it takes this)."""
     checked = _sample_checked(report.sample)
     if report.ok and report.keys:
+        deleted = ("" if report.deleted_keys_present is None else
+                   ", no key held whose newest change still in Kafka is a delete")
         return (f"ok: {report.checked_ranges} committed ranges merged into {report.table}, {report.records} rows, "
-                f"each key ({', '.join(report.keys)}) once, no Kafka coordinate twice{checked}")
+                f"each key ({', '.join(report.keys)}) once, no Kafka coordinate twice{deleted}{checked}")
     if report.ok and report.filtered is not None:
         return (f"ok: {report.checked_ranges} committed ranges, {report.records} rows in {report.table} "
                 f"({report.filtered} filtered by the transform), every committed offset there in exactly one "
@@ -177,6 +186,8 @@ def verdict(report: AuditReport) -> str:
             f"missing records, {report.outside_rows} rows outside every committed range, {report.in_both_rows} "
             f"offsets both in the output and the dead letters"
             + (f", {report.duplicate_key_rows} keys held by more than one row" if report.keys else "")
+            + (f", {report.deleted_keys_present} keys held although their newest change is a delete"
+               if report.deleted_keys_present else "")
             + f"{checked} (see the lists above)")
 
 

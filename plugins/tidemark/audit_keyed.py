@@ -144,7 +144,7 @@ def build_key_check(config: PipelineConfig, pieces: list[dict], formats: Mapping
     return ValueCheck(config.name, config.table_uri, config.dead_letter_uri, pieces,
                       {str(b): formats[b].to_dict() for b in sorted({p["batch_id"] for p in pieces})}, [],
                       config.isolation_level, config.kafka_timeout_seconds, config.max_offsets_per_spark_task,
-                      sample_keys=count, seed=seed, table_version=table_version)
+                      sample_keys=count, keyed=True, seed=seed, table_version=table_version)
 
 
 def key_difference(op: str, kafka: list[int], held: list[list[int]], columns: list[str]
@@ -178,8 +178,10 @@ def judge_keys(answer: Mapping) -> list[dict]:
 def verify_keys(config: PipelineConfig, kafka_properties: Mapping[str, str], ledger_uri: str,
                 store: ObjectStore | None, count: int, rng: random.Random | None = None,
                 values: Callable[[ValueCheck], dict] | None = None) -> dict:
-    """The ``sample`` part of a keyed table's audit report: ``count`` keys compared with their newest change in
-    what Kafka still holds. ``values`` runs the Spark side (``tidemark_spark.audit_values.launch``)."""
+    """The ``sample`` part of a keyed table's audit report: ``count`` keys (0: none) compared with their newest
+    change in what Kafka still holds, and every key the table holds whose newest change there is a delete
+    (``deleted_keys_present``, the first ``deleted_keys``). ``values`` runs the Spark side
+    (``tidemark_spark.audit_values.launch``): one job reads every committed offset Kafka still holds."""
     from tidemark.batch.prepare import kafka_offsets
 
     output = storage.open_table(config.table_uri, store)  # first: the ledger read next holds every batch it merged
@@ -192,11 +194,12 @@ def verify_keys(config: PipelineConfig, kafka_properties: Mapping[str, str], led
     pieces, gone = retained_pieces(rows, earliest, through)
     pieces = merge_pieces(pieces, formats)
     sample = {"requested": count, "verified": 0, "not_retained": gone, "values_compared": True, "keys_read": 0,
-              "mismatches": []}
-    if pieces and count > 0:
+              "mismatches": [], "deleted_keys_present": 0, "deleted_keys": []}
+    if pieces and values is not None:  # with or without a sample: every key whose newest change is a delete
         seed = (rng or random.Random()).getrandbits(31)
         answer = values(build_key_check(config, pieces, formats, count, seed, version))
-        sample.update(verified=len(answer["sampled"]), keys_read=answer["keys_read"], mismatches=judge_keys(answer))
+        sample.update(verified=len(answer["sampled"]), keys_read=answer["keys_read"], mismatches=judge_keys(answer),
+                      deleted_keys_present=answer["deleted_present"], deleted_keys=answer["deleted_keys"])
     if refused:
         sample["not_comparable"] = [{"batch_id": b, "reason": why} for b, why in sorted(refused.items())]
     return sample

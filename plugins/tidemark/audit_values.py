@@ -79,6 +79,8 @@ class ValueCheck:
     """A keyed table's check (``tidemark.audit_keyed``): ``ranges`` are every committed offset Kafka still holds,
     reduced to the newest change per key, of which this many keys are compared with the table's rows; 0: the
     sampled ranges are compared record by record."""
+    keyed: bool = False
+    """A keyed table's check (``sample_keys`` may then be 0: only the deleted keys present are looked for)."""
     seed: int = 0
     """Which keys a keyed check picks (the same seed, the same keys)."""
     table_version: int | None = None

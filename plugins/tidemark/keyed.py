@@ -9,6 +9,7 @@ A ``keyed`` block names the key columns and, optionally, the ordering and how a 
       delete_field: op           # optional, with delete_values: a record whose field holds one deletes
       delete_values: [d, delete]
       envelope: debezium         # optional: values are Debezium change events (the row is ``after``)
+      delete_retention: 7d       # optional: how long a delete that carries an ordering is remembered
 
 The protocol (docs/DESIGN.md, *Keyed tables*): a batch's changes are reduced to the newest per key and
 applied with one Delta MERGE carrying the batch's marker; changes at offsets the table already applied
@@ -17,12 +18,14 @@ applied with one Delta MERGE carrying the batch's marker; changes at offsets the
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tidemark.config_types import Duration
 from tidemark.records import RESERVED_COLUMNS
 
 CDC_COLUMNS = ("cdc_op", "cdc_position", "cdc_ts_ms")
@@ -54,6 +57,11 @@ class KeyedConfig(BaseModel):
     without the JSON converter's ``schema``/``payload`` wrapper, or Avro (the row's columns are the after
     image's fields); the row is the after image (the before image's key for a delete), ordered by
     ``source.lsn`` or ``source.pos``, then ``source.ts_ms``."""
+
+    delete_retention: Duration = Field(default=dt.timedelta(days=7), gt=dt.timedelta(0))
+    """How long a delete marker is kept after its key's last ordered delete (``order_by`` or Debezium): while it
+    is, a change of the key older than the delete does not bring the key back. The maintenance DAG removes older
+    markers (``spark_markers.expire``)."""
 
 
 @dataclass(frozen=True)

@@ -115,7 +115,8 @@ def checkpoint(uri: str, store: ObjectStore | None, pipeline: str) -> int | None
 
 def maintain(config: PipelineConfig, ledger_uri: str, store: ObjectStore | None) -> dict:
     """The maintenance DAG's task: OPTIMIZE (and Z-order) the output, compact the dead letters, VACUUM both
-    and the ledger when ``vacuum_retain`` is set, then checkpoint the three. Each step is idempotent, so a retry
+    and the ledger when ``vacuum_retain`` is set, then checkpoint the three; a keyed table's delete markers older
+    than ``keyed.delete_retention`` are removed. Each step is idempotent, so a retry
     starts again from the top. Returns what was done, per table.
 
     The ledger is shared by every pipeline, so its VACUUM (table-wide) frees what any pipeline's ledger commits
@@ -135,6 +136,10 @@ def maintain(config: PipelineConfig, ledger_uri: str, store: ObjectStore | None)
         done["checkpoint_version"] = checkpoint(uri, store, config.name)
         report[name] = done
         log.info("pipeline '%s': %s table %s maintained: %s", config.name, name, uri, done)
+    if config.keyed is not None:  # delete markers past their retention (docs/DESIGN.md, *Keyed tables*)
+        from tidemark.spark_markers import expire
+
+        report["output"]["delete_markers_expired"] = expire(config.table_uri, config.keyed.delete_retention, store)
     ledger: dict = {"table": ledger_uri}
     if settings.vacuum_retain is not None:  # the ledger's history is its rows; no reader needs an old version
         ledger["vacuumed_files"] = len(vacuum(ledger_uri, store, config.name, settings.vacuum_retain))

@@ -195,10 +195,15 @@ class PipelineRun:
         report = audit_tables(self.name, self.config.table_uri, self.config.dead_letter_uri, self.ledger_uri,
                               self.store, keys=self.config.keyed.keys if self.config.keyed else None,
                               transformed=self.config.transform is not None)
-        if verify_sample:
-            verify = verify_keys if self.config.keyed else verify_ranges
-            report.sample = verify(self.config, self.kafka_properties, self.ledger_uri, self.store, verify_sample,
-                                   values=values)
+        if self.config.keyed and values is not None:  # deleted keys present are looked for with or without a sample
+            keyed = verify_keys(self.config, self.kafka_properties, self.ledger_uri, self.store, verify_sample,
+                                values=values)
+            report.deleted_keys_present, report.deleted_keys = keyed.pop("deleted_keys_present"), keyed.pop(
+                "deleted_keys")
+            report.sample = keyed if verify_sample else None
+        elif verify_sample:
+            report.sample = verify_ranges(self.config, self.kafka_properties, self.ledger_uri, self.store,
+                                          verify_sample, values=values)
         return report
 
     def reserve_reprocess(self, *, batch_id: int | None, reason: str, owner: str):

@@ -31,6 +31,10 @@ log = logging.getLogger(__name__)
 
 OP = "__tidemark_op"
 """A change's operation: ``u`` (insert or update), ``d`` (delete) or ``s`` (changes nothing)."""
+RESET = "__tidemark_reset"
+"""Under an ordering: the newest change acts whatever the row's ordering (a tombstone, or a change after one)."""
+MARK = "__tidemark_mark"
+"""Under an ordering: the newest ordering of the key's ordered deletes in the batch (null when none)."""
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
@@ -168,16 +172,44 @@ def _ordering(spec: KeyedSpec, side: str) -> list[str]:
     return [f"{side}.`{o}`" for o in spec.order_by] or [f"{side}.kafka_offset"]
 
 
-def _newer(spec: KeyedSpec) -> str:
-    """The MERGE condition under which the batch's change of a key replaces the table's row: its ordering is
-    at or after the row's (a re-delivered change of the same ordering is applied again, the same values)."""
+def ordering_columns(spec: KeyedSpec) -> list[str]:
+    """The columns a key's changes are ordered by: ``order_by``, Debezium's position then ``ts_ms``, or the offset."""
+    return [c.split(".", 1)[1].strip("`") for c in _ordering(spec, "s")]
+
+
+def ordering_struct(spec: KeyedSpec) -> Column:
+    """A change's ordering as one comparable value (a struct of the ordering columns)."""
+    from pyspark.sql import functions as F
+
+    return F.struct(*[F.col(f"`{c}`") for c in ordering_columns(spec)])
+
+
+def _newer(spec: KeyedSpec, resets: bool = True) -> str:
+    """The MERGE condition under which the batch's change of a key replaces (or deletes) the table's row: its
+    ordering is at or after the row's (a re-delivered change of the same ordering is applied again, the same
+    values), or, under ``order_by``, it resets the key (``RESET``: a tombstone, or a change after a tombstone of
+    its key in the batch), which acts whatever the row's ordering."""
     s, t = _ordering(spec, "s"), _ordering(spec, "t")
-    return f"(struct({', '.join(s)}) >= struct({', '.join(t)}))"
+    newer = f"(struct({', '.join(s)}) >= struct({', '.join(t)}))"
+    return f"(s.{RESET} OR {newer})" if resets and not spec.by_kafka_position else newer
 
 
 def newest_changes(rows: DataFrame, spec: KeyedSpec, applied: Mapping[TopicPartition, int]) -> DataFrame:
     """The batch's good changes at offsets the table has not applied (at or above each partition's high water),
-    reduced to the newest per key: by the ordering, then the Kafka position."""
+    reduced to the newest per key (docs/DESIGN.md, *Keyed tables*, *Tombstones and delete markers*).
+
+    Under the default ordering (the Kafka position) that is the last change of the key. Under ``order_by`` or
+    Debezium's ordering it is the newest by the ordering, then the Kafka position, with two rules for deletes:
+
+    * a tombstone has no ordering: it deletes the key's row whatever the row's ordering, and a change of the key
+      after it on its partition re-inserts the key. So a key's changes are ranked first by how many of its
+      tombstones precede them on their partition (the *generation*), then tombstone first, then the ordering;
+      the winner carries ``RESET`` when it is a tombstone or follows one (the MERGE then acts whatever the row's
+      ordering);
+    * a delete that carries an ordering (``delete_field``, Debezium's ``d``) is remembered: ``MARK`` holds the
+      newest ordering of the key's ordered deletes in the batch (null when none), and a winning upsert older than
+      it changes nothing (``s``), or, when it follows a tombstone, leaves the key deleted (``d``).
+    """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -185,15 +217,38 @@ def newest_changes(rows: DataFrame, spec: KeyedSpec, applied: Mapping[TopicParti
     for tp, high in applied.items():
         good = good.where(~((F.col("kafka_topic") == tp.topic) & (F.col("kafka_partition") == tp.partition)
                             & (F.col("kafka_offset") < high)))
-    order = [F.col(c.split(".", 1)[1].strip("`")) for c in _ordering(spec, "s")]
-    window = Window.partitionBy(*spec.keys).orderBy(  # a total order: the cached result is the same if recomputed
-        *[o.desc_nulls_first() for o in order], *[F.col(c).desc() for c in ("kafka_offset", "kafka_partition",
-                                                                            "kafka_topic")])
-    newest = good.withColumn("_n", F.row_number().over(window))
+    order = [F.col(f"`{c}`") for c in ordering_columns(spec)]
+    position = [F.col(c).desc() for c in ("kafka_offset", "kafka_partition", "kafka_topic")]
+    by_key = Window.partitionBy(*spec.keys)
     if spec.by_kafka_position:
-        newest = newest.withColumn("_partitions", F.size(F.collect_set(
-            F.struct("kafka_topic", "kafka_partition")).over(Window.partitionBy(*spec.keys))))
-    return newest.where("_n = 1").drop("_n")
+        window = by_key.orderBy(*[o.desc() for o in order], *position)  # a total order: recomputing gives the same
+        newest = good.withColumn("_n", F.row_number().over(window)).withColumn("_partitions", F.size(F.collect_set(
+            F.struct("kafka_topic", "kafka_partition")).over(by_key)))
+        return newest.where("_n = 1").drop("_n")
+    tombstone = (F.col(OP) == "d") & order[0].isNull()
+    if spec.order_by:  # Debezium's tombstones change nothing (``s``, dropped above): no generations there
+        before = (Window.partitionBy(*spec.keys, "kafka_topic", "kafka_partition").orderBy("kafka_offset")
+                  .rowsBetween(Window.unboundedPreceding, -1))
+        generation = F.coalesce(F.sum(tombstone.cast("int")).over(before), F.lit(0))
+    else:
+        generation = F.lit(0)
+    ranked = good.withColumn("_gen", generation).withColumn("_tomb", tombstone)
+    window = by_key.orderBy(F.col("_gen").desc(), F.col("_tomb").desc(), *[o.desc() for o in order], *position)
+    mark = F.max(F.when((F.col(OP) == "d") & ~F.col("_tomb"), ordering_struct(spec))).over(by_key)
+    newest = ranked.withColumn(MARK, mark).withColumn("_n", F.row_number().over(window)).where("_n = 1")
+    return with_marks(newest.withColumn(RESET, (F.col("_gen") > 0) | F.col("_tomb")), spec, F.col(MARK)).drop(
+        "_n", "_gen", "_tomb")
+
+
+def with_marks(newest: DataFrame, spec: KeyedSpec, mark: Column) -> DataFrame:
+    """The newest changes with an upsert older than ``mark`` (a delete's ordering, or null) made harmless: it
+    changes nothing (``s``), or, when it resets the key (it follows a tombstone, which deleted the row), it leaves
+    the key deleted (``d``)."""
+    from pyspark.sql import functions as F
+
+    stale = (F.col(OP) == "u") & mark.isNotNull() & (ordering_struct(spec) < mark)
+    return newest.withColumn(OP, F.when(stale, F.when(F.col(RESET), F.lit("d")).otherwise(F.lit("s")))
+                             .otherwise(F.col(OP)))
 
 
 def check_one_partition_per_key(newest: DataFrame, spec: KeyedSpec, pipeline: str) -> None:
@@ -266,7 +321,7 @@ def _merge_sql(table_uri: str, view: str, spec: KeyedSpec, columns: list[str], a
     ``INSERT *`` (with ``autoMerge``), which take every column of the source: when columns are added, the source
     is the output columns alone, a delete told apart by a null ``ingest_batch_id`` (a delete writes no row)."""
     on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in spec.keys)
-    newer = _newer(spec)
+    newer = _newer(spec, resets=not add_columns)  # ``merge`` adds the columns first when a change resets its key
     moved = _moved_clause(spec) if spec.by_kafka_position else ""
     if add_columns:
         kept = ", ".join(f"`{c}`" for c in columns if c != "ingest_batch_id")
@@ -284,15 +339,35 @@ def _merge_sql(table_uri: str, view: str, spec: KeyedSpec, columns: list[str], a
             f"WHEN NOT MATCHED AND {upsert} THEN {insert}")
 
 
+def _add_columns(spark, newest: DataFrame, table_uri: str, columns: list[str]) -> None:
+    """The changes' columns the table lacks, added by one ``ALTER TABLE ... ADD COLUMNS`` commit before the MERGE
+    (without the batch's marker; it changes no value, as a widening before the MERGE does). A crash after it
+    leaves the columns added and the batch not applied; the retry finds them and only MERGEs."""
+    held = set(spark.read.format("delta").load(table_uri).columns)
+    types = {f.name: f.dataType.simpleString() for f in newest.schema.fields}
+    missing = [c for c in columns if c not in held]
+    if missing:
+        spark.sql(f"ALTER TABLE delta.`{table_uri}` ADD COLUMNS ("
+                  + ", ".join(f"`{c}` {types[c]}" for c in missing) + ")").collect()
+        log.info("%s: columns %s added before the MERGE (a change of the batch follows a tombstone)", table_uri,
+                 ", ".join(missing))
+
+
 def merge(spark, newest: DataFrame, spec: KeyedSpec, table_uri: str, columns: list[str], *, app_id: str,
           version: int, metadata: str, add_columns: bool) -> None:
     """One Delta MERGE (SQL, so that it runs on Spark Connect too) of the newest changes into the table, its
     commit carrying the marker (``txnAppId`` / ``txnVersion`` as SQL confs, which Delta reads for DML) and
     ``metadata``; Delta skips it when the table's marker is at or above ``version``. Inserts and updates take
     every column; a delete removes the row. ``add_columns``: the changes have columns the table lacks, which
-    the commit adds (schema evolution)."""
+    the commit adds (schema evolution), unless a change resets its key (``RESET``), which the source of such a
+    MERGE cannot carry: the columns are then added first (``_add_columns``)."""
+    from pyspark.sql import functions as F
+
+    if add_columns and not spec.by_kafka_position and newest.where(F.col(RESET)).limit(1).count():
+        _add_columns(spark, newest, table_uri, columns)
+        add_columns = False
     view = f"tidemark_changes_{abs(hash((app_id, version)))}"
-    newest.select(*columns, OP).createOrReplaceTempView(view)
+    newest.select(*columns, OP, *([] if spec.by_kafka_position else [RESET])).createOrReplaceTempView(view)
     sql = _merge_sql(table_uri, view, spec, columns, add_columns)
     confs = {TXN_APP_ID: app_id, TXN_VERSION: str(version), USER_METADATA: metadata,
              "spark.databricks.delta.schema.autoMerge.enabled": "true" if add_columns else "false"}

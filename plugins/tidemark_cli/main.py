@@ -25,7 +25,8 @@ Exit codes, the same for every command:
     4  `audit` found damage: duplicated offsets, committed ranges missing records, rows outside
        every committed range, offsets both in the output and the dead letters, or (with
        --verify-sample) sampled ranges (keyed tables: sampled keys) that differ from what Kafka
-       still holds, or keys held by more than one row (keyed tables) (listed in its output)
+       still holds, keys held by more than one row (keyed tables), or keys held although their
+       newest change still in Kafka is a delete (keyed tables) (listed in its output)
     70 an unexpected error (a bug, or a failure Tidemark has no message for yet): one line names it and
        the file that holds its trace; `--debug` (on any command) or TIDEMARK_DEBUG=1 prints the trace
 
@@ -143,8 +144,9 @@ def _add_ledger_and_audit(commands) -> None:
         "Check the live output table against the ledger for every kind of damage: duplicated offsets, committed "
         "ranges missing records (counted against the ledger's record counts, dead letters included), rows outside "
         "every committed range, offsets both in the output and the dead letters, and, with --verify-sample, "
-        "sampled ranges (keyed tables: sampled keys) that differ from what Kafka still holds, and keys held by more "
-        "than one row (keyed tables), "
+        "sampled ranges (keyed tables: sampled keys) that differ from what Kafka still holds, keys held by more "
+        "than one row (keyed tables), and keys held although their newest change still in Kafka is a delete "
+        "(keyed tables) (a Spark job reads every committed offset Kafka still holds, with or without --verify-sample), "
         "whose ranges are not counted. Exits 0 when none, 4 when damage is found.")
     audit.add_argument("--json", action="store_true", help="one JSON object with the lists and 'ok'")
     audit.add_argument("--verify-sample", type=arguments.sample_size, default=0, metavar="N",
@@ -280,6 +282,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
                 ("rows outside every committed range", report.outside, ["topic", "partition", "offset", "batch_id"]),
                 ("offsets both in the output and the dead letters", report.in_both, ["topic", "partition", "offset"]),
                 ("keys held by more than one row", report.duplicate_keys, [*(report.keys or []), "rows"]),
+                ("keys held although their newest change in Kafka is a delete",
+                 [{**d, "key": json.dumps(d["key"])} for d in report.deleted_keys], ["key", "topic", "partition",
+                                                                                      "offset"]),
                 ("sampled ranges that differ from Kafka", [] if report.keys else report.sample_mismatches,
                  ["topic", "partition", "start", "end", "batch_id", "kafka_records", "table_records"]),
                 ("sampled keys that differ from their newest change in Kafka",

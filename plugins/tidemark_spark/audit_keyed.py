@@ -29,18 +29,13 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _OP = spark_keyed.OP
 
 
-def ordering_columns(spec: KeyedSpec) -> list[str]:
-    """The columns ``newest_changes`` orders a key's changes by."""
-    return [c.split(".", 1)[1].strip("`") for c in spark_keyed._ordering(spec, "s")]
-
-
 def kafka_changes(spark, check: ValueCheck, properties: Mapping[str, str], compared: list[str],
                   table: Mapping[str, str], spec: KeyedSpec):
     """The changes in the check's pieces as ingest decodes them: key, ordering, coordinates, ``error``, the
     operation and (good changes) the hashes of the compared columns. ``table``: the output's column types."""
     from pyspark.sql import functions as F
 
-    needed = list(dict.fromkeys([*spec.keys, *ordering_columns(spec), *COORDINATES]))
+    needed = list(dict.fromkeys([*spec.keys, *spark_keyed.ordering_columns(spec), *COORDINATES]))
     changes = None
     for indexes in check.reads():
         plan = check.read_plan(indexes)
@@ -85,15 +80,38 @@ def compare_keys(spark, check: ValueCheck, properties: Mapping[str, str], store=
         keys_read = newest.count()
         picked = newest.orderBy("_pick", *keys).limit(check.sample_keys)
         held = table_rows(spark, check, compared, keys, store)
+        deleted_present, deleted_keys = 0, []
         if held is None:
             joined = picked.withColumn("_held", F.lit(None).cast("array<bigint>"))
         else:
-            on = reduce(lambda a, b: a & b, [picked[f"`{k}`"].eqNullSafe(held[f"_t{i}"]) for i, k in enumerate(keys)])
-            joined = picked.join(held, on, "left")
+            joined = picked.join(held, _on(picked, held, keys), "left")
+            deleted_present, deleted_keys = _deleted_present(newest, held, keys, check.detail_limit)
         found = joined.select(*[F.col(f"`{k}`") for k in keys], _OP, *COORDINATES, "_cols", "_held").collect()
     finally:
         newest.unpersist()
-    return {"keys_read": keys_read, "columns": compared, "sampled": sampled(found, keys)}
+    return {"keys_read": keys_read, "columns": compared, "sampled": sampled(found, keys),
+            "deleted_present": deleted_present, "deleted_keys": deleted_keys}
+
+
+def _on(changes, held, keys: list[str]):
+    return reduce(lambda a, b: a & b, [changes[f"`{k}`"].eqNullSafe(held[f"_t{i}"]) for i, k in enumerate(keys)])
+
+
+def _deleted_present(newest, held, keys: list[str], limit: int) -> tuple[int, list[dict]]:
+    """Every key whose newest change is a delete and that the table still holds: how many, and the first
+    ``limit`` (key and the delete's coordinates). One semi join of the deletes with the table's keys."""
+    from pyspark.sql import functions as F
+
+    deletes = newest.where(F.col(_OP) == "d")
+    present = deletes.join(held.select(*[f"_t{i}" for i in range(len(keys))]), _on(deletes, held, keys), "left_semi")
+    present = present.select(*[F.col(f"`{k}`") for k in keys], *COORDINATES).persist()
+    try:
+        count = present.count()
+        first = present.orderBy(*COORDINATES).limit(limit).collect() if count else []
+    finally:
+        present.unpersist()
+    return count, [{"key": {k: r[k] for k in keys}, "topic": r["kafka_topic"], "partition": int(r["kafka_partition"]),
+                    "offset": int(r["kafka_offset"])} for r in first]
 
 
 def sampled(found, keys: list[str]) -> list[dict]:

@@ -196,7 +196,7 @@ def _difference(r, compared: list[str]) -> dict:
 def answer_check(spark, check: ValueCheck, properties: Mapping[str, str], store=None) -> list[dict] | dict:
     """The job's answer: a keyed table's sampled keys (``check.sample_keys``: ``audit_keyed.compare_keys``), or
     the sampled ranges compared record by record (``compare``)."""
-    return (compare_keys if check.sample_keys else compare)(spark, check, properties, store)
+    return (compare_keys if check.keyed or check.sample_keys else compare)(spark, check, properties, store)
 
 
 def main(argv: list[str] | None = None) -> int:

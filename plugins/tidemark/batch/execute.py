@@ -132,7 +132,7 @@ def write_keyed(spark, rows, plan: BatchPlan, store: ObjectStore | None = None) 
     (recovery completes them after a kill, as for values written in one pass). The MERGE commit carries the marker
     and the counts, which finalize reads back after a crash. A transformed batch, or one of more than
     ``spark_tally.OBSERVED_PARTITIONS`` partitions, is cached and counted first instead, as for re-reads."""
-    from tidemark import spark_keyed
+    from tidemark import spark_keyed, spark_markers
     from tidemark.keyed import KeyedSpec
     from tidemark.records import output_columns
 
@@ -153,7 +153,10 @@ def write_keyed(spark, rows, plan: BatchPlan, store: ObjectStore | None = None) 
             changes, observed = spark_tally.observe_by_partition(rows, plan)
         else:
             changes, filtered = (keyed_transform.changes(spark, rows, plan, spec) if fmt.transform else (rows, None))
-        newest = spark_keyed.newest_changes(changes, spec, applied).persist()  # read by the check and the MERGE
+        newest = spark_keyed.newest_changes(changes, spec, applied)
+        if not spec.by_kafka_position:  # an upsert older than a delete the table remembers changes nothing
+            newest = spark_markers.against_markers(spark, newest, spec, plan.table_uri, store)
+        newest = newest.persist()  # read by the check and the MERGE
         if one_pass:
             tallies, bad = _reduced_and_tallied(plan, rows, newest, observed)
         exists = storage.open_table(plan.table_uri, store) is not None
@@ -163,6 +166,9 @@ def write_keyed(spark, rows, plan: BatchPlan, store: ObjectStore | None = None) 
             with kafka_errors(plan):
                 spark_keyed.check_one_partition_per_key(newest, spec, plan.pipeline)
         metadata = plan.commit_metadata({tp: t.records - t.bad for tp, t in tallies.items()}, filtered)
+        if not spec.by_kafka_position:  # before the commit point: a retry of the frozen batch writes them again
+            with kafka_errors(plan):
+                spark_markers.remember(spark, newest, spec, plan.table_uri, plan.batch_id, store)
         _merge_newest(spark, plan, spec, newest, columns, metadata, add_columns=add_columns, exists=exists)
         log.info("pipeline '%s': batch %d merged into %s (%d records read, %d bad)", plan.pipeline, plan.batch_id,
                  plan.table_uri, sum(t.records for t in tallies.values()), bad)

@@ -126,7 +126,8 @@ def test_every_kind_of_damage_fails_the_audit_and_tidemark_audit_help_names_it(c
     damage = {"duplicated_offsets": {"duplicated_offsets": 1}, "missing": {"missing": [Missing("t", 0, 0, 2, 2, 1, 1)]},
               "outside_rows": {"outside_rows": 1}, "in_both_rows": {"in_both_rows": 1},
               "sample_mismatches": {"sample": {**clean.sample, "mismatches": [{"topic": "t", "partition": 0}]}},
-              "duplicate_key_rows": {"keys": ["id"], "duplicate_key_rows": 1}}
+              "duplicate_key_rows": {"keys": ["id"], "duplicate_key_rows": 1},
+              "deleted_keys_present": {"keys": ["id"], "deleted_keys_present": 1}}
     assert clean.ok and set(damage) == set(DAMAGE_KINDS)
     for kind, change in damage.items():
         assert not dataclasses.replace(clean, **change).ok, kind

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tidemark.keyed import CDC_COLUMNS, KeyedSpec
-from tidemark_spark.audit_keyed import ordering_columns, sampled
+from tidemark.spark_keyed import ordering_columns
+from tidemark_spark.audit_keyed import sampled
 
 pytestmark = pytest.mark.unit
 
