@@ -116,11 +116,12 @@ def test_verify_keys_hands_spark_the_retained_offsets_and_reports_the_keys_that_
             {"key": {"id": 2}, "topic": "t", "partition": 1, "offset": 3, "op": "d", "kafka": [4, 5],
              "table": [[0, 5]]},
             {"key": {"id": 3}, "topic": "t", "partition": 0, "offset": 7, "op": "u", "kafka": [6, 7],
-             "table": [[6, 7]]}]}
+             "table": [[6, 7]]}],
+            "deleted_present": 1, "deleted_keys": [{"key": {"id": 2}, "topic": "t", "partition": 1, "offset": 3}]}
 
     sample = verify_keys(keyed_config(tmp_path), {}, "ledger", None, 3, random.Random(1), values=spark_side)
     check = checks[0]
-    assert (check.sample_keys, [(r["partition"], r["start"], r["end"]) for r in check.ranges]) == (
+    assert check.keyed and (check.sample_keys, [(r["partition"], r["start"], r["end"]) for r in check.ranges]) == (
         3, [(0, 5, 20), (1, 0, 4)])  # one read per partition: both batches decode alike
     assert check.seed == random.Random(1).getrandbits(31) and check.format_of(1).keyed["keys"] == ["id"]
     assert sample == {"requested": 3, "verified": 3, "not_retained": 1, "values_compared": True, "keys_read": 7,
@@ -128,7 +129,9 @@ def test_verify_keys_hands_spark_the_retained_offsets_and_reports_the_keys_that_
                           {"key": {"id": 1}, "topic": "t", "partition": 0, "offset": 12, "change": "upsert",
                            "table_rows": 1, "columns": ["qty"], "reason": "values differ: qty"},
                           {"key": {"id": 2}, "topic": "t", "partition": 1, "offset": 3, "change": "delete",
-                           "table_rows": 1, "columns": [], "reason": "row present but deleted"}]}
+                           "table_rows": 1, "columns": [], "reason": "row present but deleted"}],
+                      "deleted_keys_present": 1,
+                      "deleted_keys": [{"key": {"id": 2}, "topic": "t", "partition": 1, "offset": 3}]}
     report = AuditReport("p", "/lake/out", 3, 5, [], 0, [], [], 0, sample=sample, keys=["id"])
     assert not report.ok and verdict(report).endswith(
         "; 3 sampled keys (of 7 with a change Kafka still holds; 1 committed ranges no longer retained) compared "
