@@ -38,6 +38,13 @@ BATCH_COLUMNS = ("ingest_batch_id", "ingested_at")
 """Set by Tidemark on every row after the transform (a transform's own are replaced)."""
 MAX_LENGTH = 20_000
 
+_CLAUSE = r"(?:WHERE|GROUP|ORDER|SORT|CLUSTER|DISTRIBUTE|HAVING|LIMIT|OFFSET|QUALIFY|WINDOW)"
+_FOLLOWS = (r"(?:WHERE|GROUP|ORDER|SORT|CLUSTER|DISTRIBUTE|HAVING|LIMIT|OFFSET|QUALIFY|WINDOW|UNION|EXCEPT|INTERSECT"
+            r"|MINUS|JOIN|LEFT|RIGHT|INNER|FULL|CROSS)")
+_KEYWORD_ALIAS = re.compile(rf"\b(?:FROM|JOIN)\s+([\w.]+)\s+(?:AS\s+)?({_CLAUSE})\b(?!\s+BY\b)"
+                            rf"(?=\s*(?:$|\)|{_FOLLOWS}\b))", re.I)
+"""A clause keyword right after a table with nothing of its clause after it (``FROM records WHERE``): Spark's
+parser takes the keyword as the table's alias, so the clause silently does nothing."""
 _COMMENTS = re.compile(r"--[^\n]*|/\*.*?\*/", re.S)
 _QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`([^`]*)`", re.S)
 
@@ -66,6 +73,11 @@ def check_sql(sql: str) -> str:
         raise ValueError(f"starts with '{first}': it must be one query, SELECT ... FROM records (or WITH ...)")
     if not re.search(rf"\b{VIEW}\b", bare, re.I):
         raise ValueError(f"does not read '{VIEW}' (the batch's decoded records): SELECT ... FROM {VIEW}")
+    if alias := _KEYWORD_ALIAS.search(bare):
+        table, keyword = alias.groups()
+        raise ValueError(f"has '{keyword}' right after '{table}' with nothing of its clause after it: Spark reads "
+                         f"'{keyword}' as an alias of '{table}', so the clause would do nothing (a trailing WHERE "
+                         f"would write every record). Finish the clause ({keyword.upper()} ...) or remove the word")
     return text
 
 

@@ -24,6 +24,8 @@ BASE = {"name": "orders", "topics": ["orders"], "table": "orders", "value_format
     "SELECT * FROM records -- trailing; comment",
     "SELECT * /* ; */ FROM records r LEFT JOIN delta.`/lake/dims` d ON r.country = d.code",
     "SELECT `id;x` AS id FROM `records`",  # a quoted name: the view's, and a ';' inside one
+    "SELECT country, count(*) AS n FROM records GROUP BY country ORDER BY n LIMIT 3",
+    "SELECT `order` FROM records r WHERE r.`order` > 0",
 ])
 def test_one_query_over_records_is_accepted(sql):
     assert check_sql(sql) == sql.strip().rstrip(";").strip()
@@ -39,6 +41,13 @@ def test_one_query_over_records_is_accepted(sql):
     ("SELECT 'records' AS x FROM orders", "does not read 'records'"),
     ('SELECT "records" AS x FROM `orders`', "does not read 'records'"),
     ("SELECT * FROM records WHERE x = '" + "y" * 20_000 + "'", "at most 20000"),
+    # A clause keyword with nothing of its clause: Spark's parser takes it as the table's alias (issue 61)
+    ("SELECT * FROM records WHERE", "'WHERE' right after 'records' .* an alias of 'records'.* write every record"),
+    ("SELECT * FROM records where -- the filter comes later\n", "'where' right after 'records'"),
+    ("SELECT id FROM records GROUP", "'GROUP' right after 'records'"),
+    ("SELECT id FROM records ORDER LIMIT 3", "'ORDER' right after 'records'"),
+    ("SELECT * FROM records AS HAVING", "'HAVING' right after 'records'"),
+    ("SELECT * FROM (SELECT * FROM records LIMIT) t", "'LIMIT' right after 'records'"),
 ])
 def test_anything_else_is_refused_when_the_file_is_read(sql, says):
     with pytest.raises(ConfigError, match=says) as refused:
