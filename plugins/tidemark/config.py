@@ -178,6 +178,20 @@ class PipelineConfig(BaseModel):
             raise ValueError("topics are listed more than once")
         return topics
 
+    @field_validator("value_schema", mode="before")
+    @classmethod
+    def _no_type_split_at_a_comma(cls, schema: object) -> object:
+        """``{id: bigint, amount: decimal(22,2)}`` in YAML's flow style splits at the comma into ``amount:
+        'decimal(22'`` and ``'2)': null``: say so, instead of pydantic's 'value_schema.2): a valid string'."""
+        if isinstance(schema, dict):
+            split = [(n, t) for n, t in schema.items() if isinstance(t, str) and t.count("(") > t.count(")")]
+            if split:
+                name, kind = split[0]
+                raise ValueError(f"field '{name}' has the type '{kind}', cut at a comma: in YAML's flow style "
+                                 f"({{a: x, b: y}}) a comma ends the entry, so a type that holds one must be quoted, "
+                                 f"{name}: '{kind},...)' (for example amount: 'decimal(22,2)')")
+        return schema
+
     @field_validator("schedule")
     @classmethod
     def _schedule_is_cron(cls, schedule: str | None) -> str | None:

@@ -94,6 +94,8 @@ BROKEN = {
     "misspelt_callback": r"'freshness_alert.callback': 'tidemark_airflow.alert.log_stale_pipeline': no module "
                          r"'tidemark_airflow.alert' can be found \(did you mean 'tidemark_airflow.alerts'\?\); check "
                          r"the spelling, or install the package here",
+    "flow_type_with_comma": r"'value_schema': field 'amount' has the type 'decimal\(22', cut at a comma: in YAML's "
+                            r"flow style .* must be quoted, amount: 'decimal\(22,...\)'",
     "missing_callback_module": r"'freshness_alert.callback': 'acme_alerts.page_oncall': no module 'acme_alerts' can be "
                                r"found",
 }
