@@ -19,7 +19,11 @@ from tests.integration.test_keyed_tables import debezium, ledger_changes, props,
 from tidemark import settings, spark_markers
 from tidemark.audit import verdict
 from tidemark.audit_keyed import verify_keys
+from tidemark.batch.execute import execute_batch
+from tidemark.batch.prepare import prepare_batch
+from tidemark.batch.status import batch_summary
 from tidemark.config import parse_pipeline
+from tidemark_cli.main import summary_line
 from tidemark_spark.audit_keyed import compare_keys
 
 pytestmark = pytest.mark.integration
@@ -56,9 +60,14 @@ def test_a_tombstone_in_a_later_batch_deletes_under_order_by(kafka_bootstrap, sp
     run(spark, config)
     assert ids(config.table_uri) == {1: "a", 2: "b", 3: "c"}
     helpers.produce_pairs(topic, [(b"1", None), (b'{"id": 2}', None)], 0)
-    run(spark, config)
+    plan = prepare_batch(config, props())
+    execute_batch(spark, plan, props())
     assert ids(config.table_uri) == {3: "c"}
     assert ledger_changes(topic) == {1: (3, 0, 0), 2: (0, 0, 2)}
+    # `tidemark run`'s last line says it (issue 61, 4)
+    assert summary_line(batch_summary(plan)) == (
+        f"pipeline '{topic}': batch 2 committed: 2 changes merged (rows: 0 inserted, 0 updated, 2 deleted), 0 "
+        f"filtered, 0 dead letters -> {config.table_uri} (Delta version 1)")
     # A change after a tombstone re-inserts the key, whatever its ordering against the deleted row's.
     helpers.produce_pairs(topic, [upsert(3, "c-old", 0), (b"3", None), upsert(3, "c-again", 0)], 0)
     run(spark, config)

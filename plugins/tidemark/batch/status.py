@@ -221,7 +221,9 @@ def _iso(value: dt.datetime | None) -> str | None:
 
 def batch_summary(plan: BatchPlan, store: ObjectStore | None = None) -> dict:
     """What a committed batch put in the output, from the ledger (the counts the commit recorded) and
-    the output table (its Delta version): the extra of the Airflow asset event of the output table.
+    the output table (its Delta version): the extra of the Airflow asset event of the output table, and the last
+    line of ``tidemark run``. ``records``: written to the output; ``filtered``: by the transform; ``rows``: what
+    a keyed batch's MERGE inserted, updated and deleted.
     Raises PlanMismatchError when the ledger does not hold the batch as committed."""
     rows = [r for r in Ledger(plan.ledger_uri, store).batch(plan.pipeline, plan.batch_id) if r.kind in WRITING_KINDS]
     if not rows or any(r.status != COMMITTED for r in rows):
@@ -231,7 +233,12 @@ def batch_summary(plan: BatchPlan, store: ObjectStore | None = None) -> dict:
                "records": (r.record_count or 0) - (r.dead_letter_count or 0) - (r.filtered_count or 0),
                "dead_letters": r.dead_letter_count or 0}
               for r in sorted(rows, key=lambda r: (r.topic, r.partition))]
+    changed = [r for r in rows if r.rows_inserted is not None]  # a keyed batch: on its first row
     return {"pipeline": plan.pipeline, "batch_id": plan.batch_id, "kind": rows[0].kind, "table": plan.table_uri,
             "ranges": ranges, "records": sum(r["records"] for r in ranges),
+            "filtered": sum(r.filtered_count or 0 for r in rows),
             "dead_letters": sum(r["dead_letters"] for r in ranges),
+            **({"rows": {"inserted": sum(r.rows_inserted or 0 for r in changed),
+                         "updated": sum(r.rows_updated or 0 for r in changed),
+                         "deleted": sum(r.rows_deleted or 0 for r in changed)}} if changed else {}),
             "delta_version": output_version(plan.table_uri, plan.pipeline, plan.batch_id, store)}
