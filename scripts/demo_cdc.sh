@@ -16,6 +16,14 @@ export AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark", "host": "local[2]"}'
 scripts/kafka.sh up
 scripts/cdc.sh up
 sql() { scripts/cdc.sh sql "$1" >/dev/null; }
+# Spark's and Tidemark's logs (stderr) go to a file, as `make demo`'s do; each command's own summary stays here.
+log=$root/.cache/demo-cdc/tidemark.log
+mkdir -p "$(dirname "$log")"
+: >"$log"
+quiet() {
+  "$@" 2>>"$log" || { status=$?; echo "demo-cdc: '$*' failed ($status); the last lines of its log ($log):" >&2
+                      tail -n 40 "$log" >&2; exit "$status"; }
+}
 show() {
   echo "--- PostgreSQL public.customers"
   scripts/cdc.sh sql "SELECT id, name, city FROM customers ORDER BY id"
@@ -37,14 +45,14 @@ sql "DELETE FROM customers"
 sql "INSERT INTO customers (id, name, city) VALUES (1, 'Ada', 'London'), (2, 'Grace', 'New York'), (3, 'Alan', 'Wilmslow')"
 sql "UPDATE customers SET city = 'Cambridge' WHERE id = 3"
 sleep 3  # Connect writes the changes to Kafka within about a second
-echo "demo-cdc: run 1 (3 inserts, 1 update)"
-.venv/bin/tidemark run customers
+echo "demo-cdc: run 1 (3 inserts, 1 update); Spark's log: $log"
+quiet .venv/bin/tidemark run customers
 show
 sql "DELETE FROM customers WHERE id = 2"
 sql "UPDATE customers SET name = 'Ada Lovelace' WHERE id = 1"
 sql "INSERT INTO customers (id, name, city) VALUES (4, 'Edsger', 'Nuenen')"
 sleep 3
-echo "demo-cdc: run 2 (1 delete, 1 update, 1 insert)"
-.venv/bin/tidemark run customers
+echo "demo-cdc: run 2 (1 delete, 1 update, 1 insert); Spark's log: $log"
+quiet .venv/bin/tidemark run customers
 show
-.venv/bin/tidemark audit customers
+quiet .venv/bin/tidemark audit customers
