@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export KAFKA_PORT ?= 9092
 
 .DEFAULT_GOAL := help
-.PHONY: help setup venv jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down storage-up storage-down registry-up registry-down demo test test-unit lint soak chaos bench bench-s3 bench-skew bench-scale bench-profile bench-read-path bench-cds bench-json bench-avro bench-small bench-tls bench-ledger bench-ledger-size bench-audit bench-maintenance bench-fleet bench-page bench-demo bench-keyed bench-transform bench-protobuf connect-up connect-down airflow airflow-down browser redis lock clean
+.PHONY: help setup venv jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down storage-up storage-down registry-up registry-down demo test test-unit lint soak soak-keyed chaos bench bench-s3 bench-skew bench-scale bench-profile bench-read-path bench-cds bench-json bench-avro bench-small bench-tls bench-ledger bench-ledger-size bench-audit bench-maintenance bench-fleet bench-page bench-demo bench-keyed bench-transform bench-protobuf connect-up connect-down airflow airflow-down browser redis lock clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -100,6 +100,9 @@ test-unit: venv ## fast tests that need no service: unit tests and the DAG-integ
 
 soak: setup ## kill -9 and concurrent-run trials with exactly-once checks (SOAK_TRIALS=20, SOAK_LAKE=s3 for the lake on the local S3 server; not in make test)
 	scripts/soak.sh
+
+soak-keyed: setup ## generated keyed-table cases against the reference model (tests/keyed_model.py) through a private broker, Spark and Delta: KEYED_CASES (500), KEYED_SEED (random, printed), KEYED_BATCHES (4), KEYED_SHRINK=1 to shrink a failure; prints count, seed and time (not in make test)
+	scripts/soak_keyed.sh
 
 chaos: setup redis ## CHAOS_FAULTS (100) random faults (Celery worker, Spark driver and worker, S3, PostgreSQL, Kafka) into DAG runs on the Celery stack, standalone Spark and S3; exactly-once checked; bench/results/chaos.json, docs/chaos.png (CHAOS_TIMEOUT=4500 s; not in make test)
 	scripts/chaos.sh
