@@ -59,7 +59,7 @@ from tidemark_cli.exits import (
     is_debug,
     report_unexpected,
 )
-from tidemark_cli.tables import render_table
+from tidemark_cli.tables import render_table, summary_line
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -230,18 +230,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(render_table(rows, STATUS_COLUMNS))
     print(summary_line(run.batch_summary(plan)))
     return EXIT_OK
-
-
-def summary_line(summary: dict) -> str:
-    """``tidemark run``'s last line: what the batch wrote (``batch.status.batch_summary``)."""
-    written = f"{summary['records']} records written"
-    if "rows" in summary:  # a keyed table: the good changes, and what the MERGE did to the rows
-        changed = summary["rows"]
-        written = (f"{summary['records']} changes merged (rows: {changed['inserted']} inserted, {changed['updated']} "
-                   f"updated, {changed['deleted']} deleted)")
-    return (f"pipeline '{summary['pipeline']}': batch {summary['batch_id']} committed: {written}, "
-            f"{summary.get('filtered', 0)} filtered, {summary['dead_letters']} dead letters -> {summary['table']} "
-            f"(Delta version {summary['delta_version']})")
 
 
 def _airflow_run_state(pipeline: str):

@@ -23,7 +23,7 @@ from tidemark.batch.execute import execute_batch
 from tidemark.batch.prepare import prepare_batch
 from tidemark.batch.status import batch_summary
 from tidemark.config import parse_pipeline
-from tidemark_cli.main import summary_line
+from tidemark_cli.tables import summary_line
 from tidemark_spark.audit_keyed import compare_keys
 
 pytestmark = pytest.mark.integration
