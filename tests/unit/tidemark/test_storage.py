@@ -175,3 +175,13 @@ def test_a_store_that_answers_for_another_region_is_a_wrong_setting_not_an_outag
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_folder_a_failed_first_batch_left_is_no_table(tmp_path):
+    """Issue 61, 5: a first batch that failed in Spark's write leaves part files and a ``_delta_log`` without a
+    commit (``_staged_commits`` only). Every Tidemark reader opens tables through ``open_table``, which takes it as
+    no table (delta-rs says "No files in log segment"), so the next run creates the table (docs/OPERATIONS.md)."""
+    half = tmp_path / "orders"
+    (half / "_delta_log" / "_staged_commits").mkdir(parents=True)
+    (half / "part-00000-a.snappy.parquet").write_bytes(b"PAR1")
+    assert storage.open_table(str(half)) is None
