@@ -333,13 +333,28 @@ class Step:
     pick: int = 0
 
 
-def steps(mode: str) -> st.SearchStrategy[Step]:
+@dataclass(frozen=True)
+class Profile:
+    """What a case's steps are drawn from (a little swarm testing: each case leans one way, so that combinations
+    that need several rare steps in a row come up): how late its late changes can be (``lowest`` delta), and how
+    often a key's next change falls in a later batch (one in ``advance``)."""
+
+    lowest: int = -2
+    advance: int = 3
+
+
+def profiles() -> st.SearchStrategy[Profile]:
+    return st.builds(Profile, lowest=st.integers(1, 4).map(lambda n: -n), advance=st.integers(2, 4))
+
+
+def steps(mode: str, profile: Profile) -> st.SearchStrategy[Step]:
     """The raw steps. No draw is an integer from 0 (``sampled_from`` is one): Hypothesis's shrinker first runs the
     test once per such draw in the failing case, to see if it picks a branch (``reduce_each_alternative``), which
     against Spark would spend its whole time (5 minutes) on the first few keys."""
     kinds = _KINDS[mode]
-    return st.builds(Step, kind=st.integers(1, len(kinds)).map(lambda i: kinds[i - 1]), delta=st.integers(-2, 3),
-                     jitter=st.integers(-1, 1), advance=st.integers(1, 3).map(lambda n: n == 3),
+    return st.builds(Step, kind=st.integers(1, len(kinds)).map(lambda i: kinds[i - 1]),
+                     delta=st.integers(profile.lowest, 3), jitter=st.integers(-1, 1),
+                     advance=st.integers(1, profile.advance).map(lambda n: n == profile.advance),
                      key_text=st.booleans(), wrapped=st.booleans(), tombstone_after=st.booleans(),
                      pick=st.integers(1, 8))
 
@@ -391,9 +406,9 @@ def compact(changes: list[Change]) -> tuple[Change, ...]:
 
 
 @st.composite
-def key_streams(draw, mode: str, batches: int) -> tuple[int, list[Step]]:
+def key_streams(draw, mode: str, profile: Profile, batches: int) -> tuple[int, list[Step]]:
     """One key's first batch and raw steps."""
-    return draw(st.integers(1, batches)), draw(st.lists(steps(mode), min_size=1, max_size=MAX_CHANGES_PER_KEY))
+    return draw(st.integers(1, batches)), draw(st.lists(steps(mode, profile), min_size=1, max_size=MAX_CHANGES_PER_KEY))
 
 
 @st.composite
@@ -404,7 +419,8 @@ def cases(draw, mode: str, partitions: int, max_keys: int = 40, max_batches: int
     drawn as a list of lists of keys (with 40 keys at most, about 20 on average; a flat list averages 6), which
     Hypothesis shrinks by deleting keys."""
     batches = draw(st.integers(min(2, max_batches), max_batches))  # one batch: the first of a longer case
-    groups = draw(st.lists(st.lists(key_streams(mode, batches), min_size=1, max_size=MAX_CHANGES_PER_KEY),
+    profile = draw(profiles())
+    groups = draw(st.lists(st.lists(key_streams(mode, profile, batches), min_size=1, max_size=MAX_CHANGES_PER_KEY),
                            min_size=1, max_size=max(1, math.ceil(max_keys / 4))))
     streams = [s for group in groups for s in group][:max_keys]
     changes: list[Change] = []
