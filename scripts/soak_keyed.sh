@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make soak-keyed`: tests/integration/test_keyed_generated.py with many generated cases (keyed tables against the
-# reference model of tests/keyed_model.py) on a fresh private broker (port SOAK_KEYED_KAFKA_PORT, default 19592),
+# reference model of tests/keyed_model.py) on a fresh private broker (port SOAK_KEYED_KAFKA_PORT, default 19692),
 # stopped afterwards. KEYED_CASES (500) cases spread over the six parametrizations (three modes, 1 and 3
 # partitions); KEYED_SEED (default: a random one, printed; give it again to repeat a run); KEYED_BATCHES (4) the
 # most batches of a case; KEYED_SHRINK=1 shrinks a failing case (against Spark: minutes), left out by default.
@@ -17,10 +17,10 @@ echo "tidemark: keyed soak: KEYED_CASES=$KEYED_CASES KEYED_SEED=$KEYED_SEED KEYE
 # The run's module time would order the next `make test` by a soak's duration (tests/module_order.py): kept aside
 durations=.cache/test-durations.json
 kept=
-if [ -f "$durations" ]; then kept=$(mktemp); cp "$durations" "$kept"; fi
+if [ -f "$durations" ]; then kept=$(mktemp); cp -p "$durations" "$kept"; fi
 start=$(date +%s)
 status=0
-scripts/with_broker.sh soak-keyed "${SOAK_KEYED_KAFKA_PORT:-19592}" .venv/bin/python -m pytest -q -p no:cacheprovider \
+scripts/with_broker.sh soak-keyed "${SOAK_KEYED_KAFKA_PORT:-19692}" .venv/bin/python -m pytest -q -p no:cacheprovider \
   -x tests/integration/test_keyed_generated.py "$@" || status=$?
 elapsed=$(( $(date +%s) - start ))
 if [ -n "$kept" ]; then mv "$kept" "$durations"; else rm -f "$durations"; fi

@@ -100,8 +100,8 @@ class Change:
         if self.op in (*DEBEZIUM_UPSERTS, "d"):
             what = f"{self.op}" + (" (redelivered)" if self.redelivered else "")
         parts = [f"b{self.batch}", what]
-        if self.order is not None:
-            parts.append("@" + ",".join(map(str, self.order)))
+        if self.order is not None:  # @updated_at (seconds after EPOCH), or @(lsn, ts_ms)
+            parts.append(f"@{self.order[0]}" if len(self.order) == 1 else f"@({self.order[0]}, {self.order[1]})")
         if self.kind == UPSERT:
             parts.append(f"name={self.name!r} qty={self.qty!r}" + (f" op={self.op!r}" if self.op not in (
                 None, *DEBEZIUM_UPSERTS) else ""))
@@ -415,9 +415,10 @@ def key_streams(draw, mode: str, profile: Profile, batches: int) -> tuple[int, l
 def cases(draw, mode: str, partitions: int, max_keys: int = 40, max_batches: int = 3) -> Case:
     """A case of ``mode`` on ``partitions`` partitions: 1..``max_keys`` keys, each its own stream of 1..8 changes
     (upserts, late and equal-ordering ones, deletes, tombstones with a JSON or a text key, re-inserts; Debezium's
-    c/u/r/d, its tombstones after a d, redelivered earlier events) over 1..``max_batches`` batches. The keys are
-    drawn as a list of lists of keys (with 40 keys at most, about 20 on average; a flat list averages 6), which
-    Hypothesis shrinks by deleting keys."""
+    c/u/r/d, its tombstones after a d, redelivered earlier events) over 2..``max_batches`` batches (fewer when no
+    key has a change in one: ``compact``), with the case's ``Profile``. The keys are drawn as a list of lists of
+    keys (with 40 keys at most, about 20 on average; a flat list averages 6), which Hypothesis shrinks by deleting
+    keys."""
     batches = draw(st.integers(min(2, max_batches), max_batches))  # one batch: the first of a longer case
     profile = draw(profiles())
     groups = draw(st.lists(st.lists(key_streams(mode, profile, batches), min_size=1, max_size=MAX_CHANGES_PER_KEY),

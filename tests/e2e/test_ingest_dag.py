@@ -106,7 +106,8 @@ def test_incremental_runs_through_airflow_ingest_exactly_what_was_produced(stack
         ranges = [{"topic": topic, "partition": p, "start": since.get(p, 0), "end": end,
                    "records": end - since.get(p, 0), "dead_letters": 0} for p, end in sorted(now["ends"].items())]
         return {"pipeline": topic, "batch_id": batch_id, "kind": "batch", "table": table, "ranges": ranges,
-                "records": sum(r["records"] for r in ranges), "dead_letters": 0, "delta_version": now["version"]}
+                "records": sum(r["records"] for r in ranges), "filtered": 0, "dead_letters": 0,
+                "delta_version": now["version"]}
 
     assert asset_events(f"tidemark/{topic}") == [
         (dag_id, first["run_id"], expected(1, {}, first)),
