@@ -111,7 +111,8 @@ class AuditReport:
     delete (None: not checked, no Spark job was given); ``deleted_keys``: the first of them."""
     deleted_keys: list[dict] = field(default_factory=list)
     filtered: int | None = None
-    """A transformed pipeline's records its transform filtered out over the checked ranges (None: no transform);
+    """A transformed pipeline's records its transform filtered out over the checked ranges, counted in each batch
+    that read them (a replay filters and counts a record again; None: no transform);
     its output records are counted by coordinate (one record may give several rows)."""
 
     @property
@@ -177,7 +178,8 @@ def verdict(report: AuditReport) -> str:
                 f"each key ({', '.join(report.keys)}) once, no Kafka coordinate twice{deleted}{checked}")
     if report.ok and report.filtered is not None:
         return (f"ok: {report.checked_ranges} committed ranges, {report.records} rows in {report.table} "
-                f"({report.filtered} filtered by the transform), every committed offset there in exactly one "
+                f"({report.filtered} filtered by the transform, counted in each batch that read them), every "
+                f"committed offset there in exactly one "
                 f"batch{checked}")
     if report.ok:
         return (f"ok: {report.checked_ranges} committed ranges, {report.records} records in {report.table}, every "

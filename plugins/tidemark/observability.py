@@ -91,7 +91,7 @@ METRICS = (
                "rows a committed keyed batch's MERGE updated (keyed pipelines only)"),
     MetricSpec("tidemark.batch_rows_deleted", "count", PIPELINE,
                "rows a committed keyed batch's MERGE deleted (keyed pipelines only)"),
-    MetricSpec("tidemark.batch_records_filtered", "count", PIPELINE,
+    MetricSpec("tidemark.batch_filtered", "count", PIPELINE,
                "records a committed batch's SQL transform filtered out (pipelines with a transform only)"),
 )
 
@@ -162,5 +162,5 @@ def batch_measurements(pipeline: str, records: int, dead_letters: int, duration_
         out += [Measurement(f"tidemark.batch_rows_{what}", "count", n, tags)
                 for what, n in zip(("inserted", "updated", "deleted"), rows_changed, strict=True)]
     if filtered is not None:
-        out.append(Measurement("tidemark.batch_records_filtered", "count", filtered, tags))
+        out.append(Measurement("tidemark.batch_filtered", "count", filtered, tags))
     return out

@@ -118,7 +118,7 @@ def lag_chart(entries: Sequence[dict], cap: int | None) -> Chart:
 def records_chart(entries: Sequence[dict]) -> Chart:
     shown = committed(entries)
     values = [(e["records"] or 0, f"{e['records'] or 0:,}") for e in shown]
-    filtered = [e.get("records_filtered") for e in shown]
+    filtered = [e.get("filtered") for e in shown]
     return _chart("chart-records", "Records written per batch", "records",
                   "Records each committed batch (blue) or backfill (amber) wrote to the table; dead letters apart"
                   + ("; those a transform filtered out in each tooltip." if any(n is not None for n in filtered)

@@ -68,7 +68,7 @@ def observe_run(run: PipelineRun, rows: list[dict] | None = None, batch_id: int 
                 measurements += batch_measurements(
                     run.name, entry["records"], entry["dead_letters"], entry["duration_seconds"],
                     (entry["rows_inserted"], entry["rows_updated"], entry["rows_deleted"]) if changed else None,
-                    entry.get("records_filtered"))
+                    entry.get("filtered"))
         emit(measurements)
     except Exception as exc:  # the run's work is done; metrics must not fail it
         log.warning("pipeline '%s': could not send its metrics (%s: %s); the data and the ledger are not "

@@ -337,17 +337,17 @@ def cmd_offsets_reset(args: argparse.Namespace) -> int:
 
 
 HISTORY_COLUMNS = ["batch_id", "kind", "status", "topic", "partition", "start_offset", "end_offset", "record_count",
-                   "dag_run_id", "reason", "committed_at"]
+                   "dead_letter_count", "dag_run_id", "reason", "committed_at"]
 CHANGE_COLUMNS = ["rows_inserted", "rows_updated", "rows_deleted"]
 
 
 def history_columns(listing: list[dict]) -> list[str]:
-    """The history table's columns: a keyed batch's rows inserted, updated and deleted after ``record_count``
-    when the rows shown hold any (on the batch's first row), and ``filtered`` (``records_filtered``, the records a
-    transform filtered out) when any row shown holds it, so an append pipeline's table stays as it was."""
-    at = HISTORY_COLUMNS.index("record_count") + 1
+    """The history table's columns, named as the ledger's columns and the ``--json`` keys: a keyed batch's rows
+    inserted, updated and deleted after ``dead_letter_count`` when the rows shown hold any (on the batch's first
+    row), and ``filtered_count`` (the records a transform filtered out) when any row shown holds it."""
+    at = HISTORY_COLUMNS.index("dead_letter_count") + 1
     extra = [*(CHANGE_COLUMNS if any(r.get("rows_inserted") is not None for r in listing) else []),
-             *(["filtered"] if any(r.get("records_filtered") is not None for r in listing) else [])]
+             *(["filtered_count"] if any(r.get("filtered_count") is not None for r in listing) else [])]
     return [*HISTORY_COLUMNS[:at], *extra, *HISTORY_COLUMNS[at:]]
 
 
@@ -356,7 +356,7 @@ def cmd_offsets_history(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(listing, indent=2))
     else:
-        print(render_table([{**r, "filtered": r.get("records_filtered")} for r in listing], history_columns(listing)))
+        print(render_table(listing, history_columns(listing)))
     return 0
 
 

@@ -1,6 +1,7 @@
 """SQL transforms (issue 40) against the real broker, Spark and Delta: a derive-and-rename, a filter (its
 count in the ledger, the audit clean, a kill -9 between the output commit and the ledger's), an explode (the
-audit clean, a backfill of the same window adding nothing), and every bad transform refused before anything
+audit clean, a backfill of the same window and a replay of the topic adding nothing, each counting its filtering),
+and every bad transform refused before anything
 is written. Exactly once is checked by coordinates: every produced good record's (partition, offset) is in
 the output (with all its rows) or counted as filtered, none twice across batches."""
 
@@ -13,7 +14,7 @@ import pytest
 from tests import helpers
 from tests.integration.test_crash_points import recover, tidemark_run
 from tidemark import crash, settings
-from tidemark.audit import audit_tables
+from tidemark.audit import audit_tables, summary
 from tidemark.batch.backfill import BackfillRequest, prepare_backfill
 from tidemark.batch.execute import execute_batch
 from tidemark.batch.prepare import prepare_batch
@@ -151,6 +152,15 @@ def test_an_explode_gives_rows_per_item_and_a_backfill_of_the_window_adds_nothin
     report = audit(config)
     assert report.ok and report.duplicated_offsets == 0, report.to_dict()
     assert ledger_rows(topic)[-1][1:] == (0, 2, 0, 2)  # the backfill read 2 records (the rest are in the output)
+
+    # a replay of the topic does the same, and the audit's filtered counts each batch's filtering (docs/DESIGN.md,
+    # Counts are per batch): 2 by batch 1, 2 by the backfill, 2 by the replay, 6 rows and records as they were
+    reset_offsets(config, props(), ResetRequest("to-earliest", execute=True, reason="replay test", owner="test"))
+    run(spark, config)
+    assert ledger_rows(topic)[-1] == (4, 0, 2, 0, 2)  # batch 3 is the reset
+    report = audit(config)
+    assert report.ok and (report.records, report.filtered) == (6, 6), report.to_dict()
+    assert "(6 filtered by the transform, counted in each batch that read them)" in summary(report)
 
 
 REFUSED = [

@@ -102,7 +102,8 @@ def history(pipeline: str, limit: int, ledger_uri: str | None = None, *,
     """The pipeline's newest ``limit`` ledger rows, newest first (the ``tidemark offsets history --json``
     contract). A keyed batch's ``rows_inserted``, ``rows_updated`` and ``rows_deleted`` are the batch's totals,
     on its first row only (``ledger_state.changes_row``); null on its other rows and on append pipelines.
-    ``records_filtered``: the row's records the pipeline's transform filtered out (null without a transform)."""
+    ``filtered_count``: the row's records the pipeline's transform filtered out (null without a transform); the
+    names are the ledger's columns (``ledger_state.SCHEMA``)."""
     return [history_entry(r) for r in Ledger(ledger_uri or settings.ledger_uri(), store).recent(pipeline, limit)]
 
 
@@ -111,7 +112,7 @@ def history_entry(row: LedgerRow) -> dict:
             "partition": row.partition, "start_offset": row.start_offset, "end_offset": row.end_offset,
             "record_count": row.record_count, "dead_letter_count": row.dead_letter_count,
             "rows_inserted": row.rows_inserted, "rows_updated": row.rows_updated, "rows_deleted": row.rows_deleted,
-            "records_filtered": row.filtered_count, "dag_run_id": row.dag_run_id, "reason": row.reason,
+            "filtered_count": row.filtered_count, "dag_run_id": row.dag_run_id, "reason": row.reason,
             "committed_at": _iso(row.committed_at)}
 
 
@@ -120,8 +121,9 @@ def recent_entries(pipeline: str, count: int, ledger_uri: str | None = None, *,
     """The pipeline's newest ``count`` ledger entries (batches, backfills, resets, gaps), newest first,
     each with its ranges, counts, owner (DAG run or CLI), reason, and how long it took from freezing to
     commit; a keyed batch also with the rows its MERGE inserted, updated and deleted (``rows_*``, null
-    otherwise), a transformed one with the records its transform filtered out (``records_filtered``, null
-    otherwise; ``records`` are those that landed in the table)."""
+    otherwise), a transformed one with the records its transform filtered out (``filtered``, null
+    otherwise; ``records`` are those that landed in the table). A batch's counts are named as in
+    ``batch_summary`` and the audit: ``records``, ``dead_letters``, ``filtered``."""
     rows = Ledger(ledger_uri or settings.ledger_uri(), store).recent_batches(pipeline, count)
     entries: dict[int, list[LedgerRow]] = {}
     for row in rows:
@@ -143,7 +145,7 @@ def recent_entries(pipeline: str, count: int, ledger_uri: str | None = None, *,
                                  if committed_at and planned_at else None),
             "offsets": sum(r.end_offset - r.start_offset for r in group),
             "records": sum(counts) - sum(dead) - sum(filtered) if counts else None,
-            "dead_letters": sum(dead) if counts else None, "records_filtered": sum(filtered) if filtered else None,
+            "dead_letters": sum(dead) if counts else None, "filtered": sum(filtered) if filtered else None,
             **dict(zip(CHANGE_COLUMNS, changes or (None, None, None), strict=True)),
             "ranges": [{"topic": r.topic, "partition": r.partition, "start": r.start_offset, "end": r.end_offset}
                        for r in group],

@@ -114,8 +114,8 @@ def test_a_keyed_batch_also_sends_the_rows_its_merge_inserted_updated_and_delete
 
 def test_a_transformed_batch_also_sends_the_records_its_transform_filtered_out():
     sent = batch_measurements("orders", 12, 1, None, filtered=5)
-    assert [(m.name, m.kind, m.value) for m in sent][-1] == ("tidemark.batch_records_filtered", "count", 5)
-    assert sent[-1].legacy_name == "tidemark.batch_records_filtered.orders"
+    assert [(m.name, m.kind, m.value) for m in sent][-1] == ("tidemark.batch_filtered", "count", 5)
+    assert sent[-1].legacy_name == "tidemark.batch_filtered.orders"
     assert batch_measurements("orders", 12, 1, None, filtered=0)[-1].value == 0  # sent: none filtered is news too
     assert not any("filtered" in m.name for m in batch_measurements("orders", 12, 1, None))  # no transform: none
 

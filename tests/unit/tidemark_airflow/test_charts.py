@@ -64,7 +64,7 @@ def test_nice_ceiling(value, top):
 
 
 def test_a_transformed_pipelines_records_say_how_many_the_transform_filtered_out():
-    shown = [{**entry(2), "records_filtered": 1200}, {**entry(1), "records_filtered": None}]
+    shown = [{**entry(2), "filtered": 1200}, {**entry(1), "filtered": None}]
     records = records_chart(shown)
     assert [(m.batch_id, m.detail) for m in records.marks] == [(1, ""), (2, "1,200 filtered by the transform")]
     assert "filtered out in each tooltip" in records.note

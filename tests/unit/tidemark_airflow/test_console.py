@@ -363,9 +363,10 @@ def test_a_keyed_pipeline_shows_the_rows_each_merge_inserted_updated_and_deleted
 
     assert main(["offsets", "history", "customers"]) == 0
     table = capsys.readouterr().out.splitlines()
-    assert table[0].split()[7:11] == ["RECORD_COUNT", "ROWS_INSERTED", "ROWS_UPDATED", "ROWS_DELETED"]
-    assert table[1].split()[:11] == ["2", "batch", "committed", "customers", "0", "10", "20", "4", "1", "2", "1"]
-    assert table[2].split()[:11] == ["2", "batch", "committed", "customers", "1", "10", "20", "5", "-", "-", "-"]
+    assert table[0].split()[7:12] == ["RECORD_COUNT", "DEAD_LETTER_COUNT", "ROWS_INSERTED", "ROWS_UPDATED",
+                                      "ROWS_DELETED"]
+    assert table[1].split()[:12] == ["2", "batch", "committed", "customers", "0", "10", "20", "4", "1", "1", "2", "1"]
+    assert table[2].split()[:12] == ["2", "batch", "committed", "customers", "1", "10", "20", "5", "0", "-", "-", "-"]
     assert main(["offsets", "history", "orders"]) == 0
     assert "ROWS_INSERTED" not in capsys.readouterr().out  # an append pipeline's table is unchanged
 
@@ -385,22 +386,22 @@ def test_a_transformed_pipeline_shows_the_records_its_transform_filtered_out(cli
     assert console_lake.mark_committed("shop", 1, {s0: (10, 1), s1: (9, 0)}, filtered={s0: 4})
 
     [entry] = client.get("/api/pipelines/shop").json()["entries"]
-    assert (entry["records"], entry["dead_letters"], entry["records_filtered"]) == (14, 1, 4)  # 19 - 1 - 4
+    assert (entry["records"], entry["dead_letters"], entry["filtered"]) == (14, 1, 4)  # 19 - 1 - 4
     history = client.get("/api/pipelines/shop/history").json()
-    assert [(r["partition"], r["record_count"], r["records_filtered"]) for r in history] == [(0, 10, 4), (1, 9, 0)]
-    assert {r["records_filtered"] for r in client.get("/api/pipelines/orders/history").json()} == {None}
+    assert [(r["partition"], r["record_count"], r["filtered_count"]) for r in history] == [(0, 10, 4), (1, 9, 0)]
+    assert {r["filtered_count"] for r in client.get("/api/pipelines/orders/history").json()} == {None}
 
     detail = client.get("/pipelines/shop").text
     assert "<th>Filtered</th>" in detail
-    assert '<td class="num" data-field="records_filtered">4</td>' in detail.split('<tr data-batch="1">', 1)[1]
+    assert '<td class="num" data-field="filtered">4</td>' in detail.split('<tr data-batch="1">', 1)[1]
     assert "batch 1: 14 records (4 filtered by the transform), committed" in detail
     assert "<th>Filtered</th>" not in client.get("/pipelines/orders").text
 
     assert main(["offsets", "history", "shop"]) == 0
     table = capsys.readouterr().out.splitlines()
-    assert table[0].split()[7:9] == ["RECORD_COUNT", "FILTERED"]
-    assert [line.split()[7:9] for line in table[1:]] == [["10", "4"], ["9", "0"]]
+    assert table[0].split()[7:10] == ["RECORD_COUNT", "DEAD_LETTER_COUNT", "FILTERED_COUNT"]
+    assert [line.split()[7:10] for line in table[1:]] == [["10", "1", "4"], ["9", "0", "0"]]
     assert main(["offsets", "history", "orders"]) == 0
-    assert "FILTERED" not in capsys.readouterr().out
+    assert "FILTERED_COUNT" not in capsys.readouterr().out
     assert main(["offsets", "history", "shop", "--json"]) == 0
-    assert [r["records_filtered"] for r in json.loads(capsys.readouterr().out)] == [4, 0]
+    assert [r["filtered_count"] for r in json.loads(capsys.readouterr().out)] == [4, 0]

@@ -124,12 +124,12 @@ def test_a_transformed_batch_also_sends_the_records_its_transform_filtered_out(s
     class Transformed(FakeRun):
         def recent_entries(self, count):
             return [{"batch_id": 7, "records": 40, "dead_letters": 2, "duration_seconds": None,
-                     "records_filtered": 9}]
+                     "filtered": 9}]
 
     observe_run(Transformed(tmp_path, []), batch_id=7)
     sent = statsd(12)  # lag, holds and hold age of no partition, records, dead letters, filtered: 6 x 2
     assert [line for line in sent if "filtered" in line] == [
-        "airflow.tidemark.batch_records_filtered:9|c", "airflow.tidemark.batch_records_filtered.orders:9|c"]
+        "airflow.tidemark.batch_filtered:9|c", "airflow.tidemark.batch_filtered.orders:9|c"]
 
 
 def test_a_failure_to_read_is_a_warning_not_a_failed_task(caplog, tmp_path):
