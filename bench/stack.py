@@ -150,7 +150,7 @@ def ingest_command(settings: BenchSettings, plan: BatchPlan, launcher: str = SUB
     if store is not None:
         env[storage.ENV_VAR] = store.to_json()
     if launcher == WARM:
-        return connect_command(plan, "read_committed"), {**env, REMOTE_ENV_VAR: connect_url or ""}
+        return connect_command(plan), {**env, REMOTE_ENV_VAR: connect_url or ""}
     return tidemark_submit(settings, plan), env
 
 
@@ -202,7 +202,7 @@ def dag_id(pipeline: str) -> str:
 
 def tidemark_submit(settings: BenchSettings, plan: BatchPlan) -> list[str]:
     """Exactly the command `tidemark run` launches for a batch."""
-    return spark_submit_command(plan, settings.master, "read_committed", driver_memory=settings.driver_memory)
+    return spark_submit_command(plan, settings.master, driver_memory=settings.driver_memory)
 
 
 def spark_submit_base(settings: BenchSettings, name: str) -> list[str]:

@@ -14,8 +14,9 @@ version    shape
 3          ``V2_COLUMNS`` and ``frozen_schemas`` (``V3_COLUMNS``), the property ``"3"``
 4          ``V3_COLUMNS`` and ``rows_inserted``, ``rows_updated``, ``rows_deleted`` (``V4_COLUMNS``), the
            property ``"4"``
-5          ``V4_COLUMNS`` and ``filtered_count`` (``V5_COLUMNS``: every column of ``ledger.SCHEMA``), the
-           property ``"5"``
+5          ``V4_COLUMNS`` and ``filtered_count`` (``V5_COLUMNS``), the property ``"5"``
+6          ``V5_COLUMNS`` and ``frozen_plan`` (``V6_COLUMNS``: every column of ``ledger.SCHEMA``), the
+           property ``"6"``
 =========  ======================================================================================
 
 Each step of ``MIGRATIONS`` takes the table from ``from_version`` to ``to_version``: its function
@@ -49,7 +50,7 @@ log = logging.getLogger(__name__)
 VERSION_PROPERTY = "tidemark.ledger.schemaVersion"
 UNVERSIONED = 1
 """The version of a ledger without the property."""
-CURRENT_VERSION = 5
+CURRENT_VERSION = 6
 _ATTEMPTS = 20
 
 V2_COLUMNS = ("pipeline", "batch_id", "kind", "status", "topic", "partition", "start_offset", "end_offset",
@@ -66,6 +67,10 @@ V5_COLUMNS = (*V4_COLUMNS, "filtered_count")
 """The columns of a version 5 ledger, in order: the records of each range a pipeline's SQL transform filtered out
 was added."""
 V5_ADDED = (pa.field("filtered_count", pa.int64()),)
+V6_COLUMNS = (*V5_COLUMNS, "frozen_plan")
+"""The columns of a version 6 ledger, in order: what shapes a batch's output, frozen with its planned rows, was
+added."""
+V6_ADDED = (pa.field("frozen_plan", pa.string()),)
 V1_OPTIONAL = (pa.field("dead_letter_count", pa.int64()), pa.field("topic_id", pa.string()))
 """Nullable columns that releases before version 2 added over time: a version 1 ledger may lack them."""
 
@@ -149,46 +154,29 @@ def _column_names(table: DeltaTable) -> set[str]:
     return {f.name for f in table.schema().fields}
 
 
-def _v1_to_v2(table: DeltaTable) -> None:
-    """Add the columns a version 1 ledger may lack; existing rows read null in them."""
-    from deltalake.schema import Field
+def _adding(fields: Sequence[pa.Field], doc: str) -> Callable[[DeltaTable], None]:
+    """A step that adds ``fields`` the table lacks, in one commit (a no-op when it has them); existing rows read
+    null in them."""
 
-    missing = missing_columns(_column_names(table), V1_OPTIONAL)
-    if missing:
-        table.alter.add_columns([Field.from_arrow(f) for f in missing])
-        log.info("ledger %s: added the columns %s", table.table_uri, ", ".join(f.name for f in missing))
+    def apply(table: DeltaTable) -> None:
+        from deltalake.schema import Field
 
+        missing = missing_columns(_column_names(table), fields)
+        if missing:
+            table.alter.add_columns([Field.from_arrow(f) for f in missing])
+            log.info("ledger %s: added the column(s) %s", table.table_uri, ", ".join(f.name for f in missing))
 
-def _v2_to_v3(table: DeltaTable) -> None:
-    """Add ``frozen_schemas``; existing rows (no format with schemas) read null in it."""
-    from deltalake.schema import Field
-
-    missing = missing_columns(_column_names(table), V3_ADDED)
-    if missing:
-        table.alter.add_columns([Field.from_arrow(f) for f in missing])
-        log.info("ledger %s: added the column frozen_schemas", table.table_uri)
+    apply.__doc__ = doc
+    return apply
 
 
-def _v3_to_v4(table: DeltaTable) -> None:
-    """Add ``rows_inserted``, ``rows_updated`` and ``rows_deleted`` (one commit); existing rows read null in them
-    (appends, and keyed batches committed before them)."""
-    from deltalake.schema import Field
-
-    missing = missing_columns(_column_names(table), V4_ADDED)
-    if missing:
-        table.alter.add_columns([Field.from_arrow(f) for f in missing])
-        log.info("ledger %s: added the columns %s", table.table_uri, ", ".join(f.name for f in missing))
-
-
-def _v4_to_v5(table: DeltaTable) -> None:
-    """Add ``filtered_count``; existing rows (batches committed before it, none of them transformed) read null in
-    it."""
-    from deltalake.schema import Field
-
-    missing = missing_columns(_column_names(table), V5_ADDED)
-    if missing:
-        table.alter.add_columns([Field.from_arrow(f) for f in missing])
-        log.info("ledger %s: added the column filtered_count", table.table_uri)
+_v1_to_v2 = _adding(V1_OPTIONAL, "Add the columns a version 1 ledger may lack.")
+_v2_to_v3 = _adding(V3_ADDED, "Add ``frozen_schemas`` (older rows: no format with schemas).")
+_v3_to_v4 = _adding(V4_ADDED, "Add ``rows_inserted``, ``rows_updated`` and ``rows_deleted`` (appends, and keyed "
+                              "batches committed before them, read null).")
+_v4_to_v5 = _adding(V5_ADDED, "Add ``filtered_count`` (batches committed before it, none of them transformed).")
+_v5_to_v6 = _adding(V6_ADDED, "Add ``frozen_plan`` (a batch pending across the upgrade is executed with the "
+                              "pipeline file as it is, as before).")
 
 
 MIGRATIONS: list[Migration] = [
@@ -196,6 +184,7 @@ MIGRATIONS: list[Migration] = [
     Migration(2, 3, _v2_to_v3),
     Migration(3, 4, _v3_to_v4),
     Migration(4, 5, _v4_to_v5),
+    Migration(5, 6, _v5_to_v6),
 ]
 
 

@@ -66,6 +66,11 @@ SCHEMA = pa.schema([
     # The good records of the range that the pipeline's SQL transform gave no output row (``tidemark.transform``),
     # per partition: null for a pipeline without a transform and on older rows. Added in schema version 5.
     pa.field("filtered_count", pa.int64()),
+    # What shapes the batch's output, frozen with its planned rows (``BatchPlan.frozen``: the decoded format with
+    # its schemas, keys, ordering and transform, the partition columns, the isolation level): recovery executes a
+    # pending batch with them, whatever the pipeline file says by then. Added in schema version 6; null on
+    # resets, gaps and older rows (a pending batch without it is executed with the pipeline file as it is).
+    pa.field("frozen_plan", pa.string()),
 ])
 # A new column, or any other change to the table's shape, is a new schema version: see ledger_migrations.
 
@@ -92,6 +97,7 @@ class LedgerRow:
     rows_updated: int | None = None
     rows_deleted: int | None = None
     filtered_count: int | None = None
+    frozen_plan: str | None = None
 
     @property
     def tp(self) -> TopicPartition:
@@ -171,6 +177,8 @@ class LedgerState:
     topic the position refers to)."""
     pending_schemas: str | None = None
     """The pending batch's frozen schemas (JSON), when its format has any."""
+    pending_plan: str | None = None
+    """The pending batch's frozen settings (``BatchPlan.frozen``), when it was planned by schema version 6."""
 
 
 def derive_state(rows: list[LedgerRow]) -> LedgerState:
@@ -200,6 +208,7 @@ def derive_state(rows: list[LedgerRow]) -> LedgerState:
         state.pending_ranges = sorted(r.range for r in current)
         state.pending_owner = current[0].dag_run_id
         state.pending_schemas = next((r.frozen_schemas for r in current if r.frozen_schemas), None)
+        state.pending_plan = next((r.frozen_plan for r in current if r.frozen_plan), None)
     state.fingerprint = fingerprint(rows)
     return state
 
@@ -218,12 +227,13 @@ def now() -> dt.datetime:
 
 def planned_rows(pipeline: str, batch_id: int, ranges: list[OffsetRange], dag_run_id: str | None,
                  kind: str = KIND_BATCH, reason: str | None = None,
-                 topic_ids: Mapping[str, str] | None = None, frozen_schemas: str | None = None) -> list[LedgerRow]:
+                 topic_ids: Mapping[str, str] | None = None, frozen_schemas: str | None = None,
+                 frozen_plan: str | None = None) -> list[LedgerRow]:
     at = now()
     ids = topic_ids or {}
     return [LedgerRow(pipeline, batch_id, kind, PLANNED, r.topic, r.partition, r.start, r.end,
                       dag_run_id=dag_run_id, reason=reason, planned_at=at, topic_id=ids.get(r.topic),
-                      frozen_schemas=frozen_schemas)
+                      frozen_schemas=frozen_schemas, frozen_plan=frozen_plan)
             for r in ranges]
 
 

@@ -56,7 +56,7 @@ class TidemarkIngestOperator(SparkSubmitOperator):
         master = self._master(run)
         refuse_cluster_deploy_mode(self._deploy_mode or run.spark_deploy_mode, run)
         os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
-        self.application_args = job_arguments(plan, run.config.isolation_level)
+        self.application_args = job_arguments(plan)
         self.py_files = core_archive()  # the core for executors on other machines
         self.jars = ",".join(require_spark_jars())
         self._bootstrap_servers = run.kafka_properties.get("bootstrap.servers", "")
@@ -69,7 +69,7 @@ class TidemarkIngestOperator(SparkSubmitOperator):
             self.env_vars.update(sharing.added_to(submit_env))
             code = None
             try:
-                code, result = self._launch(context, plan, master, run.config.isolation_level)
+                code, result = self._launch(context, plan, master)
             finally:
                 self.env_vars = given
                 sharing.finish(-1 if code is None else code)  # -1: no exit code (the task was killed)
@@ -87,10 +87,10 @@ class TidemarkIngestOperator(SparkSubmitOperator):
     def _master(self, run: PipelineRun) -> str:
         return run.spark_master  # the plan task checked that the connection exists (check_spark_connection)
 
-    def _launch(self, context, plan: BatchPlan, master: str, isolation_level: str) -> tuple[int, object]:
+    def _launch(self, context, plan: BatchPlan, master: str) -> tuple[int, object]:
         """Run the job; returns its exit code (``JobExit``) and the provider's result."""
         if is_spark_connect(master):
-            return self.run_on_spark_connect(plan, master, isolation_level), None
+            return self.run_on_spark_connect(plan, master), None
         try:
             return JobExit.OK, super().execute(context)
         except AirflowException:
@@ -107,14 +107,14 @@ class TidemarkIngestOperator(SparkSubmitOperator):
         process = getattr(self._hook, "_submit_sp", None)
         return getattr(process, "returncode", None)
 
-    def run_on_spark_connect(self, plan: BatchPlan, url: str, isolation_level: str) -> int:
+    def run_on_spark_connect(self, plan: BatchPlan, url: str) -> int:
         """The warm path (a ``spark_connect`` Spark connection): the job runs as a Spark Connect
         client in a child process of this task (its own interpreter, so a kill -9 of the job is what
         it would be under spark-submit), its output in this task's log; no JVM is started."""
         self.log.info("pipeline '%s': running the ingest job on the Spark Connect server %s (no spark-submit)",
                       plan.pipeline, spark_connect_address(url))
         env = job_environment(url, self.env_vars)
-        self._connect_job = subprocess.Popen(connect_command(plan, isolation_level), env=env,
+        self._connect_job = subprocess.Popen(connect_command(plan), env=env,
                                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for line in self._connect_job.stdout:
             self.log.info("%s", line.rstrip())

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import os
 import re
@@ -49,8 +50,9 @@ encoder again)."""
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="ingest.py", description="Ingest one frozen Tidemark batch.")
     parser.add_argument("--plan", required=True, help="the frozen batch plan (JSON) from the plan task")
-    parser.add_argument("--isolation-level", default="read_committed",
-                        choices=["read_committed", "read_uncommitted"])
+    parser.add_argument("--isolation-level", choices=["read_committed", "read_uncommitted"],
+                        help="only for a plan frozen before plans carried their isolation level (an upgrade with "
+                             "a batch in flight); a plan's own is used otherwise")
     return parser.parse_args(argv)
 
 
@@ -131,10 +133,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = parse_args(sys.argv[1:] if argv is None else argv)
     plan = BatchPlan.from_json(args.plan)
+    if args.isolation_level and "isolation_level" not in json.loads(args.plan):
+        plan.isolation_level = args.isolation_level
     try:
         job = JobSettings.from_environment()
         try:
-            run_batch(plan, job, args.isolation_level)
+            run_batch(plan, job)
         except OSError as exc:  # delta-rs on object storage: a wrong location is terminal, the rest transient
             raise storage.storage_failure(exc, plan.table_uri, job.store, plan.pipeline) from None
     except TidemarkError as exc:
@@ -150,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     return JobExit.OK
 
 
-def run_batch(plan: BatchPlan, job: JobSettings, isolation_level: str) -> None:
+def run_batch(plan: BatchPlan, job: JobSettings) -> None:
     """Open the session (spark-submit's JVM, or the warm path's server) and execute the batch."""
     remote = os.environ.get(REMOTE_ENV_VAR)
     if remote:
@@ -163,7 +167,7 @@ def run_batch(plan: BatchPlan, job: JobSettings, isolation_level: str) -> None:
         log_stores = [f"spark.delta.logStore.{scheme}.impl" for scheme in ("s3a", "s3")]
         storage.check_spark_commits({key: spark.conf.get(key, None) for key in log_stores},
                                     [plan.table_uri, plan.dead_letter_uri], f"pipeline '{plan.pipeline}'")
-        execute_batch(spark, plan, job.kafka_properties, isolation_level, job.store)
+        execute_batch(spark, plan, job.kafka_properties, job.store)
     finally:
         spark.stop()
 

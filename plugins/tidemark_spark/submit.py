@@ -108,19 +108,20 @@ def _bytecode(source: Path, shown_as: str, scratch: Path) -> Path:
     return scratch
 
 
-def job_arguments(plan: BatchPlan, isolation_level: str) -> list[str]:
-    """The ingest script's arguments, whichever launcher runs it."""
-    return ["--plan", plan.to_json(), "--isolation-level", isolation_level]
+def job_arguments(plan: BatchPlan) -> list[str]:
+    """The ingest script's arguments, whichever launcher runs it: the plan, which holds everything that shapes
+    the batch's output (its isolation level included)."""
+    return ["--plan", plan.to_json()]
 
 
-def spark_submit_command(plan: BatchPlan, master: str, isolation_level: str,
-                         conf: Mapping[str, str] | None = None, driver_memory: str = "1g") -> list[str]:
+def spark_submit_command(plan: BatchPlan, master: str, conf: Mapping[str, str] | None = None,
+                         driver_memory: str = "1g") -> list[str]:
     spark_submit = str(Path(local_spark_env()["SPARK_HOME"]) / "bin" / "spark-submit")
     command = [spark_submit, "--master", master, "--driver-memory", driver_memory, "--name",
                f"tidemark-{plan.pipeline}", "--jars", ",".join(spark_jars()), "--py-files", core_archive()]
     for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
         command += ["--conf", f"{key}={value}"]
-    return command + [INGEST_SCRIPT, *job_arguments(plan, isolation_level)]
+    return command + [INGEST_SCRIPT, *job_arguments(plan)]
 
 
 def is_spark_connect(master: str) -> bool:
@@ -128,10 +129,10 @@ def is_spark_connect(master: str) -> bool:
     return master.startswith("sc://")
 
 
-def connect_command(plan: BatchPlan, isolation_level: str) -> list[str]:
+def connect_command(plan: BatchPlan) -> list[str]:
     """The ingest job on the warm path: this interpreter runs the same script as a Spark Connect
     client (the URL travels in TIDEMARK_SPARK_REMOTE: it may hold a token)."""
-    return [sys.executable, INGEST_SCRIPT, *job_arguments(plan, isolation_level)]
+    return [sys.executable, INGEST_SCRIPT, *job_arguments(plan)]
 
 
 def job_environment(master: str, extra_env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -146,15 +147,15 @@ def job_environment(master: str, extra_env: Mapping[str, str] | None = None) -> 
     return env
 
 
-def run_ingest_job(plan: BatchPlan, master: str, isolation_level: str, conf: Mapping[str, str] | None = None,
+def run_ingest_job(plan: BatchPlan, master: str, conf: Mapping[str, str] | None = None,
                    extra_env: Mapping[str, str] | None = None, store: ObjectStore | None = None) -> int:
     """Run the ingest job to completion; its output streams to this process's stdout/stderr. A Spark
     Connect master (``sc://...``) runs the job as a client of that server (``conf`` is the server's
     then). ``store``: the object store of a lake on S3. Returns its exit code (``JobExit``)."""
     env = job_environment(master, extra_env)
     if is_spark_connect(master):
-        return subprocess.call(connect_command(plan, isolation_level), env=env)
-    return call_spark_submit(spark_submit_command(plan, master, isolation_level, conf), env, master, conf)
+        return subprocess.call(connect_command(plan), env=env)
+    return call_spark_submit(spark_submit_command(plan, master, conf), env, master, conf)
 
 
 def call_spark_submit(command: list[str], env: Mapping[str, str], master: str,
@@ -174,8 +175,7 @@ def launch(run: PipelineRun, plan: BatchPlan) -> int:
     benchmark): spark-submit, or the warm path, in client deploy mode (the driver on this host reads the
     run's settings file). Returns the job's exit code (``JobExit``)."""
     with run.job_environment() as env:
-        return run_ingest_job(plan, run.spark_master, run.config.isolation_level, run.config.spark_conf, env,
-                              run.store)
+        return run_ingest_job(plan, run.spark_master, run.config.spark_conf, env, run.store)
 
 
 def launch_job(run: PipelineRun, script: str, arguments: list[str], name: str, stdout=None) -> int:

@@ -381,7 +381,7 @@ def test_a_wrong_password_fails_clearly_without_echoing_it_and_loses_nothing(sas
     plan = BatchPlan.from_json(freeze.stdout.strip().splitlines()[-1])
     assert plan.batch_id == 1 and plan.total_offsets == 40
     spark = subprocess.run(
-        spark_submit_command(plan, "local[2]", "read_committed", event_log_conf(events)),
+        spark_submit_command(plan, "local[2]", event_log_conf(events)),
         env={**stack.env, **local_spark_env(),
              "TIDEMARK_KAFKA_PROPERTIES": json.dumps(sasl_properties(user, wrong))},
         capture_output=True, text=True, timeout=600)

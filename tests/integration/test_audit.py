@@ -48,9 +48,9 @@ def ingested_once(kafka_bootstrap, spark, tmp_path_factory) -> tuple[str, Path, 
         env.delenv("TIDEMARK_LEDGER_URI", raising=False)
         config = raw_pipeline(topic)
         helpers.produce(topic, 10)
-        execute_batch(spark, prepare_batch(config, props()), props(), "read_committed")
+        execute_batch(spark, prepare_batch(config, props()), props())
         helpers.produce(topic, 6, start=10)
-        execute_batch(spark, prepare_batch(config, props()), props(), "read_committed")
+        execute_batch(spark, prepare_batch(config, props()), props())
     return topic, folder, lake
 
 
@@ -164,7 +164,7 @@ def ingested_json(kafka_bootstrap, spark, lake):
                              "value_schema": JSON_SCHEMA}, "test")
     helpers.produce(topic, 10)
     helpers.produce_values(topic, [b"{not json"], partition=1)
-    execute_batch(spark, prepare_batch(config, props()), props(), "read_committed")
+    execute_batch(spark, prepare_batch(config, props()), props())
     return config
 
 

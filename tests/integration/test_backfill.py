@@ -41,7 +41,7 @@ def test_time_window_backfill_twice_adds_nothing_the_second_time(kafka_bootstrap
 
     plan = prepare_backfill(config, props(), request, owner="backfill-1")
     assert [(r.partition, r.start, r.end) for r in plan.ranges] == [(0, 5, 8), (1, 5, 8)]
-    execute_batch(spark, plan, props(), "read_committed")
+    execute_batch(spark, plan, props())
     assert count(config.table_uri) == {"n": 6, "u": 6}
     rows = Ledger(settings.ledger_uri()).rows(topic)
     assert {(r.kind, r.status, r.record_count) for r in rows} == {("backfill", "committed", 3)}
@@ -49,7 +49,7 @@ def test_time_window_backfill_twice_adds_nothing_the_second_time(kafka_bootstrap
 
     version = helpers.table_version(config.table_uri)
     again = prepare_backfill(config, props(), request, owner="backfill-2")
-    execute_batch(spark, again, props(), "read_committed")
+    execute_batch(spark, again, props())
     assert count(config.table_uri) == {"n": 6, "u": 6}
     # nothing new: no output commit at all, and the backfill's ledger rows are committed with 0 records
     assert helpers.table_version(config.table_uri) == version
@@ -57,7 +57,7 @@ def test_time_window_backfill_twice_adds_nothing_the_second_time(kafka_bootstrap
     assert {(r.kind, r.status, r.record_count) for r in second} == {("backfill", "committed", 0)}
 
     # The scheduled run then reads everything once: the backfilled records are not duplicated.
-    execute_batch(spark, prepare_batch(config, props()), props(), "read_committed")
+    execute_batch(spark, prepare_batch(config, props()), props())
     assert count(config.table_uri) == {"n": 20, "u": 20}
 
 
@@ -66,7 +66,7 @@ def test_explicit_offsets_are_validated_against_kafka(kafka_bootstrap, spark, la
     helpers.produce(topic, 10)
     config = parse_pipeline({"name": topic, "topics": [topic], "table": topic}, "test")
     plan = prepare_backfill(config, props(), BackfillRequest(offsets={TP(topic, 1): (1, 4)}))
-    execute_batch(spark, plan, props(), "read_committed")
+    execute_batch(spark, plan, props())
     assert helpers.query(config.table_uri, "SELECT kafka_partition AS p, kafka_offset AS o FROM t ORDER BY o") == [
         {"p": 1, "o": o} for o in (1, 2, 3)]
     with pytest.raises(ConfigError, match=r"\[3, 9\) is outside the offsets Kafka has \[0, 5\)"):
@@ -115,7 +115,7 @@ def test_a_backfill_whose_output_committed_before_its_ledger_is_rolled_forward(k
 
     with monkeypatch.context() as patched, pytest.raises(SystemExit):
         patched.setattr(execute, "finalize_batch", crash)
-        execute_batch(spark, plan, props(), "read_committed")
+        execute_batch(spark, plan, props())
     ledger = Ledger(settings.ledger_uri())
     assert ledger.state(topic).pending_batch_id == plan.batch_id
     assert count(config.table_uri) == {"n": 8, "u": 8}  # the commit point was reached
@@ -123,7 +123,7 @@ def test_a_backfill_whose_output_committed_before_its_ledger_is_rolled_forward(k
     again = prepare_backfill(config, props(), request, owner="backfill-1")  # the retry rolls the batch forward
     assert {(r.batch_id, r.status, r.record_count) for r in ledger.rows(topic) if r.batch_id == plan.batch_id} == {
         (plan.batch_id, "committed", 4)}
-    execute_batch(spark, again, props(), "read_committed")  # the window again: nothing new is written
+    execute_batch(spark, again, props())  # the window again: nothing new is written
     assert count(config.table_uri) == {"n": 8, "u": 8}
     assert ledger.state(topic).positions == {}  # backfills never move the committed position
 

@@ -84,7 +84,7 @@ def test_ingest_job_writes_the_batch_and_commits_the_ledger_with_counts(kafka_bo
     produced = helpers.produce(topic, 20)
     config = make_config(topic)
     plan = prepare_batch(config, props())
-    execute_batch(spark, plan, props(), "read_committed")
+    execute_batch(spark, plan, props())
 
     rows = Ledger(settings.ledger_uri()).rows(topic)
     assert {r.status for r in rows} == {"committed"}
@@ -99,7 +99,7 @@ def test_ingest_job_writes_the_batch_and_commits_the_ledger_with_counts(kafka_bo
     assert helpers.describe_group(topic) == {p: (helpers.end_offsets(topic)[p], 0) for p in range(3)}
 
     # A retry of the same job (the output already holds the batch) only confirms the ledger.
-    execute_batch(spark, plan, props(), "read_committed")
+    execute_batch(spark, plan, props())
     assert helpers.query(config.table_uri, "SELECT COUNT(*) AS n FROM t")[0]["n"] == 20
 
 
@@ -109,10 +109,10 @@ def test_ingest_job_refuses_a_plan_the_ledger_did_not_freeze(kafka_bootstrap, sp
     plan = prepare_batch(make_config(topic), props())
     widened = type(plan)(**{**plan.__dict__, "ranges": [OffsetRange(topic, 0, 0, 4 + 1)]})
     with pytest.raises(PlanMismatchError, match="not the ledger's pending batch"):
-        execute_batch(spark, widened, props(), "read_committed")
+        execute_batch(spark, widened, props())
     someone_else = type(plan)(**{**plan.__dict__, "owner": "not-the-owner"})
     with pytest.raises(PipelineBusyError, match="another run holds the pipeline"):
-        execute_batch(spark, someone_else, props(), "read_committed")
+        execute_batch(spark, someone_else, props())
     assert output_txn_version(plan.table_uri, plan.pipeline) is None
 
 
@@ -120,7 +120,7 @@ def test_a_failed_mirror_is_logged_and_never_fails_the_run(kafka_bootstrap, spar
     topic = helpers.create_topic(helpers.unique("mirror"), partitions=1)
     helpers.produce(topic, 3)
     config = make_config(topic, kafka_timeout_seconds=2)
-    execute_batch(spark, prepare_batch(config, props()), props(), "read_committed")
+    execute_batch(spark, prepare_batch(config, props()), props())
     unreachable = {"bootstrap.servers": "127.0.0.1:1"}
     assert mirror_to_consumer_group(config, unreachable) is False
     assert "could not mirror offsets to consumer group" in caplog.text
@@ -133,7 +133,7 @@ def test_raw_values_are_written_in_one_pass_that_counts_what_it_read(kafka_boots
     config = make_config(topic)
     plan = prepare_batch(config, props())
     with caplog.at_level("INFO", logger="tidemark"):
-        execute_batch(spark, plan, props(), "read_committed")
+        execute_batch(spark, plan, props())
     # no count before the write (that is the JSON path's "read N records (B bad)"); the write counted 12
     assert "records (0 bad)" not in caplog.text
     assert f"batch 1 committed to {config.table_uri} (12 records read from 12 offsets)" in caplog.text

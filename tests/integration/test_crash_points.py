@@ -62,7 +62,7 @@ def run_in_process(spark, pipeline_name: str, env: dict, owner: str | None = Non
         config = find_pipeline(pipeline_name)
         plan = prepare_batch(config, properties, owner=owner)
         if not plan.is_empty:
-            execute_batch(spark, plan, properties, config.isolation_level)
+            execute_batch(spark, plan, properties)
     return plan
 
 

@@ -44,7 +44,7 @@ def test_good_records_are_typed_columns_and_bad_ones_are_dead_letters(kafka_boot
     config = json_pipeline(topic)
     plan = prepare_batch(config, props())
     with caplog.at_level("INFO", logger="tidemark"):
-        execute_batch(spark, plan, props(), "read_committed")
+        execute_batch(spark, plan, props())
     assert f"{len(POISON)} dead letters written to {config.dead_letter_uri} (carried by the pass" in caplog.text
 
     out = spark.read.format("delta").load(config.table_uri)
@@ -78,7 +78,7 @@ def test_on_bad_record_fail_writes_nothing_and_names_the_first_bad_record(kafka_
     config = json_pipeline(topic, on_bad_record="fail")
     plan = prepare_batch(config, props())
     with pytest.raises(BadRecordsError, match=rf"1 bad record.*{topic}:0@3: value is not a JSON object"):
-        execute_batch(spark, plan, props(), "read_committed")
+        execute_batch(spark, plan, props())
     assert helpers.query_or_none(config.table_uri) is None
     assert helpers.query_or_none(config.dead_letter_uri) is None
     assert Ledger(settings.ledger_uri()).state(topic).pending_batch_id == 1
@@ -145,7 +145,7 @@ def test_a_burst_of_bad_records_is_read_again_alone_for_the_dead_letters(kafka_b
     config = json_pipeline(topic)
     plan = prepare_batch(config, props())
     with caplog.at_level("INFO", logger="tidemark"):
-        execute_batch(spark, plan, props(), "read_committed")
+        execute_batch(spark, plan, props())
 
     assert f"read again: {topic}:0 [20, 24);" in caplog.text  # the burst's page, not the partition or the batch
     dead = spark.read.format("delta").load(config.dead_letter_uri).orderBy("kafka_offset").collect()
@@ -161,7 +161,7 @@ def test_a_burst_of_bad_records_is_read_again_alone_for_the_dead_letters(kafka_b
     helpers.produce_values(topic, [good[0], POISON[3][0]], partition=1)
     caplog.clear()
     with caplog.at_level("INFO", logger="tidemark"):
-        execute_batch(spark, prepare_batch(config, props()), props(), "read_committed")
+        execute_batch(spark, prepare_batch(config, props()), props())
     assert "carried by the pass: Kafka not read again" in caplog.text and "read again:" not in caplog.text
     dead = spark.read.format("delta").load(config.dead_letter_uri).orderBy("kafka_partition", "kafka_offset").collect()
     assert [(r.kafka_partition, r.kafka_offset, r.ingest_batch_id) for r in dead] == [
@@ -187,7 +187,7 @@ def test_the_read_for_the_dead_letters_decodes_only_the_records_that_share_a_bad
     config = json_pipeline(topic)
     plan = prepare_batch(config, props())
     with caplog.at_level("INFO", logger="tidemark"):
-        execute_batch(spark, plan, props(), "read_committed")
+        execute_batch(spark, plan, props())
 
     bad_offsets = [k * 12 + 1 for k in range(len(POISON))]
     assert f"read again: {topic}:0 [0, 60);" in caplog.text
@@ -223,7 +223,7 @@ def test_a_batch_in_the_output_with_a_record_for_every_offset_is_finalized_witho
     assert ledger.state(topic).pending_batch_id == plan.batch_id
 
     if who == "the job":
-        execute_batch(spark, plan, {"bootstrap.servers": "127.0.0.1:1"}, "read_committed")
+        execute_batch(spark, plan, {"bootstrap.servers": "127.0.0.1:1"})
     else:
         assert recover(config, ledger, ledger.state(topic), plan.owner) is None  # rolled forward: nothing to execute
     assert ledger.state(topic).pending_batch_id is None

@@ -40,7 +40,7 @@ def run_batch(config, spark):
     """Plan and execute one batch in-process; returns the plan."""
     plan = prepare_batch(config, props())
     assert not plan.is_empty
-    execute_batch(spark, plan, props(), config.isolation_level)
+    execute_batch(spark, plan, props())
     return plan
 
 
@@ -167,7 +167,7 @@ def test_retention_gap_fails_the_plan_by_default_and_skip_records_it_and_continu
     assert ledger.version() == before + 1
     assert [(s["partition"], s["committed_offset"], s["latest_offset"], s["lag"], s["last_batch_id"])
             for s in partition_status(skipping, props())] == [(0, 10, 12, 2, 2), (1, 10, 12, 2, 2)]
-    execute_batch(spark, plan, props(), "read_committed")
+    execute_batch(spark, plan, props())
 
     assert output(config) == sorted([(p, o, 1) for p in (0, 1) for o in range(5)]
                                     + [(p, o, 3) for p in (0, 1) for o in (10, 11)])

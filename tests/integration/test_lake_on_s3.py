@@ -183,13 +183,13 @@ def test_a_stale_driver_that_wakes_after_a_take_over_commits_nothing(s3_pipeline
                storage.ENV_VAR: store().to_json()}
     plan_a = prepare_batch(config, properties, owner="manual__A", store=store())
     log = tmp_path / "driver_a.log"
-    with helpers.paused_run(spark_submit_command(plan_a, "local[2]", config.isolation_level, config.spark_conf),
+    with helpers.paused_run(spark_submit_command(plan_a, "local[2]", config.spark_conf),
                             job_env, log, crash.AFTER_DEAD_LETTERS, "driver A") as stale:
         # A's run is over as far as the orchestrator knows: B takes the batch over and commits it.
         plan_b = prepare_batch(config, properties, owner="manual__B", run_state=lambda run_id: "failed",
                                store=store())
         assert (plan_b.batch_id, plan_b.ranges, plan_b.recovered) == (plan_a.batch_id, plan_a.ranges, True)
-        assert run_ingest_job(plan_b, spark_connect, config.isolation_level, config.spark_conf,
+        assert run_ingest_job(plan_b, spark_connect, config.spark_conf,
                               extra_env={key: job_env[key] for key in SECRET_ENV_VARS}) == 0
         table, ledger = f"{lake}/{topic}", Ledger(f"{lake}/_tidemark/offsets", store())
         versions = (helpers.table_version(table), ledger.version())

@@ -44,7 +44,7 @@ def pipeline(prefix: str, **extra):
 
 def ingest(spark, config, records: int, start: int) -> None:
     helpers.produce(config.topics[0], records, start=start)
-    execute_batch(spark, prepare_batch(config, props()), props(), "read_committed")
+    execute_batch(spark, prepare_batch(config, props()), props())
 
 
 def assert_exactly_once(config, records: int) -> None:
@@ -78,7 +78,7 @@ def test_optimize_committing_while_a_batch_commits_leaves_every_record_once(kafk
 
         def run() -> None:
             try:
-                execute_batch(spark, plan, props(), "read_committed")
+                execute_batch(spark, plan, props())
             except BaseException as exc:  # noqa: BLE001 - handed to the test thread
                 failures.append(exc)
 
@@ -121,7 +121,7 @@ def test_marker_and_recovery_still_work_after_optimize_vacuum_and_checkpoints(ka
 
     with monkeypatch.context() as patched, pytest.raises(SystemExit):
         patched.setattr(execute, "finalize_batch", killed)
-        execute_batch(spark, pending, props(), "read_committed")
+        execute_batch(spark, pending, props())
     ledger = Ledger(settings.ledger_uri())
     assert ledger.state(topic).pending_batch_id == pending.batch_id == 2
 
@@ -136,7 +136,7 @@ def test_marker_and_recovery_still_work_after_optimize_vacuum_and_checkpoints(ka
     assert nothing_new.is_empty
     assert {(r.status, r.record_count) for r in ledger.rows(topic) if r.batch_id == 2} == {("committed", 3)}
     version = DeltaTable(config.table_uri).version()
-    execute_batch(spark, pending, props(), "read_committed")  # a retry of the batch: recognised, nothing written
+    execute_batch(spark, pending, props())  # a retry of the batch: recognised, nothing written
     assert DeltaTable(config.table_uri).version() == version
     # Spark's own write of the batch is skipped too: Delta reads the marker from the checkpoint delta-rs wrote
     spark_io.write_output(spark.read.format("delta").load(config.table_uri).limit(1), pending)

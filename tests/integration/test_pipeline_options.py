@@ -28,14 +28,14 @@ def test_a_topic_pattern_reads_every_matching_topic_and_picks_up_new_ones(kafka_
 
     plan = prepare_batch(config, props())
     assert plan.ranges == [OffsetRange(first, 0, 0, 3), OffsetRange(first, 1, 0, 3)]
-    execute_batch(spark, plan, props(), "read_committed")
+    execute_batch(spark, plan, props())
 
     second = helpers.create_topic(f"{prefix}.us", partitions=1)
     helpers.produce(second, 4)
     helpers.produce(first, 2)
     plan = prepare_batch(config, props())
     assert plan.ranges == [OffsetRange(first, 0, 3, 4), OffsetRange(first, 1, 3, 4), OffsetRange(second, 0, 0, 4)]
-    execute_batch(spark, plan, props(), "read_committed")
+    execute_batch(spark, plan, props())
     rows = helpers.query(config.table_uri, "SELECT kafka_topic, COUNT(*) AS n, COUNT(DISTINCT kafka_offset) AS d "
                                            "FROM t GROUP BY kafka_topic ORDER BY kafka_topic")
     assert rows == [{"kafka_topic": first, "n": 8, "d": 4}, {"kafka_topic": second, "n": 4, "d": 4}]
@@ -63,7 +63,7 @@ def test_a_date_time_start_skips_older_records_of_new_partitions(kafka_bootstrap
                              "starting_offsets": since.isoformat()}, "test")
     plan = prepare_batch(config, props())
     assert plan.ranges == [OffsetRange(topic, 0, 2, 5), OffsetRange(topic, 1, 2, 5)]
-    execute_batch(spark, plan, props(), "read_committed")
+    execute_batch(spark, plan, props())
     ids = helpers.query(config.table_uri, "SELECT kafka_offset FROM t ORDER BY kafka_partition, kafka_offset")
     assert [r["kafka_offset"] for r in ids] == [2, 3, 4, 2, 3, 4]
 
@@ -78,7 +78,7 @@ def test_partition_by_kafka_date_partitions_the_output(kafka_bootstrap, spark, l
     config = parse_pipeline({"name": topic, "topics": [topic], "table": topic, "value_format": "json",
                              "value_schema": {"order_id": "bigint", "amount": "double"},
                              "partition_by": ["kafka_date"]}, "test")
-    execute_batch(spark, prepare_batch(config, props()), props(), "read_committed")
+    execute_batch(spark, prepare_batch(config, props()), props())
 
     from deltalake import DeltaTable
 
@@ -109,7 +109,7 @@ def test_a_long_range_split_over_several_tasks_is_still_read_exactly_once(kafka_
     assert int(options["minPartitions"]) == 6 + 1  # 43 offsets in pieces of 8, and the short range
     assert spark_io.read_ranges(spark, options).rdd.getNumPartitions() > 2
 
-    execute_batch(spark, plan, props(), "read_committed")
+    execute_batch(spark, plan, props())
     per_partition = "SELECT kafka_partition AS p, COUNT(*) AS n, COUNT(DISTINCT kafka_offset) AS d FROM t GROUP BY 1"
     good = {r["p"]: (r["n"], r["d"]) for r in helpers.query(config.table_uri, per_partition)}
     if value_format == "raw":

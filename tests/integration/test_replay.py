@@ -27,7 +27,7 @@ def props() -> dict[str, str]:
 def ingested(config, spark) -> None:
     plan = prepare_batch(config, props())
     if not plan.is_empty:
-        execute_batch(spark, plan, props(), "read_committed")
+        execute_batch(spark, plan, props())
 
 
 @pytest.fixture
@@ -67,7 +67,7 @@ def test_replay_after_a_reset_back_in_time_adds_no_duplicates(loaded, spark):
     helpers.produce(topic, 6, start=20)
     plan = prepare_batch(config, props())
     assert plan.dedupe and [(r.start, r.end) for r in plan.ranges] == [(0, 13), (0, 13)]
-    execute_batch(spark, plan, props(), "read_committed")
+    execute_batch(spark, plan, props())
     stats = helpers.query(config.table_uri, "SELECT COUNT(*) AS n, COUNT(DISTINCT (kafka_partition, kafka_offset)) "
                                             "AS uniq FROM t")
     assert stats == [{"n": 26, "uniq": 26}]

@@ -69,7 +69,7 @@ def test_dead_letters_are_reprocessed_once_after_a_kill_and_a_second_run_changes
     helpers.produce_values(topic, [*NO_NOTE, BAD_ID, NOT_JSON], partition=1)
     config = parse_pipeline({"name": topic, "topics": [topic], "table": topic, "value_format": "json",
                              "value_schema": STRICT}, "test")
-    execute_batch(spark, prepare_batch(config, props), props, "read_committed")
+    execute_batch(spark, prepare_batch(config, props), props)
     assert dead_letters(config) == {0: "missing required field 'note'", 1: "missing required field 'note'",
                                     2: "missing required field 'note'",
                                     3: "field 'order_id': 'abc' is not a valid bigint; missing required field 'note'",

@@ -76,7 +76,7 @@ def test_spark_read_fails_clearly_and_the_retry_reads_the_same_frozen_ranges(kin
     broken = {"bootstrap.servers": refused_port() if kind == "refused" else silent_broker}
 
     with pytest.raises(KafkaUnavailableError) as err:
-        execute_batch(spark, plan, broken, "read_committed")
+        execute_batch(spark, plan, broken)
     message = str(err.value)
     assert f"pipeline '{topic}': batch 1: Spark could not read {topic}:0 [0, 5), {topic}:1 [0, 5)" in message
     assert "TimeoutException" in message and "reads the same frozen ranges" in message
@@ -88,5 +88,5 @@ def test_spark_read_fails_clearly_and_the_retry_reads_the_same_frozen_ranges(kin
     helpers.produce(topic, 4)  # after the freeze: belongs to the next batch
     retry = prepare_batch(config, good, owner="run-1")
     assert (retry.batch_id, retry.ranges) == (plan.batch_id, plan.ranges)
-    execute_batch(spark, retry, good, "read_committed")
+    execute_batch(spark, retry, good)
     assert helpers.query(config.table_uri, "SELECT COUNT(*) AS n FROM t") == [{"n": 10}]

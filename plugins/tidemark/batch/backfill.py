@@ -138,5 +138,5 @@ def prepare_backfill(config: PipelineConfig, kafka_properties: Mapping[str, str]
     what = (f"backfill {request.window[0].isoformat()} .. {request.window[1].isoformat()}" if request.window
             else "backfill of explicit offsets")
     rows = planned_rows(config.name, plan.batch_id, ranges, owner, kind="backfill", reason=what, topic_ids=topic_ids,
-                        frozen_schemas=frozen.to_json() if frozen else None)
+                        frozen_schemas=frozen.to_json() if frozen else None, frozen_plan=plan.frozen())
     return freeze(ledger, state, plan, rows, "planning a backfill")

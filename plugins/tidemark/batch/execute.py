@@ -59,12 +59,12 @@ def check_plan_is_frozen(plan: BatchPlan, store: ObjectStore | None = None) -> N
                            f"('{plan.owner}')", "the ingest job checks ownership before reading")
 
 
-def execute_batch(spark, plan: BatchPlan, properties: Mapping[str, str], isolation_level: str = "read_committed",
-                  store: ObjectStore | None = None) -> None:
+def execute_batch(spark, plan: BatchPlan, properties: Mapping[str, str], store: ObjectStore | None = None) -> None:
     """Execute one frozen batch with the given SparkSession and commit it: read exactly its ranges
-    from Kafka, write the dead letters and the output (the commit point), then finalize (ledger
-    commit). A batch whose marker is already in the output is only finalized. Idempotent.
+    from Kafka (with the plan's isolation level), write the dead letters and the output (the commit point),
+    then finalize (ledger commit). A batch whose marker is already in the output is only finalized. Idempotent.
     ``store``: the object store of tables on S3 (delta-rs' reads of the ledger and the markers)."""
+    isolation_level = plan.isolation_level
     marker = output_txn_version(plan.table_uri, plan.pipeline, store)
     if marker is not None and marker >= plan.batch_id:
         log.warning("pipeline '%s': batch %d is already in the output table; only %sthe ledger %s brought up to "

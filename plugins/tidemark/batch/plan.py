@@ -6,6 +6,7 @@ JSON (no secrets in it). Every later step, and every retry, executes exactly its
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -46,6 +47,24 @@ class BatchPlan(HasRanges):
     max_offsets_per_task: int | None = None
     """Ranges longer than this are split over several Spark tasks (``offsets.spark_min_partitions``);
     None (the default, and plans frozen before 0.3) reads one task per partition."""
+    isolation_level: str = "read_committed"
+    """How the job reads the ranges (the pipeline's ``isolation_level`` when the batch was planned): a batch
+    executed again after the pipeline file changed reads as planned, so aborted records never enter a batch
+    that was planned without them."""
+
+    FROZEN = ("record_format", "partition_by", "isolation_level")
+    """What shapes a batch's output, kept in the ledger with its planned rows (``frozen_plan``): recovery
+    executes a pending batch with them, whatever the pipeline file says by then (``recovery.pending_plan``).
+    The rest of a plan is where to write (the configured locations) and how long to wait."""
+
+    def frozen(self) -> str:
+        """The plan's ``FROZEN`` settings as JSON: the ledger's ``frozen_plan``."""
+        return json.dumps({name: getattr(self, name) for name in self.FROZEN}, sort_keys=True)
+
+    def with_frozen(self, text: str) -> BatchPlan:
+        """This plan with the settings a ledger row's ``frozen_plan`` holds (a pending batch's, as planned)."""
+        held = json.loads(text)
+        return dataclasses.replace(self, **{name: held[name] for name in self.FROZEN if name in held})
 
     @property
     def format(self) -> RecordFormat:
@@ -84,4 +103,5 @@ def build_plan(config: PipelineConfig, ledger_uri: str, batch_id: int, ranges, *
     return BatchPlan(config.name, batch_id, config.table_uri, ledger_uri, ranges,
                      dead_letter_uri=config.dead_letter_uri, record_format=fmt.to_dict(),
                      partition_by=list(config.partition_by), kafka_timeout_seconds=config.kafka_timeout_seconds,
-                     max_offsets_per_task=config.max_offsets_per_spark_task, **extra)
+                     max_offsets_per_task=config.max_offsets_per_spark_task,
+                     isolation_level=config.isolation_level, **extra)

@@ -187,5 +187,5 @@ def prepare_batch(config: PipelineConfig, kafka_properties: Mapping[str, str], *
     plan = build_plan(config, ledger.uri, first_id + bool(gaps), ranges, owner=owner, dedupe=dedupe,
                       frozen=frozen, store=store)
     rows = planned_rows(config.name, plan.batch_id, ranges, owner, topic_ids=topic_ids,
-                        frozen_schemas=frozen.to_json() if frozen else None)
+                        frozen_schemas=frozen.to_json() if frozen else None, frozen_plan=plan.frozen())
     return freeze(ledger, state, plan, gaps + rows, "planning")

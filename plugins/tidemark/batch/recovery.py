@@ -9,6 +9,7 @@ new one.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Literal
 
@@ -41,8 +42,15 @@ def decide_recovery(pending_batch_id: int | None, output_txn_version: int | None
 
 
 def pending_plan(config: PipelineConfig, ledger: Ledger, state: LedgerState) -> BatchPlan:
-    """The ledger's pending batch as a plan (same frozen ranges and schemas, its current owner)."""
+    """The ledger's pending batch as a plan: its frozen ranges, its current owner, and what shapes its output as
+    it was planned (``frozen_plan``: format, schemas, keys, transform, isolation level), whatever the pipeline
+    file says now. A batch planned before the ledger kept them (schema version 6) is built from the pipeline
+    file with its frozen schemas, as before."""
     dedupe = any(r.start < state.high_water.get(r.tp, 0) for r in state.pending_ranges)
+    if state.pending_plan:
+        plan = build_plan(config, ledger.uri, state.pending_batch_id, [], recovered=True, owner=state.pending_owner,
+                          dedupe=dedupe)
+        return dataclasses.replace(plan.with_frozen(state.pending_plan), ranges=list(state.pending_ranges))
     frozen = BatchSchemas.from_json(state.pending_schemas) if state.pending_schemas else None
     return build_plan(config, ledger.uri, state.pending_batch_id, state.pending_ranges, recovered=True,
                       owner=state.pending_owner, dedupe=dedupe, frozen=frozen, store=ledger.store)

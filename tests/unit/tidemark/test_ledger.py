@@ -203,7 +203,8 @@ def test_a_version_4_ledger_migrates_on_commit_and_its_older_rows_read_null(tmp_
     assert ledger.mark_committed("orders", 3, {TP("orders", 0): (8, 0), TP("orders", 1): (2, 0)},
                                  filtered={TP("orders", 0): 5})
     table = DeltaTable(str(uri))
-    assert m.schema_version(table) == m.CURRENT_VERSION == 5 and table.schema().fields[-1].name == "filtered_count"
+    assert m.schema_version(table) == m.CURRENT_VERSION == 6
+    assert [f.name for f in table.schema().fields[-2:]] == ["filtered_count", "frozen_plan"]
     assert sorted(ledger.rows("customers"), key=repr) == keyed  # rows_* kept, filtered_count null
     assert {(r.batch_id, r.partition): r.filtered_count for r in ledger.rows("orders") if r.kind == "batch"} == {
         (1, 0): None, (1, 1): None, (3, 0): 5, (3, 1): 0}

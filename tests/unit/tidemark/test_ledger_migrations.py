@@ -27,8 +27,8 @@ def test_the_property_holds_the_version():
 
 
 def test_a_new_ledger_starts_at_the_current_version():
-    assert m.new_table_configuration() == {"tidemark.ledger.schemaVersion": "5"}
-    assert m.version_of(m.new_table_configuration()) == m.CURRENT_VERSION == 5
+    assert m.new_table_configuration() == {"tidemark.ledger.schemaVersion": "6"}
+    assert m.version_of(m.new_table_configuration()) == m.CURRENT_VERSION == 6
 
 
 @pytest.mark.parametrize("raw", ["two", "", "0", "-1", "2.0"])
@@ -51,13 +51,14 @@ def test_a_newer_version_is_refused_with_what_to_do():
 
 
 def test_the_current_and_older_versions_are_supported():
+    m.check_supported(6)
     m.check_supported(5)
     m.check_supported(4)
     m.check_supported(3)
     m.check_supported(2)
     m.check_supported(1)
     with pytest.raises(m.LedgerVersionError):
-        m.check_supported(6)
+        m.check_supported(7)
 
 
 # --- the chain -----------------------------------------------------------------------------------
@@ -73,7 +74,7 @@ def chain(*pairs: tuple[int, int]) -> list[m.Migration]:
 
 def test_the_shipped_chain_leads_from_version_1_to_the_current_one():
     m.validate_chain(m.MIGRATIONS)
-    assert [(s.from_version, s.to_version) for s in m.MIGRATIONS] == [(1, 2), (2, 3), (3, 4), (4, 5)]
+    assert [(s.from_version, s.to_version) for s in m.MIGRATIONS] == [(1, 2), (2, 3), (3, 4), (4, 5), (5, 6)]
 
 
 @pytest.mark.parametrize(("pairs", "current"), [
@@ -97,7 +98,8 @@ def test_pending_steps_are_the_rest_of_the_chain_in_order():
     assert m.pending_steps(2) == m.MIGRATIONS[1:]
     assert m.pending_steps(3) == m.MIGRATIONS[2:]
     assert m.pending_steps(4) == m.MIGRATIONS[3:]
-    assert m.pending_steps(5) == []
+    assert m.pending_steps(5) == m.MIGRATIONS[4:]
+    assert m.pending_steps(6) == []
     with pytest.raises(m.LedgerVersionError, match="schema version 5"):
         m.pending_steps(5, three, current=4)
 
@@ -105,14 +107,15 @@ def test_pending_steps_are_the_rest_of_the_chain_in_order():
 def test_the_current_versions_columns_are_the_ledger_schema():
     """A column added to (or renamed in) ledger.SCHEMA is a new schema version: freeze its columns, add a
     migration step and raise CURRENT_VERSION (see ledger_migrations)."""
-    assert m.CURRENT_VERSION == 5
-    assert tuple(SCHEMA.names) == m.V5_COLUMNS
+    assert m.CURRENT_VERSION == 6
+    assert tuple(SCHEMA.names) == m.V6_COLUMNS
+    assert m.V6_COLUMNS == (*m.V5_COLUMNS, *(f.name for f in m.V6_ADDED))
     assert m.V5_COLUMNS == (*m.V4_COLUMNS, *(f.name for f in m.V5_ADDED))
     assert m.V4_COLUMNS == (*m.V3_COLUMNS, *(f.name for f in m.V4_ADDED))
     assert m.V3_COLUMNS == (*m.V2_COLUMNS, *(f.name for f in m.V3_ADDED))
 
 
-@pytest.mark.parametrize("added", [*m.V1_OPTIONAL, *m.V3_ADDED, *m.V4_ADDED, *m.V5_ADDED], ids=lambda f: f.name)
+@pytest.mark.parametrize("added", [*m.V1_OPTIONAL, *m.V3_ADDED, *m.V4_ADDED, *m.V5_ADDED, *m.V6_ADDED], ids=lambda f: f.name)
 def test_the_columns_a_migration_adds_are_nullable_ledger_columns(added):
     """Old rows read null in them, so each must be nullable, with the ledger's own type."""
     assert added.nullable and SCHEMA.field(added.name).type == added.type and SCHEMA.field(added.name).nullable
