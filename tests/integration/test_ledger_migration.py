@@ -54,8 +54,9 @@ def operations_since(uri: str, version: int) -> list[str]:
 def steps(uri: str) -> list[str]:
     """The commits migrating a fixture makes: from version 1 to version 2 (adding topic_id when it lacks it), to
     version 3 (adding frozen_schemas), then (from version 3 too) to version 4 (adding the three rows_* columns in
-    one commit), then (from version 4 too) to version 5 (adding filtered_count)."""
-    to_v5 = ["ADD COLUMN", "SET TBLPROPERTIES"]
+    one commit), then (from version 4 too) to version 5 (adding filtered_count), then to version 6 (adding
+    frozen_plan)."""
+    to_v5 = ["ADD COLUMN", "SET TBLPROPERTIES"] * 2
     if fixture_version(uri) == 4:
         return to_v5
     to_v4 = ["ADD COLUMN", "SET TBLPROPERTIES", *to_v5]

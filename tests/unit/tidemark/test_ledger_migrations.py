@@ -115,7 +115,8 @@ def test_the_current_versions_columns_are_the_ledger_schema():
     assert m.V3_COLUMNS == (*m.V2_COLUMNS, *(f.name for f in m.V3_ADDED))
 
 
-@pytest.mark.parametrize("added", [*m.V1_OPTIONAL, *m.V3_ADDED, *m.V4_ADDED, *m.V5_ADDED, *m.V6_ADDED], ids=lambda f: f.name)
+@pytest.mark.parametrize("added", [*m.V1_OPTIONAL, *m.V3_ADDED, *m.V4_ADDED, *m.V5_ADDED, *m.V6_ADDED],
+                         ids=lambda f: f.name)
 def test_the_columns_a_migration_adds_are_nullable_ledger_columns(added):
     """Old rows read null in them, so each must be nullable, with the ledger's own type."""
     assert added.nullable and SCHEMA.field(added.name).type == added.type and SCHEMA.field(added.name).nullable
