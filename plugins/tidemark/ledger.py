@@ -325,18 +325,27 @@ class Ledger:
     def take_over(self, pipeline: str, batch_id: int, owner: str, *, expected: str, reason: str | None = None) -> None:
         """Make ``owner`` the run that executes the pending batch (after its previous owner died). An
         explicit take-over's ``reason`` is added to the rows' reason: the ledger keeps who did it and why."""
-        from deltalake import CommitProperties
-
         updates = {"dag_run_id": f"'{_quote(owner)}'"}
         if reason:
             updates["reason"] = f"concat_ws('; ', reason, '{_quote(reason)}')"
+        self._update_planned(pipeline, batch_id, updates, expected, f"taking over batch {batch_id}")
+
+    def refreeze(self, pipeline: str, batch_id: int, frozen_plan: str, *, expected: str) -> None:
+        """Replace what the pending batch's rows hold of its plan (``frozen_plan``): done by recovery only for a
+        batch of which nothing was written (``recovery.pending_plan``)."""
+        self._update_planned(pipeline, batch_id, {"frozen_plan": f"'{_quote(frozen_plan)}'"}, expected,
+                             f"planning batch {batch_id} again")
+
+    def _update_planned(self, pipeline: str, batch_id: int, updates: dict[str, str], expected: str,
+                        what: str) -> None:
+        from deltalake import CommitProperties
 
         def commit(table) -> None:
             table.update(predicate=f"pipeline = '{_quote(pipeline)}' AND batch_id = {int(batch_id)} "
                                    f"AND status = '{PLANNED}'",
                          updates=updates, commit_properties=CommitProperties(max_commit_retries=0))
 
-        self._compare_and_commit(pipeline, expected, commit, f"taking over batch {batch_id}")
+        self._compare_and_commit(pipeline, expected, commit, what)
 
     def mark_committed(self, pipeline: str, batch_id: int, counts: dict[TopicPartition, tuple[int, int]],
                        changes: RowChanges | None = None, filtered: Mapping[TopicPartition, int] | None = None) -> bool:

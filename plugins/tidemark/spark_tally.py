@@ -1,4 +1,4 @@
-"""The one pass of values that can be bad (``tidemark.batch.execute.write_checked_in_one_pass``): the batch's
+"""The one pass of values that can be bad (``tidemark.batch.modes.checked_append``): the batch's
 good records written while Spark tallies every record and the bad ones in an ``Observation`` of the same job,
 and carries the bad records back when they are few and small. Where the bad records lie (pages of offsets,
 buckets of coordinates) is what the read for the dead letters needs when they were not carried."""

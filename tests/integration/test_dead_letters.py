@@ -210,14 +210,14 @@ def test_a_batch_in_the_output_with_a_record_for_every_offset_is_finalized_witho
     recovery then rolls the batch forward without a Spark job, and a job handed the batch finalizes it
     without reading Kafka: shown with a Kafka that does not answer. No dead-letter table appears."""
     from tidemark import spark_tally
-    from tidemark.batch.execute import _read_rows
+    from tidemark.batch.modes.base import read_rows
     from tidemark.batch.recovery import recover
 
     topic = helpers.create_topic(helpers.unique("nobad"), partitions=2)
     helpers.produce(topic, 12)
     config = json_pipeline(topic)
     plan = prepare_batch(config, props())
-    assert spark_tally.write_output_tallying(_read_rows(spark, plan, props(), "read_committed"), plan).bad_records == 0
+    assert spark_tally.write_output_tallying(read_rows(spark, plan, props()), plan).bad_records == 0
     # the kill: the output holds the batch, its dead letters (none) were never confirmed, the ledger still says planned
     ledger = Ledger(settings.ledger_uri())
     assert ledger.state(topic).pending_batch_id == plan.batch_id

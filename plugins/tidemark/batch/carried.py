@@ -3,8 +3,8 @@ pass over Kafka, and that pass brings its bad records to the driver with its cou
 (``spark_tally.write_output_tallying``) when they are few and small. They are written here, after the output commit
 as before, with delta-rs: one commit of the dead-letter table with the batch's marker, no Spark job and no second
 read of Kafka. The order of the commits, the markers and recovery are those of the read-again path
-(``execute.write_checked_in_one_pass``): a crash between the output commit and this one leaves the dead letters to
-the next attempt, which reads them again (``execute.complete_dead_letters``)."""
+(``modes.checked_append.write_checked_in_one_pass``): a crash between the output commit and this one leaves the
+dead letters to the next attempt, which reads them again (``modes.base.complete_dead_letters``)."""
 
 from __future__ import annotations
 

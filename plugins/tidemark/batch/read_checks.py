@@ -1,6 +1,7 @@
-"""The guards of a batch's Spark work, shared by its write paths (``execute``, ``transformed``): Spark's
+"""The guards of a batch's Spark work, shared by its write modes (``tidemark.batch.modes``): Spark's
 Kafka and storage failures turned into errors that name the batch and say what happens next, and the
-batch cached and counted against its frozen ranges before anything is written."""
+batch cached and counted against its frozen ranges before anything is written, and the same check of what the
+tables hold before the ledger commit."""
 
 from __future__ import annotations
 
@@ -8,13 +9,13 @@ import contextlib
 import logging
 
 from tidemark import spark_io
-from tidemark.batch.finalize import check_read
 from tidemark.batch.plan import BatchPlan
 from tidemark.batch.tables import Tally
 from tidemark.errors import (
     BadRecordsError,
     KafkaAuthenticationError,
     KafkaUnavailableError,
+    ReconciliationError,
     StorageLocationError,
     TidemarkError,
 )
@@ -90,3 +91,36 @@ def bad_records_error(plan: BatchPlan, rows) -> BadRecordsError:
         f"batch {plan.batch_id} has {bad} bad record(s) and on_bad_record is 'fail'; nothing was "
         f"written. First: {'; '.join(spark_io.bad_examples(rows))}. Fix the producer, or set "
         f"'on_bad_record: dead_letter' to divert them to {plan.dead_letter_uri}.", pipeline=plan.pipeline)
+
+
+def stored(written: dict[TopicPartition, Tally], dead: dict[TopicPartition, Tally]) -> dict[TopicPartition, Tally]:
+    """Output and dead letters together, per partition (``bad`` = dead letters)."""
+    stored = {}
+    for tp in written.keys() | dead.keys():
+        parts = [t for t in (written.get(tp), dead.get(tp)) if t is not None]
+        stored[tp] = Tally(sum(t.records for t in parts), dead[tp].records if tp in dead else 0,
+                           min(t.min_offset for t in parts), max(t.max_offset for t in parts))
+    return stored
+
+
+def check_read(plan: BatchPlan, tallies: dict[TopicPartition, Tally], *, source: str = "Spark returned",
+               outcome: str = "nothing was written", records: int | None = None) -> None:
+    """Records of the frozen ranges only: every offset inside its range, no more records than
+    offsets, no partition outside the plan. ``tallies`` are what Spark read (before writing) or what
+    the tables hold for the batch (before the ledger commit); ``records``, when Spark counted them all, is
+    more than the tallies' sum if some came from partitions outside the plan. Raises ReconciliationError."""
+    outside = (records or 0) - sum(t.records for t in tallies.values())
+    if outside > 0:
+        raise ReconciliationError(f"{source} {outside} record(s) of partitions batch {plan.batch_id} does not read; "
+                                  f"{outcome}", pipeline=plan.pipeline)
+    ranges = {r.tp: r for r in plan.ranges}
+    for tp, tally in tallies.items():
+        r = ranges.get(tp)
+        if r is None:
+            raise ReconciliationError(f"{source} records of {tp}, which batch {plan.batch_id} does not read; "
+                                      f"{outcome}", pipeline=plan.pipeline)
+        if tally.records > r.size or (tally.records and not (r.start <= tally.min_offset and tally.max_offset < r.end)):
+            raise ReconciliationError(
+                f"{tp}: {source} {tally.records} records with offsets {tally.min_offset}..{tally.max_offset} "
+                f"for the frozen range [{r.start}, {r.end}) of batch {plan.batch_id}; {outcome}",
+                pipeline=plan.pipeline)

@@ -41,19 +41,43 @@ def decide_recovery(pending_batch_id: int | None, output_txn_version: int | None
     return "re_execute"
 
 
-def pending_plan(config: PipelineConfig, ledger: Ledger, state: LedgerState) -> BatchPlan:
-    """The ledger's pending batch as a plan: its frozen ranges, its current owner, and what shapes its output as
-    it was planned (``frozen_plan``: format, schemas, keys, transform, isolation level), whatever the pipeline
-    file says now. A batch planned before the ledger kept them (schema version 6) is built from the pipeline
-    file with its frozen schemas, as before."""
+def pending_plan(config: PipelineConfig, ledger: Ledger, state: LedgerState, *, written: bool = True) -> BatchPlan:
+    """The ledger's pending batch as a plan: its frozen ranges, its current owner, and what shapes its output.
+
+    A batch of which something was ``written`` (its output commit, or its dead letters, which a re-read writes
+    first) is finished exactly as it was planned (``frozen_plan``: format with its schemas, keys, ordering,
+    transform, partition columns, isolation level), whatever the pipeline file says now: one batch is never
+    written under two settings. A batch of which nothing was written is planned again over the same frozen ranges
+    and schemas with the pipeline file as it is now (``recover`` replaces its rows' ``frozen_plan`` when that
+    changed it): the file's fix of a setting that failed the batch (a transform that does not run, say) takes effect, as the
+    error said it would. A batch planned before the ledger kept ``frozen_plan`` (schema version 6) is always
+    built from the file, as before."""
     dedupe = any(r.start < state.high_water.get(r.tp, 0) for r in state.pending_ranges)
-    if state.pending_plan:
+    if state.pending_plan and written:
         plan = build_plan(config, ledger.uri, state.pending_batch_id, [], recovered=True, owner=state.pending_owner,
                           dedupe=dedupe)
         return dataclasses.replace(plan.with_frozen(state.pending_plan), ranges=list(state.pending_ranges))
     frozen = BatchSchemas.from_json(state.pending_schemas) if state.pending_schemas else None
     return build_plan(config, ledger.uri, state.pending_batch_id, state.pending_ranges, recovered=True,
                       owner=state.pending_owner, dedupe=dedupe, frozen=frozen, store=ledger.store)
+
+
+def changed_settings(before: str, after: str) -> list[str]:
+    """The names of the ``BatchPlan.FROZEN`` settings (and of a record format's fields) two frozen plans differ
+    in, for the log."""
+    import json
+
+    old, new = json.loads(before), json.loads(after)
+    names = []
+    for name in sorted(old.keys() | new.keys()):
+        if old.get(name) == new.get(name):
+            continue
+        if isinstance(old.get(name), dict) and isinstance(new.get(name), dict):
+            names += [f"{name}.{k}" for k in sorted(old[name].keys() | new[name].keys())
+                      if old[name].get(k) != new[name].get(k)]
+        else:
+            names.append(name)
+    return names
 
 
 def recover(config: PipelineConfig, ledger: Ledger, state: LedgerState, owner: str,
@@ -66,9 +90,11 @@ def recover(config: PipelineConfig, ledger: Ledger, state: LedgerState, owner: s
     if state.pending_batch_id is None:
         return None
     store = ledger.store
-    plan = pending_plan(config, ledger, state)
     marker = output_txn_version(config.table_uri, config.name, store)
     in_output = marker is not None and marker >= state.pending_batch_id
+    dead_marker = output_txn_version(config.dead_letter_uri, config.name, store) if config.dead_letter_uri else None
+    written = in_output or (dead_marker is not None and dead_marker >= state.pending_batch_id)
+    plan = pending_plan(config, ledger, state, written=written)
     dead_letters_done = not plan.format.can_reject or (in_output and dead_letters_settled(
         config.table_uri, config.dead_letter_uri, config.name, plan.batch_id, plan.total_offsets, store))
     if decide_recovery(state.pending_batch_id, marker, dead_letters_done) == "roll_forward":
@@ -84,6 +110,12 @@ def recover(config: PipelineConfig, ledger: Ledger, state: LedgerState, owner: s
                              f"still active (or its state cannot be known here)",
                 "recovering. If that run is dead (its process was killed, its Airflow run left 'running'), mark it "
                 f"failed in Airflow, or take the batch over: tidemark run {config.name} --take-over --reason '...'")
+    if state.pending_plan and plan.frozen() != state.pending_plan:  # written: False (else the plan is the frozen one)
+        log.warning("pipeline '%s': the pipeline file changed what batch %d writes since it was planned (%s); nothing "
+                    "of it was written, so its frozen ranges are executed with the file as it is now", config.name,
+                    plan.batch_id, ", ".join(changed_settings(state.pending_plan, plan.frozen())))
+        ledger.refreeze(config.name, plan.batch_id, plan.frozen(), expected=state.fingerprint)
+    if current != owner:
         why = f"taken over from '{current}' by '{owner}'" + (f": {take_over}" if take_over else " (it is gone)")
         log.warning("pipeline '%s': batch %d %s", config.name, plan.batch_id, why)
         ledger.take_over(config.name, plan.batch_id, owner, expected=state.fingerprint,

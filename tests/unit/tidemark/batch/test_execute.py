@@ -11,7 +11,7 @@ PAGE = 1 << BAD_PAGE_BITS
 
 
 def test_dead_letters_are_read_again_only_from_the_pages_that_hold_the_bad_records_of_each_partition():
-    from tidemark.batch.execute import bad_spans
+    from tidemark.batch.modes.checked_append import bad_spans
 
     ranges = [OffsetRange("t", 0, 100, 5 * PAGE), OffsetRange("t", 1, 0, 50), OffsetRange("t", 2, 10, 20),
               OffsetRange("u", 0, PAGE + 7, 3 * PAGE)]

@@ -1,12 +1,12 @@
-"""The read check (tidemark.batch.finalize.check_read): offset gaps from transaction markers, aborted records
+"""The read check (tidemark.batch.read_checks.check_read): offset gaps from transaction markers, aborted records
 and compaction pass; records outside the frozen ranges fail."""
 
 from __future__ import annotations
 
 import pytest
 
-from tidemark.batch.finalize import check_read
 from tidemark.batch.plan import BatchPlan
+from tidemark.batch.read_checks import check_read
 from tidemark.batch.tables import Tally
 from tidemark.errors import ReconciliationError
 from tidemark.offsets import OffsetRange

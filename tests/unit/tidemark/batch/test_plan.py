@@ -18,7 +18,7 @@ def test_plan_json_round_trip_and_commit_metadata():
 
 
 def test_what_shapes_the_output_is_frozen_and_a_pending_batch_gets_it_back_whatever_the_file_says_now(tmp_path):
-    from tidemark.batch.recovery import pending_plan
+    from tidemark.batch.recovery import changed_settings, pending_plan
     from tidemark.config import parse_pipeline
     from tidemark.ledger import Ledger, planned_rows
 
@@ -44,3 +44,11 @@ def test_what_shapes_the_output_is_frozen_and_a_pending_batch_gets_it_back_whate
     assert (again.record_format, again.isolation_level, again.partition_by) == (
         plan.record_format, "read_committed", [])
     assert again.format.transform == "SELECT * FROM records WHERE id > 0" and again.format.keyed["keys"] == ["id"]
+
+    # nothing of it written: planned again over the same ranges with the file as it is (recover refreezes it)
+    fixed = pending_plan(edited, ledger, ledger.state("orders"), written=False)
+    assert (fixed.batch_id, fixed.ranges, fixed.isolation_level, fixed.partition_by) == (
+        1, ranges, "read_uncommitted", ["name"])
+    assert fixed.format.transform == "SELECT * FROM records" and fixed.format.keyed["keys"] == ["name"]
+    assert changed_settings(plan.frozen(), fixed.frozen()) == [
+        "isolation_level", "partition_by", "record_format.keyed", "record_format.transform"]

@@ -1,22 +1,42 @@
 """How a batch of a pipeline with a SQL transform is written (``tidemark.transform``; docs/DESIGN.md,
 *Transforms*): the SELECT checked before Kafka is read, the batch cached and counted, the transform run once to
 count its output's coordinates (a record that fails it fails the batch before any write), the dead letters,
-then the output with the good and filtered records per partition in its commit's metadata."""
+then the output with the good and filtered records per partition in its commit's metadata. Re-reads
+(``dedupe``) skip what the output or dead letters already hold first."""
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Mapping
 
 from tidemark import crash, spark_io
+from tidemark.batch.modes.base import Counted, WriteMode
 from tidemark.batch.plan import BatchPlan
-from tidemark.batch.read_checks import cached_and_counted, kafka_errors
-from tidemark.batch.tables import Tally
-from tidemark.errors import TidemarkError, TransformError
+from tidemark.batch.read_checks import cached_and_counted, check_read, kafka_errors, stored
+from tidemark.batch.tables import Tally, batch_tallies, keyed_commit
+from tidemark.errors import ReconciliationError, TidemarkError, TransformError
+from tidemark.ledger import Ledger
 from tidemark.offsets import TopicPartition
 from tidemark.storage import ObjectStore
 
 log = logging.getLogger(__name__)
+
+
+class Transformed(WriteMode):
+    name = "transform"
+
+    def applies(self, plan: BatchPlan) -> bool:
+        return bool(plan.format.transform)
+
+    def write(self, spark, rows, plan: BatchPlan, properties: Mapping[str, str],
+              store: ObjectStore | None) -> Counted:
+        if plan.dedupe:
+            rows = spark_io.drop_already_written(spark, rows, plan, store)
+        return Counted(tallies=write(spark, rows, plan, store))
+
+    def finalize(self, plan: BatchPlan, counted: Counted, store: ObjectStore | None) -> bool:
+        return finalize_transformed(plan, counted.tallies, store)
 
 
 def write(spark, rows, plan: BatchPlan, store: ObjectStore | None = None) -> dict[TopicPartition, Tally]:
@@ -83,3 +103,43 @@ def _transform_failed(spark, rows, plan: BatchPlan, stamp: list, exc: BaseExcept
         f"batch {plan.batch_id}: a record fails the transform ({why}); the first is in {where}. Nothing was "
         f"written; the batch stays planned. Make the SELECT total for such values (try_cast, try_divide, "
         f"try_element_at...) and run again.", pipeline=plan.pipeline)
+
+
+def finalize_transformed(plan: BatchPlan, tallies: dict[TopicPartition, Tally] | None,
+                          store: ObjectStore | None) -> bool:
+    """A transform's batch: one record gives 0, 1 or several rows, so the output is counted by distinct
+    coordinate. The good records come from what Spark counted before the write (``tallies``) or, after a
+    crash, from the output commit's metadata; the filtered ones are the good records without a row. The
+    output's coordinates and the dead letters are checked against the frozen ranges, as for an append."""
+    output = batch_tallies(plan.table_uri, plan.batch_id, store, distinct=True)
+    dead = batch_tallies(plan.dead_letter_uri, plan.batch_id, store)
+    check_read(plan, stored(output, dead), source="the output and dead-letter tables hold",
+               outcome="the ledger was not committed. Investigate before re-running")
+    commit = keyed_commit(plan.table_uri, plan.pipeline, plan.batch_id, store) if tallies is None else None
+    if tallies is not None:
+        good = {tp: t.records - t.bad for tp, t in tallies.items()}
+    elif commit is None or commit.records is None:
+        raise ReconciliationError(
+            f"batch {plan.batch_id}: the output {plan.table_uri} holds the batch's marker but no commit of the batch "
+            f"with its counts among its last 100; the ledger was not committed. Investigate before re-running.",
+            pipeline=plan.pipeline)
+    else:
+        good = commit.records
+    filtered = {}
+    for r in plan.ranges:
+        kept, bad = (output[r.tp].records if r.tp in output else 0), (dead[r.tp].records if r.tp in dead else 0)
+        expected_bad = tallies[r.tp].bad if tallies is not None and r.tp in tallies else bad
+        filtered[r.tp] = good.get(r.tp, 0) - kept
+        if filtered[r.tp] < 0 or bad != expected_bad or good.get(r.tp, 0) + bad > r.size:
+            raise ReconciliationError(
+                f"{r.tp}: batch {plan.batch_id} read {good.get(r.tp, 0)} good records of [{r.start}, {r.end}) but the "
+                f"output holds {kept} distinct offsets of them and the dead-letter table {bad}; the ledger was not "
+                f"committed. Investigate before re-running.", pipeline=plan.pipeline)
+    counts = {r.tp: (good.get(r.tp, 0) + (dead[r.tp].records if r.tp in dead else 0),
+                     dead[r.tp].records if r.tp in dead else 0) for r in plan.ranges}
+    crash.crash_soon(crash.DURING_LEDGER_COMMIT)
+    changed = Ledger(plan.ledger_uri, store).mark_committed(plan.pipeline, plan.batch_id, counts, filtered=filtered)
+    log.info("pipeline '%s': batch %d %s in the ledger (%d records, %d dead letters, %d filtered by the transform)",
+             plan.pipeline, plan.batch_id, "committed" if changed else "was already committed",
+             sum(c for c, _ in counts.values()), sum(d for _, d in counts.values()), sum(filtered.values()))
+    return changed
