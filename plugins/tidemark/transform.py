@@ -87,7 +87,7 @@ TransformSql = Annotated[str, AfterValidator(check_sql)]
 
 def check_pipeline(transform: str | None, verify_sample: int = 0) -> None:
     """The ``transform`` against the rest of a pipeline file (``verify_sample``: the scheduled audit's). On a keyed
-    table it is checked in the job (``batch.keyed_transform``): the keys and ordering fields must come through."""
+    table it is checked in the job (``batch.modes.keyed_transform``): the keys and ordering fields must come through."""
     from tidemark.audit_schedule import check_verify_sample
 
     check_verify_sample(verify_sample, transform)

@@ -49,9 +49,9 @@ def pending_plan(config: PipelineConfig, ledger: Ledger, state: LedgerState, *, 
     transform, partition columns, isolation level), whatever the pipeline file says now: one batch is never
     written under two settings. A batch of which nothing was written is planned again over the same frozen ranges
     and schemas with the pipeline file as it is now (``recover`` replaces its rows' ``frozen_plan`` when that
-    changed it): the file's fix of a setting that failed the batch (a transform that does not run, say) takes effect, as the
-    error said it would. A batch planned before the ledger kept ``frozen_plan`` (schema version 6) is always
-    built from the file, as before."""
+    changed it): the file's fix of a setting that failed the batch (a transform that does not run, say) takes
+    effect, as the error said it would. A batch planned before the ledger kept ``frozen_plan`` (schema version 6)
+    is always built from the file, as before."""
     dedupe = any(r.start < state.high_water.get(r.tp, 0) for r in state.pending_ranges)
     if state.pending_plan and written:
         plan = build_plan(config, ledger.uri, state.pending_batch_id, [], recovered=True, owner=state.pending_owner,

@@ -1,6 +1,6 @@
 """Keyed tables (``tidemark.keyed``): the batch reduced to the newest change per key and applied with one
 MERGE under the batch's marker; a transform feeding a keyed table is a step of this mode
-(``tidemark.batch.keyed_transform``), not a mode of its own. Its rows are one per key, so the good records it
+(``tidemark.batch.modes.keyed_transform``), not a mode of its own. Its rows are one per key, so the good records it
 applied are counted before the MERGE and kept in the MERGE commit's metadata, which finalize reads back after a
 crash."""
 
@@ -10,7 +10,7 @@ import logging
 from collections.abc import Mapping
 
 from tidemark import crash, spark_io, spark_tally, storage
-from tidemark.batch import keyed_transform
+from tidemark.batch.modes import keyed_transform
 from tidemark.batch.modes.base import Counted, WriteMode
 from tidemark.batch.plan import BatchPlan
 from tidemark.batch.read_checks import cached_and_counted, checked, kafka_errors
