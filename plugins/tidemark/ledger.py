@@ -336,16 +336,12 @@ class Ledger:
         self._update_planned(pipeline, batch_id, {"frozen_plan": f"'{_quote(frozen_plan)}'"}, expected,
                              f"planning batch {batch_id} again")
 
-    def _update_planned(self, pipeline: str, batch_id: int, updates: dict[str, str], expected: str,
-                        what: str) -> None:
+    def _update_planned(self, pipeline: str, batch_id: int, updates: dict[str, str], expected: str, what: str) -> None:
         from deltalake import CommitProperties
 
-        def commit(table) -> None:
-            table.update(predicate=f"pipeline = '{_quote(pipeline)}' AND batch_id = {int(batch_id)} "
-                                   f"AND status = '{PLANNED}'",
-                         updates=updates, commit_properties=CommitProperties(max_commit_retries=0))
-
-        self._compare_and_commit(pipeline, expected, commit, what)
+        where = f"pipeline = '{_quote(pipeline)}' AND batch_id = {int(batch_id)} AND status = '{PLANNED}'"
+        self._compare_and_commit(pipeline, expected, lambda table: table.update(
+            predicate=where, updates=updates, commit_properties=CommitProperties(max_commit_retries=0)), what)
 
     def mark_committed(self, pipeline: str, batch_id: int, counts: dict[TopicPartition, tuple[int, int]],
                        changes: RowChanges | None = None, filtered: Mapping[TopicPartition, int] | None = None) -> bool:
