@@ -113,7 +113,22 @@ class FailedKeys:
 def differences(spark, case: Case) -> tuple[dict[int, str], list[str]]:
     """Produce the case batch by batch, run each batch in this process as test_keyed_tables.run does, and compare
     table and ledger with the model after each, then the audit; at the first that differs, the keys that differ
-    (key: what) and every difference."""
+    (key: what) and every difference. Delta's cached table states are let go afterwards (``forget_tables``)."""
+    try:
+        return _differences(spark, case)
+    finally:
+        forget_tables(spark)
+
+
+def forget_tables(spark) -> None:
+    """Drop Delta's cache of table logs (each entry's cached state with it) and Spark's cached data: a soak makes
+    two tables a case, and a session that kept them all (Delta keeps a log for an hour after its last use) ran out
+    of execution memory after some 175 cases (``UNABLE_TO_ACQUIRE_MEMORY`` in the MERGE's sort)."""
+    spark.catalog.clearCache()
+    spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
+
+
+def _differences(spark, case: Case) -> tuple[dict[int, str], list[str]]:
     topic = helpers.create_topic(helpers.unique(f"keyed-gen-{case.mode}"), partitions=case.partitions)
     config = parse_pipeline(pipeline_dict(case.mode, topic), "test")
     model = KeyedModel(case.mode, topic)
