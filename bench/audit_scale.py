@@ -4,9 +4,9 @@ An output table of BENCH_AUDIT_ROWS rows (default 10,000,000; the sizes in BENCH
 default "1000000,10000000"), written by delta-rs in appends of 1,000,000 rows shaped like the output of a raw
 pipeline (the Kafka columns, a 20-byte value, batch columns), with its ledger (batches of 100,000 records over
 8 partitions, each committed with its counts) and a dead-letter table of 0.1 % of the records. No Kafka, no
-Spark: the audit reads only Delta tables. Each size is audited in a fresh process (``tidemark.audit.audit_tables``,
-what `tidemark audit` runs) three times; reported: wall seconds (median) and the process's peak RSS
-(its ``VmHWM``, the largest of the three), with the table's size on disk.
+Spark: the audit reads only Delta tables. Each size is audited in a fresh process
+(``tidemark.audit.live_table.audit_tables``, what `tidemark audit` runs) three times; reported: wall seconds (median)
+and the process's peak RSS (its ``VmHWM``, the largest of the three), with the table's size on disk.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def build(work: Path, rows: int) -> dict:
     """The output, dead-letter and ledger tables of one size under ``work``."""
     from deltalake import write_deltalake
 
-    from tidemark.ledger import COMMITTED, Ledger, LedgerRow, fingerprint
+    from tidemark.ledger.store import COMMITTED, Ledger, LedgerRow, fingerprint
 
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -82,7 +82,7 @@ def build(work: Path, rows: int) -> dict:
             "build_seconds": round(time.monotonic() - started, 1)}
 
 
-AUDIT = ("import json, re, sys; from tidemark.audit import audit_tables; w = sys.argv[1]; "
+AUDIT = ("import json, re, sys; from tidemark.audit.live_table import audit_tables; w = sys.argv[1]; "
          "r = audit_tables('audited', w + '/out', w + '/dead', w + '/ledger'); "
          "peak = int(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1)); "
          "print(json.dumps({'ok': r.ok, 'records': r.records, 'checked_ranges': r.checked_ranges, 'peak_kb': peak}))")

@@ -20,7 +20,7 @@ import time
 
 from bench import ledger_growth, machine, stack
 from bench.settings import RESULTS, BenchSettings
-from tidemark.ledger import Ledger, planned_rows
+from tidemark.ledger.store import Ledger, planned_rows
 
 log = logging.getLogger("bench")
 PIPELINE = ledger_growth.PIPELINE

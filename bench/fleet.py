@@ -91,7 +91,7 @@ def check_table(uri: str, expected: dict[int, int], what: str) -> int:
 
 def check_ledger(name: str, topic: str, expected: dict[int, int]) -> None:
     """The pipeline's one batch is committed in the ledger over every partition's whole range."""
-    from tidemark.ledger import COMMITTED, Ledger
+    from tidemark.ledger.store import COMMITTED, Ledger
     from tidemark.settings import ledger_uri
 
     rows = Ledger(ledger_uri()).rows(name)
@@ -247,7 +247,7 @@ def tidemark_fleet(fleet: Fleet, launcher: str) -> dict:
 
 
 def _config(name: str):
-    from tidemark.config import find_pipeline
+    from tidemark.config.pipeline import find_pipeline
 
     return find_pipeline(name)
 

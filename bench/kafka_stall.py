@@ -3,7 +3,7 @@
     scripts/with_broker.sh stall 19792 .venv/bin/python bench/kafka_stall.py [TIMEOUT_SECONDS]
 
 Produces a backlog on one partition, starts the same bounded read the ingest job makes
-(`tidemark.spark_io.kafka_source_options` with the pipeline's `kafka_timeout_seconds`), freezes the
+(`tidemark.batch.spark.batch_io.kafka_source_options` with the pipeline's `kafka_timeout_seconds`), freezes the
 broker with SIGSTOP as soon as Spark has a stage running, and prints the seconds from the freeze to
 the failure, which the error text promises to be about `kafka_timeout_seconds`."""
 
@@ -21,9 +21,9 @@ sys.path.insert(0, str(ROOT))
 
 from devkit import localstack  # noqa: E402
 from tidemark.batch.plan import BatchPlan  # noqa: E402
-from tidemark.offsets import OffsetRange  # noqa: E402
+from tidemark.batch.spark.batch_io import kafka_source_options  # noqa: E402
+from tidemark.kafka.offsets import OffsetRange  # noqa: E402
 from tidemark.settings import require_spark_jars  # noqa: E402
-from tidemark.spark_io import kafka_source_options  # noqa: E402
 
 
 def broker_pid() -> int:

@@ -4,7 +4,7 @@ Two measurements of the ledger's own writes (delta-rs, on the local disk; no Kaf
   * burst: BENCH_LEDGER_PIPELINES (50) pipelines, each in its own process as separate DAG runs are,
     freeze and commit BENCH_LEDGER_BURST_BATCHES (3) batches, every step started at the same moment by
     a barrier. Counted: errors that reached the caller (the target is none: every pipeline commits on
-    its first try), the races lost inside the ledger's retry (tidemark.ledger logs each one at DEBUG),
+    its first try), the races lost inside the ledger's retry (tidemark.ledger.store logs each one at DEBUG),
     and the latency of each freeze (state read + compare-and-commit) and each commit flip.
   * scale: one pipeline's plan read (``Ledger.state``), freeze and commit, median of 7 rounds, on a
     ledger that already holds 10 pipelines x 10 batches and then 100 pipelines x 10,000 batches
@@ -27,8 +27,8 @@ import pyarrow as pa
 
 from bench import machine
 from bench.settings import save_result
-from tidemark.ledger import COMMITTED, SCHEMA, Ledger, planned_rows
-from tidemark.offsets import OffsetRange, TopicPartition
+from tidemark.kafka.offsets import OffsetRange, TopicPartition
+from tidemark.ledger.store import COMMITTED, SCHEMA, Ledger, planned_rows
 
 log = logging.getLogger("bench")
 PARTITIONS = 2
@@ -68,7 +68,7 @@ class _Races(logging.Handler):
 
 def _burst_pipeline(uri: str, name: str, batches: int, barrier, results) -> None:
     races = _Races()
-    logger = logging.getLogger("tidemark.ledger")
+    logger = logging.getLogger("tidemark.ledger.store")
     logger.setLevel(logging.DEBUG)
     logger.addHandler(races)
     ledger, freezes, commits, error = Ledger(uri), [], [], None

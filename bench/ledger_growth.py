@@ -24,10 +24,10 @@ import pyarrow as pa
 
 from bench import data, stack
 from bench.settings import BenchSettings
-from tidemark.config import PipelineConfig
-from tidemark.kafka_client import KafkaOffsets
-from tidemark.ledger import COMMITTED, SCHEMA, Ledger, LedgerRow, derive_state, planned_rows
-from tidemark.offsets import OffsetRange
+from tidemark.config.pipeline import PipelineConfig
+from tidemark.kafka.client import KafkaOffsets
+from tidemark.kafka.offsets import OffsetRange
+from tidemark.ledger.store import COMMITTED, SCHEMA, Ledger, LedgerRow, derive_state, planned_rows
 
 log = logging.getLogger("bench")
 PIPELINE = "bench_ledger"

@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 
 from bench.settings import save_result
-from tidemark.ledger import COMMITTED, COMPACT_AFTER_FILES, Ledger, LedgerRow, planned_rows
-from tidemark.offsets import OffsetRange
+from tidemark.kafka.offsets import OffsetRange
+from tidemark.ledger.store import COMMITTED, COMPACT_AFTER_FILES, Ledger, LedgerRow, planned_rows
 
 PIPELINE = "bench_ledger_size"
 SEED_CHUNK = 5000

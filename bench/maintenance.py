@@ -10,9 +10,9 @@ Delta readers skip files with. The files are written by pyarrow (snappy), the co
 
 Measured: the table's active files and files on disk, and a full-table read (delta-rs: load the table and read
 every column of every row into Arrow; median of 5, after a first read, the page cache's warm-up, reported
-apart), before and after ``tidemark.maintenance.maintain`` (what the maintenance DAG runs: OPTIMIZE compaction, VACUUM
-retaining 168h, checkpoints), and the files left on disk by a VACUUM run once the 7 days have passed (simulated
-by a retention of 0 on this copy of the table).
+apart), before and after ``tidemark.operations.table_maintenance.maintain`` (what the maintenance DAG runs: OPTIMIZE
+compaction, VACUUM retaining 168h, checkpoints), and the files left on disk by a VACUUM run once the 7 days have passed
+(simulated by a retention of 0 on this copy of the table).
 """
 
 from __future__ import annotations
@@ -121,8 +121,8 @@ def table_state(uri: Path) -> dict:
 
 
 def main() -> None:
-    from tidemark import maintenance
-    from tidemark.config import parse_pipeline
+    from tidemark.config.pipeline import parse_pipeline
+    from tidemark.operations import table_maintenance
 
     logging.basicConfig(level=logging.INFO, format="[bench %(asctime)s] %(message)s", datefmt="%H:%M:%S")
     batches = int(os.environ.get("BENCH_MAINT_BATCHES", "1000"))
@@ -140,12 +140,12 @@ def main() -> None:
     config = parse_pipeline({"name": PIPELINE, "topics": [PIPELINE], "table": str(uri),
                              "maintenance": {"optimize_every": "24h", "vacuum_retain": "168h"}}, "bench")
     started = time.monotonic()
-    report = maintenance.maintain(config, str(work / "ledger"), None)
+    report = table_maintenance.maintain(config, str(work / "ledger"), None)
     out["maintain_seconds"] = round(time.monotonic() - started, 1)
     out["maintain_report"] = report["output"]
     out["after"] = {**table_state(uri), **read_times(uri, total)}
     log.info("maintenance in %.1f s: %s", out["maintain_seconds"], out["after"])
-    maintenance.vacuum(str(uri), None, PIPELINE, dt.timedelta(0), floor=dt.timedelta(0))  # 7 days later
+    table_maintenance.vacuum(str(uri), None, PIPELINE, dt.timedelta(0), floor=dt.timedelta(0))  # 7 days later
     out["after_vacuum_7_days_later"] = {**table_state(uri), **read_times(uri, total)}
     out["read_speedup"] = round(out["before"]["read_seconds"] / out["after"]["read_seconds"], 1)
     out["load_at_end"] = machine.load()

@@ -306,7 +306,7 @@ def section(out: dict) -> str:
         f"|---|---|---|---|---|---|---|\n{rows}\n"
         f"Protobuf ran at {m['ratio']}x Avro's throughput (records/s, medians) and took {m['cpu_ratio']}x its CPU "
         f"time.{phase}{noise} Avro is decoded by Spark's `from_avro` in the JVM; Protobuf by one Arrow UDF in "
-        f"Spark's Python workers (`tidemark.spark_protobuf.decoded`), because `from_protobuf`'s jar "
+        f"Spark's Python workers (`tidemark.batch.spark.protobuf_udf.decoded`), because `from_protobuf`'s jar "
         f"(`spark-protobuf_2.13`) is not on Maven Central as reachable here (docs/DESIGN.md, *Decoding Protobuf*): "
         f"each value crosses to Python and back as Arrow, is parsed by upb and walked in Python. Median phases (s): "
         f"Avro {c[AVRO]['phases']}, "

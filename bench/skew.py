@@ -20,7 +20,7 @@ import uuid
 from bench import data, machine, stack
 from bench.settings import BenchSettings
 from devkit import localstack
-from tidemark.config import PipelineConfig
+from tidemark.config.pipeline import PipelineConfig
 
 log = logging.getLogger("bench")
 NO_SPLIT = 10**12

@@ -19,17 +19,17 @@ import yaml
 from bench.measure import Measurement, check, run_measured
 from bench.settings import BIN, ROOT, BenchSettings
 from tidemark import storage
+from tidemark.batch.job_settings import KAFKA_ENV_VAR
 from tidemark.batch.plan import BatchPlan
-from tidemark.config import PipelineConfig, find_pipeline
+from tidemark.batch.spark.batch_io import kafka_source_options
+from tidemark.config.pipeline import PipelineConfig, find_pipeline
 from tidemark.connections import EnvironmentResolver
-from tidemark.job_settings import KAFKA_ENV_VAR
-from tidemark.offsets import OffsetRange
+from tidemark.kafka.offsets import OffsetRange
 from tidemark.run import PipelineRun
 from tidemark.settings import spark_jars
-from tidemark.spark_io import kafka_source_options
 from tidemark_airflow.naming import ingest_dag_id
 from tidemark_spark import class_data
-from tidemark_spark.ingest import REMOTE_ENV_VAR
+from tidemark_spark.ingest_job import REMOTE_ENV_VAR
 from tidemark_spark.submit import (
     INGEST_SCRIPT,
     connect_command,

@@ -23,7 +23,7 @@ import uuid
 from bench import data, machine, stack
 from bench.measure import check, run_measured
 from bench.settings import ROOT, BenchSettings, save_result
-from tidemark.job_settings import KAFKA_ENV_VAR
+from tidemark.batch.job_settings import KAFKA_ENV_VAR
 
 log = logging.getLogger("bench")
 CLUSTER = str(ROOT / "scripts" / "kafka_cluster.sh")

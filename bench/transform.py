@@ -26,7 +26,7 @@ from bench.settings import RESULTS, ROOT, BenchSettings, _int, save_result
 from bench.typed_json import produce_json
 from devkit import localstack
 from tidemark import settings as tidemark_settings
-from tidemark.ledger import Ledger
+from tidemark.ledger.store import Ledger
 
 log = logging.getLogger("bench.transform")
 

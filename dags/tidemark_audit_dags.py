@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tidemark.config import load_all
+from tidemark.config.pipeline import load_all
 from tidemark_airflow.dag_builder import build_audit_dag
 from tidemark_airflow.dag_files import dag_file_pipelines
 from tidemark_airflow.naming import audit_dag_id

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from airflow.sdk import DAG, task
 
-from tidemark.config import load_all
+from tidemark.config.pipeline import load_all
 from tidemark_airflow.assets import table_asset
 from tidemark_airflow.dag_files import dag_file_pipelines
 

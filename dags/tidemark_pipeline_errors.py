@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tidemark.config import load_all
+from tidemark.config.pipeline import load_all
 from tidemark.errors import ConfigError
 from tidemark_airflow.dag_files import dag_file_pipelines
 

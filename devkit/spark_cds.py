@@ -40,7 +40,7 @@ from pathlib import Path
 from tidemark.settings import spark_jars
 from tidemark_spark import submit
 from tidemark_spark.class_data import QUIET
-from tidemark_spark.ingest import SNAPSHOT_PARTITIONS
+from tidemark_spark.ingest_job import SNAPSHOT_PARTITIONS
 from tidemark_spark.submit import local_spark_env
 
 SHORT_LIVED = "-XX:TieredStopAtLevel=1"

@@ -245,7 +245,7 @@ cmd_up() {
 import os
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import TopicAlreadyExistsError
-from tidemark.config import load_all
+from tidemark.config.pipeline import load_all
 admin = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{os.environ['KAFKA_PORT']}")
 try:
     for config in load_all()[0].values():

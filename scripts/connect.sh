@@ -48,7 +48,7 @@ cmd_up() {
   local extra=()
   for kv in ${CONNECT_CONF:-}; do extra+=(--conf "$kv"); done
   local started=$SECONDS
-  # The session settings of the ingest job's own SparkSession (tidemark_spark.ingest), fixed at start:
+  # The session settings of the ingest job's own SparkSession (tidemark_spark.ingest_job), fixed at start:
   # a Connect session cannot change the SQL extensions or the catalog. Bound to 127.0.0.1 only: the
   # server runs whatever its clients send, with the rights of the user who started it.
   service_launch "$home" "$SPARK_HOME/bin/spark-submit" \

@@ -18,9 +18,9 @@ from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
-from tidemark.config import find_pipeline
-from tidemark.kafka_client import client_kwargs
-from tidemark.ledger import Ledger
+from tidemark.config.pipeline import find_pipeline
+from tidemark.kafka.client import client_kwargs
+from tidemark.ledger.store import Ledger
 from tidemark.settings import ledger_uri
 from tidemark_cli.main import main as tidemark_cli
 

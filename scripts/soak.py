@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from devkit import localstack as helpers  # noqa: E402
 from tidemark import storage  # noqa: E402
-from tidemark.ledger import Ledger  # noqa: E402
+from tidemark.ledger.store import Ledger  # noqa: E402
 
 WORK = ROOT / ".cache" / "soak"
 TRIALS = int(os.environ.get("SOAK_TRIALS", "20"))

@@ -63,7 +63,7 @@ COORDINATES = ("kafka_topic", "kafka_partition", "kafka_offset", "ingest_batch_i
 
 
 def pipeline_dict(mode: str, topic: str) -> dict:
-    """The pipeline file of a generated case (parse it with ``tidemark.config.parse_pipeline``)."""
+    """The pipeline file of a generated case (parse it with ``tidemark.config.pipeline.parse_pipeline``)."""
     return {"name": topic, "topics": [topic], "table": topic, "value_format": "json", "value_schema": SCHEMAS[mode],
             "keyed": KEYED[mode]}
 

@@ -10,7 +10,7 @@ from collections import Counter
 
 from devkit import localstack
 from tidemark import storage
-from tidemark.ledger import Ledger
+from tidemark.ledger.store import Ledger
 
 
 def _offsets(table_uri: str) -> list[tuple[str, int, int, int]]:

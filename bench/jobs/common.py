@@ -1,5 +1,5 @@
 """What the baseline jobs share with Tidemark's ingest job: the SparkSession (spark_jobs.ingest's
-own builder), the Kafka client options (tidemark.spark_io's) and the output rows (the same
+own builder), the Kafka client options (tidemark.batch.spark.batch_io's) and the output rows (the same
 columns, built by the same function). Only the bookkeeping differs."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ import argparse
 import datetime as dt
 from typing import TYPE_CHECKING
 
+from tidemark.batch.job_settings import JobSettings
 from tidemark.batch.plan import BatchPlan
-from tidemark.job_settings import JobSettings
-from tidemark.offsets import OffsetRange
-from tidemark.records import RecordFormat, output_columns
-from tidemark.spark_io import kafka_source_options
-from tidemark.spark_records import to_rows
-from tidemark_spark.ingest import build_session
+from tidemark.batch.spark.batch_io import kafka_source_options
+from tidemark.batch.spark.shaping import to_rows
+from tidemark.formats.records import RecordFormat, output_columns
+from tidemark.kafka.offsets import OffsetRange
+from tidemark_spark.ingest_job import build_session
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

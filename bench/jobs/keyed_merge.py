@@ -20,7 +20,7 @@ import argparse
 
 from bench.jobs.common import session, source_options
 from bench.jobs.typed import kafka_rows
-from tidemark.records import BATCH_COLUMNS, KAFKA_COLUMNS
+from tidemark.formats.records import BATCH_COLUMNS, KAFKA_COLUMNS
 
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"

@@ -1,7 +1,7 @@
 """The job of bench/read_path.py: in one SparkSession, taking turns, the same bounded read of the whole
 topic through Spark's V1 Kafka relation (Spark's default for a batch read) and through the Kafka
 source's DataSource V2 scan (``kafka`` taken out of ``spark.sql.sources.useV1SourceList``, as
-``tidemark.spark_io.read_ranges`` does), each into a noop sink (the read alone) and appended to a fresh
+``tidemark.batch.spark.batch_io.read_ranges`` does), each into a noop sink (the read alone) and appended to a fresh
 Delta table (counted back). A first round warms the JVM up and is not reported (the JIT, Spark's and
 Delta's classes: otherwise the path that runs first pays them). Prints one JSON line per measurement."""
 
@@ -13,7 +13,7 @@ import shutil
 import time
 
 from bench.jobs.common import output_rows, session, source_options
-from tidemark.spark_io import V1_SOURCES
+from tidemark.batch.spark.batch_io import V1_SOURCES
 
 
 def main() -> None:

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench.jobs.common import session, source_options
-from tidemark.avro_schemas import reader_fields
-from tidemark.records import BATCH_COLUMNS, KAFKA_COLUMNS, RecordFormat
-from tidemark.spark_records import to_rows
+from tidemark.batch.spark.shaping import to_rows
+from tidemark.formats.avro_schemas import reader_fields
+from tidemark.formats.records import BATCH_COLUMNS, KAFKA_COLUMNS, RecordFormat
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -105,7 +105,7 @@ class EnvironmentResolver:
 def kafka_properties(resolver: ConnectionResolver, conn_id: str, pipeline: str | None = None) -> dict[str, str]:
     """Kafka client properties from the connection's extra, under Kafka's own dotted names
     (``bootstrap.servers`` may also come from host:port). Their secrets are masked."""
-    from tidemark.kafka_client import secret_values
+    from tidemark.kafka.client import secret_values
 
     conn = resolver.get(conn_id, pipeline)
     props = {k: str(v) for k, v in (conn.extra or {}).items()}

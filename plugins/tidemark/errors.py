@@ -16,7 +16,7 @@ from enum import IntEnum
 
 
 class JobExit(IntEnum):
-    """How the ingest job ends, shared by the job (``tidemark_spark.ingest``) and its launchers (the
+    """How the ingest job ends, shared by the job (``tidemark_spark.ingest_job``) and its launchers (the
     Airflow operator, ``tidemark run``, the benchmark): spark-submit and the warm path pass it on."""
 
     OK = 0

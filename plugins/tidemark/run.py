@@ -42,13 +42,13 @@ from tidemark.batch import (
     recent_entries,
     reset_offsets,
 )
+from tidemark.batch.job_settings import JobSettings, settings_file
 from tidemark.batch.ownership import RunStateLookup
-from tidemark.config import PipelineConfig, find_pipeline
+from tidemark.config.pipeline import PipelineConfig, find_pipeline
 from tidemark.connections import ConnectionResolver
 from tidemark.errors import ConfigError, TidemarkError
-from tidemark.job_settings import JobSettings, settings_file
-from tidemark.kafka_client import secret_values
-from tidemark.ledger import Ledger
+from tidemark.kafka.client import secret_values
+from tidemark.ledger.store import Ledger
 from tidemark.storage import ObjectStore
 
 log = logging.getLogger("tidemark")
@@ -97,7 +97,7 @@ class PipelineRun:
         """The Schema Registry client of an Avro pipeline (None for other formats)."""
         if not self.config.uses_registry:
             return None
-        from tidemark.schema_registry import client_for
+        from tidemark.formats.schema_registry import client_for
 
         return client_for(self.resolver, self.config.schema_registry_conn_id, self.name)
 
@@ -173,15 +173,15 @@ class PipelineRun:
         return reset_offsets(self.config, self.kafka_properties, request, ledger_uri=self.ledger_uri, store=self.store)
 
     def audit(self, verify_sample: int = 0, values=None):
-        """``tidemark audit``: the output table checked against the ledger (``tidemark.audit``), and
-        ``verify_sample`` retained ranges read again from Kafka (``tidemark.audit_sample``), or on a keyed table
-        ``verify_sample`` keys compared with their newest change (``tidemark.audit_keyed``); ``values`` runs the
-        Spark side of both (the adapters pass ``tidemark_spark.audit_values.launch``). A pipeline with a transform
+        """``tidemark audit``: the output table checked against the ledger (``tidemark.audit.live_table``), and
+        ``verify_sample`` retained ranges read again from Kafka (``tidemark.audit.sample``), or on a keyed table
+        ``verify_sample`` keys compared with their newest change (``tidemark.audit.keyed_sample``); ``values`` runs the
+        Spark side of both (the adapters pass ``tidemark_spark.audit_decode.launch``). A pipeline with a transform
         is audited by coordinate and refuses a sample (ConfigError: its output is not Kafka's values)."""
-        from tidemark.audit import audit_tables
-        from tidemark.audit_keyed import verify_keys
-        from tidemark.audit_sample import verify_sample as verify_ranges
-        from tidemark.audit_schedule import check_verify_sample
+        from tidemark.audit.keyed_sample import verify_keys
+        from tidemark.audit.live_table import audit_tables
+        from tidemark.audit.sample import verify_sample as verify_ranges
+        from tidemark.config.audit_schedule import check_verify_sample
 
         try:
             check_verify_sample(verify_sample, self.config.transform, "--verify-sample")
@@ -207,15 +207,15 @@ class PipelineRun:
         return report
 
     def reserve_reprocess(self, *, batch_id: int | None, reason: str, owner: str):
-        """``tidemark dead-letters reprocess``: reserve the ledger entry (``tidemark.dead_letters``)."""
-        from tidemark.dead_letters import reserve
+        """``tidemark dead-letters reprocess``: reserve the ledger entry (``tidemark.operations.reprocessing``)."""
+        from tidemark.operations.reprocessing import reserve
 
         return reserve(self.config, self.ledger, self.schema_registry, batch_id=batch_id, reason=reason, owner=owner,
                        store=self.store)
 
     def maintain(self) -> dict:
-        """The maintenance DAG's task: OPTIMIZE, VACUUM and checkpoints (``tidemark.maintenance``)."""
-        from tidemark.maintenance import maintain
+        """The maintenance DAG's task: OPTIMIZE, VACUUM and checkpoints (``tidemark.operations.table_maintenance``)."""
+        from tidemark.operations.table_maintenance import maintain
 
         return maintain(self.config, self.ledger_uri, self.store)
 

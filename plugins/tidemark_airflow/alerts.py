@@ -1,6 +1,6 @@
 """Freshness alerts through Airflow 3's Deadline Alerts: a pipeline with ``freshness_sla`` gets a
 ``DeadlineAlert`` on its ingest DAG. Its reference (``NewestRecordReference``, registered by the Tidemark
-plugin) is the newest record in the output table (``tidemark.freshness``), evaluated as each run is
+plugin) is the newest record in the output table (``tidemark.observe.freshness``), evaluated as each run is
 created, so each run's deadline is *newest record + freshness_sla* (*creation + freshness_sla* before
 the output has a record). Airflow drops the
 deadline of a run that succeeds before it; otherwise the scheduler marks it missed and an executor runs
@@ -42,7 +42,7 @@ class NewestRecordReference(BaseDeadlineReference):
         must not stop either: the deadline then counts from now (the run must succeed within the SLA), and
         the log says why."""
         try:
-            from tidemark.freshness import newest_record_time
+            from tidemark.observe.freshness import newest_record_time
             from tidemark_airflow.resolver import open_run
 
             run = open_run(self.pipeline)
@@ -74,7 +74,7 @@ def freshness_missed(context: dict, pipeline: str, sla_seconds: float, notify: s
     freshness_seconds (None: unknown), sla_seconds, newest_record_at."""
     from airflow.sdk._shared.module_loading import import_string
 
-    from tidemark.freshness import newest_record_time
+    from tidemark.observe.freshness import newest_record_time
     from tidemark_airflow.resolver import open_run
 
     try:

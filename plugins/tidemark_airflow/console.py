@@ -63,7 +63,7 @@ def _open(name: str):
     from tidemark_airflow.resolver import open_run, pipelines_folder
 
     try:
-        from tidemark.config import find_pipeline
+        from tidemark.config.pipeline import find_pipeline
 
         config = find_pipeline(name, pipelines_folder())
     except ConfigError as exc:
@@ -97,7 +97,7 @@ def run_link(kind: str, owner: str | None, pipeline: str) -> str | None:
 
 def all_pipelines(failed: LastRunFailed) -> dict:
     """Every pipeline's overview, and the errors of those that cannot be shown (broken files, say)."""
-    from tidemark.config import load_all
+    from tidemark.config.pipeline import load_all
     from tidemark.errors import TidemarkError
     from tidemark_airflow.resolver import open_run, pipelines_folder
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from tidemark.config import PipelineConfig
-from tidemark.reset_targets import SCENARIOS
+from tidemark.config.pipeline import PipelineConfig
+from tidemark.kafka.reset_targets import SCENARIOS
 from tidemark_airflow.naming import audit_dag_id, ingest_dag_id, maintenance_dag_id, replay_dag_id
 
 DEFAULT_START = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)

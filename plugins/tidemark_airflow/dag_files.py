@@ -10,7 +10,7 @@ import logging
 import os
 from pathlib import Path
 
-from tidemark.config import PipelineConfig, load_all, load_pipeline, pipeline_files
+from tidemark.config.pipeline import PipelineConfig, load_all, load_pipeline, pipeline_files
 from tidemark.errors import ConfigError
 from tidemark.settings import PIPELINES_DIR_ENV, pipelines_dir
 from tidemark_airflow.naming import ingest_dag_id, pipeline_of, replay_dag_id

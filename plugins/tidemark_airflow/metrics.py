@@ -1,6 +1,6 @@
 """Tidemark's metrics through Airflow's own (``airflow.sdk.observability.stats``): StatsD, DogStatsD or
 OpenTelemetry, as ``[metrics]`` configures Airflow (``statsd_on``, ``otel_on``...); nothing is sent when
-metrics are off. The values come from the core (``tidemark.observability``); this module only sends
+metrics are off. The values come from the core (``tidemark.observe.measurements``); this module only sends
 them, and logs the open-transaction hold warnings, after every run (``observe_run``). Best effort: the
 batch is committed by then, so a failure here is a warning, never a failed task."""
 
@@ -10,8 +10,8 @@ import datetime as dt
 import logging
 from collections.abc import Iterable
 
-from tidemark.freshness import freshness_seconds
-from tidemark.observability import Measurement, batch_measurements, hold_warnings, pipeline_measurements
+from tidemark.observe.freshness import freshness_seconds
+from tidemark.observe.measurements import Measurement, batch_measurements, hold_warnings, pipeline_measurements
 from tidemark.run import PipelineRun
 
 log = logging.getLogger("tidemark")

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from tidemark.batch.plan import BatchPlan
-from tidemark.config import PipelineConfig, find_pipeline
+from tidemark.config.pipeline import PipelineConfig, find_pipeline
 from tidemark.connections import Connection
 from tidemark.errors import ConfigError
 from tidemark.run import PipelineRun

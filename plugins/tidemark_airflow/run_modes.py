@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from tidemark.batch.backfill import BackfillRequest
 from tidemark.errors import ConfigError
-from tidemark.offsets import TopicPartition
+from tidemark.kafka.offsets import TopicPartition
 
 MODES = ("incremental", "capped", "backfill_window", "backfill_offsets")
 

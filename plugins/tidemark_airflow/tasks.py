@@ -160,8 +160,8 @@ def reset(pipeline: str, **context) -> dict:
 @fail_fast_on_terminal_errors
 def maintain(pipeline: str, **context) -> dict:
     """The maintenance DAG's task: OPTIMIZE (and Z-order), VACUUM and log checkpoints of the pipeline's
-    tables (``tidemark.maintenance``). Safe while the ingest DAG commits batches: Delta's conflict rules
-    let both commit, and an OPTIMIZE that loses is run again on the new version."""
+    tables (``tidemark.operations.table_maintenance``). Safe while the ingest DAG commits batches: Delta's conflict
+    rules let both commit, and an OPTIMIZE that loses is run again on the new version."""
     report = open_run(pipeline).maintain()
     log.info("pipeline '%s': maintenance done: %s", pipeline, report)
     return report
@@ -170,9 +170,9 @@ def maintain(pipeline: str, **context) -> dict:
 @fail_fast_on_terminal_errors
 def audit(pipeline: str, verify_sample: int = 0, **context) -> dict:
     """The audit DAG's task: ``tidemark audit`` (``PipelineRun.audit``); damage fails it (``AuditDamageError``)."""
-    from tidemark.audit import summary, verdict
-    from tidemark.audit_schedule import AuditDamageError
-    from tidemark_spark.audit_values import launch
+    from tidemark.audit.live_table import summary, verdict
+    from tidemark.config.audit_schedule import AuditDamageError
+    from tidemark_spark.audit_decode import launch
 
     run = open_run(pipeline)
     report = run.audit(verify_sample=verify_sample, values=lambda check: launch(run, check))

@@ -8,14 +8,14 @@ import argparse
 import re
 
 from tidemark.errors import ResetError
-from tidemark.reset_targets import parse_datetime, parse_duration
+from tidemark.kafka.reset_targets import parse_datetime, parse_duration
 
 _SHORT_DURATION = re.compile(r"^(?P<amount>\d+)\s*(?P<unit>[smhd])$", re.IGNORECASE)
 _ISO_FORMS = {"s": "PT{}S", "m": "PT{}M", "h": "PT{}H", "d": "P{}D"}
 
 
 def date_time(text: str) -> str:
-    """``--to-datetime``: an ISO-8601 date-time, as ``tidemark.reset_targets.parse_datetime`` takes it. Returns
+    """``--to-datetime``: an ISO-8601 date-time, as ``tidemark.kafka.reset_targets.parse_datetime`` takes it. Returns
     the text unchanged (the reset parses it again, as it does the replay DAG's form)."""
     try:
         parse_datetime(text, pipeline="")
@@ -25,7 +25,7 @@ def date_time(text: str) -> str:
 
 
 def duration(text: str) -> str:
-    """``--by-duration``: an ISO-8601 duration, as ``tidemark.reset_targets.parse_duration`` takes it (``PT2H``);
+    """``--by-duration``: an ISO-8601 duration, as ``tidemark.kafka.reset_targets.parse_duration`` takes it (``PT2H``);
     a value such as ``2h`` is refused with its ISO-8601 form. Returns the text unchanged."""
     try:
         parse_duration(text, pipeline="")

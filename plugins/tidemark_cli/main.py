@@ -45,10 +45,10 @@ import sys
 from collections.abc import Sequence
 
 from tidemark.errors import ConfigError, TidemarkError
-from tidemark.observability import hold_warnings
-from tidemark_cli import arguments, dead_letters, maintenance
-from tidemark_cli.connections import logs_to_stderr as _logs_to_stderr
-from tidemark_cli.connections import open_run
+from tidemark.observe.measurements import hold_warnings
+from tidemark_cli import arguments, dead_letter_commands, maintenance_commands
+from tidemark_cli.connection_commands import logs_to_stderr as _logs_to_stderr
+from tidemark_cli.connection_commands import open_run
 from tidemark_cli.exits import (
     DEBUG_VARIABLE,
     EXIT_DAMAGE,
@@ -59,7 +59,7 @@ from tidemark_cli.exits import (
     is_debug,
     report_unexpected,
 )
-from tidemark_cli.tables import render_table, summary_line
+from tidemark_cli.table_views import render_table, summary_line
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -113,8 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--reason", help="why the batch is taken over; required with --take-over")
 
     _add_ledger_and_audit(commands)
-    dead_letters.add_parser(commands)
-    maintenance.add_parser(commands)
+    dead_letter_commands.add_parser(commands)
+    maintenance_commands.add_parser(commands)
     _allow_debug(parser)
     return parser
 
@@ -166,7 +166,7 @@ def _pipeline_command(parent, name: str, summary: str, details: str) -> argparse
 
 
 def cmd_pipelines_list(args: argparse.Namespace) -> int:
-    from tidemark.config import load_all
+    from tidemark.config.pipeline import load_all
     from tidemark_airflow.naming import ingest_dag_id
 
     good, bad = load_all()
@@ -264,8 +264,8 @@ def cmd_ledger_move(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from tidemark.audit import summary
-    from tidemark_spark.audit_values import SampleJobError, launch
+    from tidemark.audit.live_table import summary
+    from tidemark_spark.audit_decode import SampleJobError, launch
 
     run = open_run(args.pipeline)
     try:
@@ -369,8 +369,8 @@ HANDLERS = {
     ("run", None): cmd_run,
     ("ledger", "move"): cmd_ledger_move,
     ("audit", None): cmd_audit,
-    ("dead-letters", "reprocess"): dead_letters.cmd_reprocess,
-    ("maintain", None): maintenance.cmd_maintain,
+    ("dead-letters", "reprocess"): dead_letter_commands.cmd_reprocess,
+    ("maintain", None): maintenance_commands.cmd_maintain,
 }
 
 

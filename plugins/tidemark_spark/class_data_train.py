@@ -42,7 +42,7 @@ def spark_work() -> None:
 
     from pyspark.sql import functions as F
 
-    from tidemark_spark.ingest import build_session
+    from tidemark_spark.ingest_job import build_session
 
     spark = build_session("class-data-training")
     folder = tempfile.mkdtemp(prefix="tidemark-cds-train-")

@@ -1,5 +1,5 @@
 """One 64-bit hash per compared column of a row, the unit both sides of the audit's Spark comparisons are
-reduced to (``tidemark_spark.audit_values`` for sampled ranges, ``tidemark_spark.audit_keyed`` for a keyed
+reduced to (``tidemark_spark.audit_decode`` for sampled ranges, ``tidemark_spark.audit_keys`` for a keyed
 table's sampled keys): ``xxhash64`` of the column's JSON, so that a long and an int of the same value agree
 and a struct's null fields count as absent; ``{}`` for null and for a column one side lacks."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tidemark.schemas import normalize_type
+from tidemark.batch.schemas import normalize_type
 
 
 def hashes(columns: list[str], present: set[str], casts: Mapping[str, str] | None = None):

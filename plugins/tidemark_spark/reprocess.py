@@ -1,6 +1,6 @@
 """The Spark job of ``tidemark dead-letters reprocess``: parse arguments -> build the session -> decode the
 reserved entry's dead letters again, write those that decode to the output once, update the dead-letter
-table, commit the ledger entry (the protocol: ``tidemark.dead_letters``).
+table, commit the ledger entry (the protocol: ``tidemark.operations.reprocessing``).
 
     spark-submit --jars <Kafka source, Delta> --py-files <tidemark core> .../tidemark_spark/reprocess.py \
         --plan '<reprocess plan JSON>'
@@ -18,13 +18,14 @@ import logging
 import sys
 from pathlib import Path
 
-from tidemark import crash, spark_records, storage
-from tidemark.dead_letters import ReprocessPlan, finalize, ranges_sql
+from tidemark import fault_injection, storage
+from tidemark.batch.job_settings import JobSettings
+from tidemark.batch.spark import shaping
+from tidemark.batch.spark.batch_io import append_marked, error_chain
 from tidemark.errors import JobExit, TidemarkError
-from tidemark.job_settings import JobSettings
-from tidemark.records import DATE_COLUMN, output_columns
+from tidemark.formats.records import DATE_COLUMN, output_columns
+from tidemark.operations.reprocessing import ReprocessPlan, finalize, ranges_sql
 from tidemark.run import PipelineRun
-from tidemark.spark_io import append_marked, error_chain
 
 log = logging.getLogger("tidemark.reprocess")
 
@@ -33,7 +34,7 @@ _KEYS = ["kafka_topic", "kafka_partition", "kafka_offset"]
 
 
 def decoded(spark, plan: ReprocessPlan):
-    """The selected dead letters decoded with the pipeline's format (``spark_records.to_rows``, as ingest
+    """The selected dead letters decoded with the pipeline's format (``tidemark.batch.spark.shaping.to_rows``, as ingest
     decodes): the output's columns and ``error`` (null when the record decodes now). Each row keeps the
     ``ingest_batch_id`` of the batch that read it; ``ingested_at`` is now."""
     from pyspark.sql import functions as F
@@ -44,7 +45,7 @@ def decoded(spark, plan: ReprocessPlan):
                       F.col("kafka_key").alias("key"), F.col("kafka_headers").alias("headers"), "value",
                       "ingest_batch_id")
     # to_rows writes its batch id with F.lit, which hands a Column through unchanged: each row keeps its own.
-    return spark_records.to_rows(raw, plan.format, F.col("ingest_batch_id"), dt.datetime.now(dt.UTC))
+    return shaping.to_rows(raw, plan.format, F.col("ingest_batch_id"), dt.datetime.now(dt.UTC))
 
 
 def output_keys(spark, plan: ReprocessPlan, store):
@@ -110,11 +111,11 @@ def execute(spark, plan: ReprocessPlan, store=None) -> dict:
     log.info("pipeline '%s': reprocess entry %d: decoding %d dead letters again", plan.pipeline, plan.entry_id,
              sum(plan.selected.values()))
     write_output(spark, plan, store)
-    crash.crash_point(crash.AFTER_OUTPUT_COMMIT)
+    fault_injection.crash_point(fault_injection.AFTER_OUTPUT_COMMIT)
     update_dead_letters(spark, plan, store)
-    crash.crash_point(crash.AFTER_DEAD_LETTERS)
+    fault_injection.crash_point(fault_injection.AFTER_DEAD_LETTERS)
     counts = finalize(plan, store)
-    crash.crash_point(crash.AFTER_LEDGER_COMMIT)
+    fault_injection.crash_point(fault_injection.AFTER_LEDGER_COMMIT)
     log.info("pipeline '%s': reprocess entry %d committed: %d reprocessed into %s, %d left as dead letters",
              plan.pipeline, plan.entry_id, sum(c for c, _ in counts.values()), plan.table_uri,
              sum(d for _, d in counts.values()))
@@ -124,7 +125,7 @@ def execute(spark, plan: ReprocessPlan, store=None) -> dict:
 def main(argv: list[str] | None = None) -> int:
     import os
 
-    from tidemark_spark.ingest import REMOTE_ENV_VAR, build_session, connect_session
+    from tidemark_spark.ingest_job import REMOTE_ENV_VAR, build_session, connect_session
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog="reprocess.py", description="Re-ingest a reserved entry's dead letters.")

@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from tidemark.batch.plan import BatchPlan
+from tidemark.batch.spark.batch_io import SECRET_OPTIONS
 from tidemark.run import PipelineRun
 from tidemark.settings import spark_jars
-from tidemark.spark_io import SECRET_OPTIONS
 from tidemark.storage import ObjectStore
 from tidemark_spark import class_data
 
@@ -26,7 +26,7 @@ INGEST_SCRIPT = str(_CHECKOUT_SCRIPT if _CHECKOUT_SCRIPT.is_file() and (_CHECKOU
                     else Path(__file__).resolve().parent / "ingest.py")
 """The job script spark-submit runs: the repository's ``spark_jobs/ingest.py`` in a checkout (and in the
 Docker image), else, in a wheel install that has no ``spark_jobs/``, the installed module beside this one.
-Either runs ``tidemark_spark.ingest.run_and_exit``."""
+Either runs ``tidemark_spark.ingest_job.run_and_exit``."""
 DEFAULT_CONF = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false",
                 # Kafka credentials travel as reader options only (kafka.sasl.jaas.config): should a
                 # configuration or a plan description ever show one, Spark redacts it. (The job sets
@@ -138,7 +138,7 @@ def connect_command(plan: BatchPlan) -> list[str]:
 def job_environment(master: str, extra_env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The job's environment: this process's, the local Spark set-up, ``extra_env`` (the run's
     ``job_environment``: the path of its settings file) and, on the warm path, the Spark Connect URL."""
-    from tidemark_spark.ingest import REMOTE_ENV_VAR
+    from tidemark_spark.ingest_job import REMOTE_ENV_VAR
 
     env = {**os.environ, **local_spark_env(), **(extra_env or {})}
     env.pop(REMOTE_ENV_VAR, None)

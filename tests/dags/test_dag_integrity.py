@@ -140,8 +140,8 @@ def test_the_scheduled_audit_is_a_dag_of_its_own_only_when_the_file_asks_for_it(
 def test_the_audit_dag_of_a_transformed_pipeline_reads_no_sample_again():
     """A sample compares the table's values with Kafka's, and a transform's output is not Kafka's values: the audit
     DAG of a pipeline with a transform passes no sample, even from a config that somehow holds one."""
-    from tidemark.audit_schedule import AuditSchedule
-    from tidemark.config import parse_pipeline
+    from tidemark.config.audit_schedule import AuditSchedule
+    from tidemark.config.pipeline import parse_pipeline
     from tidemark_airflow.dag_builder import build_audit_dag
 
     config = parse_pipeline({"name": "shop", "topics": ["shop"], "table": "shop", "audit": {"every": "24h"},

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from tests import helpers
-from tidemark import crash
+from tidemark import fault_injection
 
 pytestmark = pytest.mark.e2e
 
@@ -36,7 +36,7 @@ def test_avro_through_the_dag_with_a_crash_a_registry_outage_and_an_added_field(
 
     # 1. The Spark driver is killed mid-read: the run fails and leaves batch 1 frozen.
     crashed = tmp_path / "crashed"
-    stack.env.update({"TIDEMARK_CRASH_AT": crash.DURING_READ, "TIDEMARK_CRASH_ONCE": str(crashed)})
+    stack.env.update({"TIDEMARK_CRASH_AT": fault_injection.DURING_READ, "TIDEMARK_CRASH_ONCE": str(crashed)})
     run = stack.run_dag(dag_id)
     assert crashed.exists() and run.task_states["ingest"] == "failed"
     del stack.env["TIDEMARK_CRASH_AT"]

@@ -3,7 +3,7 @@ CeleryExecutor, Redis as Celery's broker and two Celery workers, each with its o
 (task logs, temporary files), sharing nothing but PostgreSQL, Kafka and the lake (the run's local S3 server).
 
 Started once for the module, with the ingest jobs on the warm path (the run's Spark Connect server). A worker
-to be hit mid-task runs with ``TIDEMARK_PAUSE_AT`` (tidemark.crash) in its environment: its ingest job stops
+to be hit mid-task runs with ``TIDEMARK_PAUSE_AT`` (tidemark.fault_injection) in its environment: its ingest job stops
 itself (SIGSTOP) at that point, so the fault lands there every time. `up` starts both workers with the first
 test's point (only an ingest job reads it), so that test restarts no worker for it (a Celery worker's start
 costs seconds of CPU); a test that needs workers without a pause gets them (``CeleryAirflow.without_pauses``,
@@ -53,7 +53,7 @@ from tests import helpers
 from tests.e2e import airflow_stack
 from tests.e2e.airflow_stack import AirflowStack
 from tests.e2e.conftest import ROOT
-from tidemark import crash, storage
+from tidemark import fault_injection, storage
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -257,7 +257,7 @@ def celery_airflow(tmp_path_factory, kafka_bootstrap, spark_connect, s3_gate, ka
                **airflow_stack.TEST_SETTINGS)
     # `up` starts both workers with the first test's pause (the module's docstring says why); the environment
     # of every later call has none.
-    first_pause = crash.AFTER_DEAD_LETTERS
+    first_pause = fault_injection.AFTER_DEAD_LETTERS
     with airflow_stack.started(SCRIPT, {**env, "TIDEMARK_PAUSE_AT": first_pause}, home, pg_home,
                                timeout=600) as (_, url, user, password):
         yield CeleryAirflow(env, home, url, (user, password), lake, names, {i: first_pause for i in WORKERS})
@@ -297,7 +297,7 @@ def test_a_worker_killed_mid_ingest_its_task_is_retried_on_the_other_worker_and_
     # Worker 1 alone takes the run's tasks; its ingest job stops itself after the dead letters (the pause
     # `up` started it with: no restart).
     airflow.worker_down(2)
-    airflow.run_worker(1, crash.AFTER_DEAD_LETTERS)
+    airflow.run_worker(1, fault_injection.AFTER_DEAD_LETTERS)
     run_id = airflow.trigger(pipeline)
     airflow.wait_for("worker 1's ingest job stopped at after_dead_letters", lambda: airflow.stopped_job(1))
     airflow.run_worker(2)  # without the pause
@@ -396,7 +396,7 @@ def test_the_metadata_db_restarted_during_a_run_leaves_the_ledger_right(celery_a
     # Worker 2 alone takes the run (worker 1 was killed by the first test), its job stopping after the output
     # commit.
     airflow.worker_down(1)
-    airflow.run_worker(2, crash.AFTER_OUTPUT_COMMIT)
+    airflow.run_worker(2, fault_injection.AFTER_OUTPUT_COMMIT)
     first = airflow.trigger(pipeline)
     job = airflow.wait_for("worker 2's ingest job stopped at after_output_commit", lambda: airflow.stopped_job(2))
     restart = f"{ROOT}/scripts/postgres.sh down && {ROOT}/scripts/postgres.sh up"

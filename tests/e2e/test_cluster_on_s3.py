@@ -29,7 +29,7 @@ from devkit import faults
 from tests import helpers
 from tests.e2e.conftest import ROOT
 from tests.e2e.test_security import CommandLines, airflow_files, event_logs, files_with, texts_with, xcom_values
-from tidemark import crash, storage
+from tidemark import fault_injection, storage
 from tidemark_spark.submit import INGEST_SCRIPT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -144,7 +144,7 @@ def test_a_worker_killed_9_mid_stage_its_tasks_run_again_on_the_other_worker_and
     log, doomed = tmp_path / "run.log", None
     with log.open("w") as out:
         run = subprocess.Popen([str(ROOT / ".venv" / "bin" / "tidemark"), "run", topic],
-                               env={**stack.env, "TIDEMARK_PAUSE_AT": crash.AFTER_DEAD_LETTERS}, stdout=out,
+                               env={**stack.env, "TIDEMARK_PAUSE_AT": fault_injection.AFTER_DEAD_LETTERS}, stdout=out,
                                stderr=subprocess.STDOUT, start_new_session=True)
     try:
         helpers.wait_until(lambda: stopped_driver(run) or run.poll() is not None, 300,

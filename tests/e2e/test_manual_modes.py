@@ -10,7 +10,7 @@ import pytest
 
 from tests import helpers
 from tests.e2e import timestamps
-from tidemark.ledger import Ledger
+from tidemark.ledger.store import Ledger
 
 pytestmark = pytest.mark.e2e
 
@@ -20,7 +20,7 @@ def test_window_backfill_twice_then_capped_and_incremental_runs(stack, spark_con
     (the one run covers both: a test of its own cost one more DAG run)."""
     from tests.e2e.conftest import environment
     from tidemark.batch.prepare import prepare_batch
-    from tidemark.config import load_pipeline
+    from tidemark.config.pipeline import load_pipeline
 
     stack.use_spark_connect(spark_connect)  # four ingest jobs: on the warm path (the run modes are the subject)
     topic = helpers.create_topic(helpers.unique("modes"), partitions=2)

@@ -10,7 +10,7 @@ import pytest
 
 from tests import helpers
 from tidemark import storage
-from tidemark.ledger import Ledger
+from tidemark.ledger.store import Ledger
 
 pytestmark = pytest.mark.e2e
 

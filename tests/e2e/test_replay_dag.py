@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tests import helpers
-from tidemark.ledger import Ledger
-from tidemark.offsets import TopicPartition as TP
+from tidemark.kafka.offsets import TopicPartition as TP
+from tidemark.ledger.store import Ledger
 
 pytestmark = pytest.mark.e2e
 

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from tests import helpers
-from tidemark import crash
+from tidemark import fault_injection
 
 pytestmark = pytest.mark.e2e
 
@@ -33,7 +33,7 @@ def test_retry_after_the_spark_driver_is_killed_reads_the_same_frozen_ranges(sta
 
     producer = threading.Thread(target=after_the_crash)
     producer.start()
-    stack.env.update({"TIDEMARK_CRASH_AT": crash.DURING_READ, "TIDEMARK_CRASH_ONCE": str(crashed)})
+    stack.env.update({"TIDEMARK_CRASH_AT": fault_injection.DURING_READ, "TIDEMARK_CRASH_ONCE": str(crashed)})
     run = stack.run_dag(dag_id)
     producer.join()
     assert crashed.exists(), "the Spark driver was never killed"

@@ -278,7 +278,7 @@ def test_sasl_scram_end_to_end_and_the_password_appears_nowhere(sasl_stack, airf
 
     # The SASL listener takes no unauthenticated client: whatever worked below used the password.
     from tidemark.errors import KafkaUnavailableError
-    from tidemark.kafka_client import KafkaOffsets
+    from tidemark.kafka.client import KafkaOffsets
 
     with pytest.raises(KafkaUnavailableError):
         KafkaOffsets({"bootstrap.servers": sasl_bootstrap()}, timeout_ms=3000)
@@ -370,7 +370,7 @@ def test_a_wrong_password_fails_clearly_without_echoing_it_and_loses_nothing(sas
     # does: the connection is an AIRFLOW_CONN_ variable, read without importing Airflow (the Airflow side's
     # lookup over SASL is the DAG run's, in the test above).
     freeze = subprocess.run(
-        [sys.executable, "-c", "import sys\nfrom tidemark_cli.connections import open_run\n"
+        [sys.executable, "-c", "import sys\nfrom tidemark_cli.connection_commands import open_run\n"
          "print(open_run(sys.argv[1]).prepare().to_json())", topic],
         env=stack.env, capture_output=True, text=True, timeout=120)
     outputs["freeze"] = process_output(freeze)

@@ -18,7 +18,7 @@ from deltalake import DeltaTable, QueryBuilder, write_deltalake
 from tests import helpers
 from tidemark.batch.execute import execute_batch
 from tidemark.batch.prepare import prepare_batch
-from tidemark.config import parse_pipeline
+from tidemark.config.pipeline import parse_pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -171,8 +171,8 @@ def ingested_json(kafka_bootstrap, spark, lake):
 def sample_of(spark, config, count: int = 10) -> dict:
     """`--verify-sample` as the CLI runs it, with the test's SparkSession in place of a spark-submit job."""
     from tidemark import settings
-    from tidemark.audit_sample import verify_sample
-    from tidemark_spark.audit_values import compare
+    from tidemark.audit.sample import verify_sample
+    from tidemark_spark.audit_decode import compare
 
     return verify_sample(config, props(), settings.ledger_uri(), None, count,
                          values=lambda check: compare(spark, check, props()))
@@ -200,7 +200,7 @@ def test_avro_batches_compare_with_their_own_frozen_schemas_and_a_changed_field_
         kafka_bootstrap, schema_registry, spark, lake):
     """Batch 1 decodes with schema v1 (no `region`: null in the table), batch 2 with v2; a bad record is a dead
     letter. One row's `region` changed: only batch 2's range differs, in that column."""
-    from tidemark.schema_registry import RegistryClient
+    from tidemark.formats.schema_registry import RegistryClient
 
     topic = helpers.create_topic(helpers.unique("audit-avro"), partitions=1)
     registry = RegistryClient(schema_registry)

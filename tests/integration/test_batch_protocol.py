@@ -10,11 +10,11 @@ from tidemark.batch import mirror_to_consumer_group, partition_status
 from tidemark.batch.execute import execute_batch
 from tidemark.batch.prepare import prepare_batch
 from tidemark.batch.tables import count_batch_records, output_txn_version
-from tidemark.config import parse_pipeline
+from tidemark.config.pipeline import parse_pipeline
 from tidemark.errors import PipelineBusyError, PlanMismatchError
-from tidemark.ledger import Ledger
-from tidemark.offsets import OffsetRange
-from tidemark.offsets import TopicPartition as TP
+from tidemark.kafka.offsets import OffsetRange
+from tidemark.kafka.offsets import TopicPartition as TP
+from tidemark.ledger.store import Ledger
 
 pytestmark = pytest.mark.integration
 

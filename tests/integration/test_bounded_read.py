@@ -7,11 +7,12 @@ import datetime as dt
 import pytest
 
 from tests import helpers
-from tidemark import settings, spark_io, spark_records
+from tidemark import settings
 from tidemark.batch.plan import BatchPlan
+from tidemark.batch.spark import batch_io, shaping
 from tidemark.batch.tables import output_txn_version
-from tidemark.offsets import OffsetRange
-from tidemark.records import RecordFormat
+from tidemark.formats.records import RecordFormat
+from tidemark.kafka.offsets import OffsetRange
 
 pytestmark = pytest.mark.integration
 
@@ -24,7 +25,7 @@ def test_bounded_read_returns_exactly_the_requested_offsets(kafka_bootstrap, spa
     helpers.produce(topic, 30)  # 10 records per partition, offsets 0..9
     ranges = [OffsetRange(topic, 0, 2, 7), OffsetRange(topic, 1, 0, 10), OffsetRange(topic, 2, 9, 9)]
     plan = BatchPlan("p", 1, str(lake / "t"), settings.ledger_uri(), ranges)
-    raw = spark_io.read_ranges(spark, spark_io.kafka_source_options(plan, props()))
+    raw = batch_io.read_ranges(spark, batch_io.kafka_source_options(plan, props()))
     got = sorted((r.partition, r.offset) for r in raw.select("partition", "offset").collect())
     assert got == [(0, o) for o in range(2, 7)] + [(1, o) for o in range(0, 10)]
 
@@ -36,9 +37,9 @@ def test_output_has_the_contracted_columns_and_the_marker_makes_a_rewrite_a_no_o
     plan = BatchPlan("colpipe", 7, table, settings.ledger_uri(),
                      [OffsetRange(topic, 0, 0, 3), OffsetRange(topic, 1, 0, 3)])
     at = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
-    raw = spark_io.read_ranges(spark, spark_io.kafka_source_options(plan, props()))
-    output = spark_records.to_rows(raw, RecordFormat(), 7, at)
-    spark_io.write_output(output, plan)
+    raw = batch_io.read_ranges(spark, batch_io.kafka_source_options(plan, props()))
+    output = shaping.to_rows(raw, RecordFormat(), 7, at)
+    batch_io.write_output(output, plan)
 
     df = spark.read.format("delta").load(table)
     assert df.columns == ["kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key",
@@ -57,7 +58,7 @@ def test_output_has_the_contracted_columns_and_the_marker_makes_a_rewrite_a_no_o
     assert output_txn_version(table, "colpipe") == 7
 
     version = helpers.table_version(table)
-    spark_io.write_output(output, plan)  # the same batch again: Delta skips it by the marker
+    batch_io.write_output(output, plan)  # the same batch again: Delta skips it by the marker
     assert helpers.table_version(table) == version
     assert spark.read.format("delta").load(table).count() == 6
 
@@ -68,6 +69,6 @@ def test_a_record_without_key_or_headers_has_null_in_both_columns(kafka_bootstra
     topic = helpers.create_topic(helpers.unique("nulls"), partitions=1)
     helpers.produce_pairs(topic, [(None, b"v")])
     plan = BatchPlan("nulls", 1, str(lake / "t"), settings.ledger_uri(), [OffsetRange(topic, 0, 0, 1)])
-    raw = spark_io.read_ranges(spark, spark_io.kafka_source_options(plan, props()))
-    [row] = spark_records.to_rows(raw, RecordFormat(), 1, dt.datetime.now(dt.UTC)).collect()
+    raw = batch_io.read_ranges(spark, batch_io.kafka_source_options(plan, props()))
+    [row] = shaping.to_rows(raw, RecordFormat(), 1, dt.datetime.now(dt.UTC)).collect()
     assert (row.kafka_key, row.kafka_headers, row.value) == (None, None, b"v")

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests import helpers
-from tidemark import crash
-from tidemark.ledger import Ledger
+from tidemark import fault_injection
+from tidemark.ledger.store import Ledger
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +31,8 @@ def test_second_run_while_the_first_holds_the_pipeline_fails_and_writes_nothing(
     ledger = Ledger(str(lake / "_tidemark" / "offsets"))
 
     log = tmp_path / "first.log"
-    with helpers.paused_run([TIDEMARK, "run", topic], env, log, crash.AFTER_PLAN_FROZEN, "the first run") as first:
+    with helpers.paused_run([TIDEMARK, "run", topic], env, log, fault_injection.AFTER_PLAN_FROZEN,
+                            "the first run") as first:
         assert ledger.state(topic).pending_batch_id == 1, log.read_text()[-4000:]
         helpers.produce(topic, 50, start=200)  # the second run would have something new to read
         second = subprocess.run([TIDEMARK, "run", topic], env=env, capture_output=True, text=True, timeout=300)

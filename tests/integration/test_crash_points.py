@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from tests import helpers
-from tidemark import crash
+from tidemark import fault_injection
 from tidemark.errors import ConcurrentBatchWriteError
-from tidemark.ledger import Ledger
+from tidemark.ledger.store import Ledger
 
 pytestmark = pytest.mark.integration
 
@@ -27,8 +27,9 @@ ROOT = Path(__file__).resolve().parents[2]
 # The kill lands before the output commit: recovery takes the batch over and re-executes its frozen ranges.
 # Raw values have no dead letters (the point is passed before the output write); values that can be bad
 # write their dead letters after the output commit.
-BEFORE_OUTPUT = {"raw": (crash.AFTER_PLAN_FROZEN, crash.DURING_READ, crash.AFTER_DEAD_LETTERS),
-                 "json": (crash.AFTER_PLAN_FROZEN, crash.DURING_READ)}
+BEFORE_OUTPUT = {"raw": (fault_injection.AFTER_PLAN_FROZEN, fault_injection.DURING_READ,
+fault_injection.AFTER_DEAD_LETTERS),
+                 "json": (fault_injection.AFTER_PLAN_FROZEN, fault_injection.DURING_READ)}
 
 
 def tidemark_run(env: dict, pipeline: str) -> tuple[subprocess.CompletedProcess, int]:
@@ -51,7 +52,7 @@ def run_in_process(spark, pipeline_name: str, env: dict, owner: str | None = Non
     place here that names the core's run functions."""
     from tidemark.batch.execute import execute_batch
     from tidemark.batch.prepare import prepare_batch
-    from tidemark.config import find_pipeline
+    from tidemark.config.pipeline import find_pipeline
 
     properties = json.loads(env["AIRFLOW_CONN_KAFKA_DEFAULT"])["extra"]
     with pytest.MonkeyPatch.context() as patch:
@@ -114,7 +115,7 @@ def check_recovery(point: str, value_format: str, killed, marker: int | None, re
     owner's batch with the same frozen ranges (taken over by this process's owner id), or, for a batch in
     the output whose dead letters may be missing, execute it again to complete them, or roll a batch
     already in the output forward (nothing left to execute), or find nothing pending."""
-    if point in BEFORE_OUTPUT[value_format] or (point, value_format) == (crash.AFTER_OUTPUT_COMMIT, "json"):
+    if point in BEFORE_OUTPUT[value_format] or (point, value_format) == (fault_injection.AFTER_OUTPUT_COMMIT, "json"):
         before = point in BEFORE_OUTPUT[value_format]
         assert killed.pending_batch_id == 1 and marker == (None if before else 1), (killed, marker)
         assert killed.pending_owner.startswith(f"cli:{socket.gethostname()}:{pid}:"), killed.pending_owner
@@ -122,10 +123,10 @@ def check_recovery(point: str, value_format: str, killed, marker: int | None, re
         assert sorted(recovery.ranges) == killed.pending_ranges, "the retry must read the same frozen ranges"
         assert recovery.owner.startswith(f"cli:{socket.gethostname()}:{os.getpid()}:"), (
             f"the dead owner's batch is taken over by this process's own owner id, not {recovery.owner}")
-    elif point in (crash.AFTER_OUTPUT_COMMIT, crash.AFTER_DEAD_LETTERS):
+    elif point in (fault_injection.AFTER_OUTPUT_COMMIT, fault_injection.AFTER_DEAD_LETTERS):
         assert killed.pending_batch_id == 1 and marker == 1, (killed, marker)
         assert recovery.is_empty, "the batch in the output (with its dead letters) is rolled forward, not read again"
-    elif point == crash.DURING_LEDGER_COMMIT:  # the kill lands before or after the ledger flip
+    elif point == fault_injection.DURING_LEDGER_COMMIT:  # the kill lands before or after the ledger flip
         assert killed.pending_batch_id in (None, 1) and marker == 1, (killed, marker)
         assert recovery.is_empty
     else:
@@ -156,10 +157,10 @@ SUBMIT, CONNECT = "spark-submit", "spark-connect"
 # JVM (10-15 CPU-seconds) for no further invariant.
 CASES = [pytest.param(point, value_format, launcher, marks=pytest.mark.slow if launcher == SUBMIT else ())
          for point, value_format, launcher in [
-             *((point, "json", CONNECT) for point in crash.POINTS),
-             *((point, "raw", CONNECT) for point in (crash.DURING_READ, crash.AFTER_DEAD_LETTERS,
-                                                     crash.AFTER_OUTPUT_COMMIT)),
-             (crash.DURING_READ, "json", SUBMIT)]]
+             *((point, "json", CONNECT) for point in fault_injection.POINTS),
+             *((point, "raw", CONNECT) for point in (fault_injection.DURING_READ, fault_injection.AFTER_DEAD_LETTERS,
+                                                     fault_injection.AFTER_OUTPUT_COMMIT)),
+             (fault_injection.DURING_READ, "json", SUBMIT)]]
 
 
 def recover(spark, topic: str, env: dict, launcher: str) -> list:
@@ -209,10 +210,10 @@ def test_kill_at_each_step_then_rerun_gives_exactly_once(crash_env, spark, point
     killed = Ledger(str(lake / "_tidemark" / "offsets")).state(topic)
     marker = helpers.txn_version(str(lake / topic), topic)
 
-    if point in BEFORE_OUTPUT[value_format] or (point, value_format) == (crash.AFTER_OUTPUT_COMMIT, "json"):
+    if point in BEFORE_OUTPUT[value_format] or (point, value_format) == (fault_injection.AFTER_OUTPUT_COMMIT, "json"):
         helpers.produce(topic, 120, start=300)  # arrives before the recovery run executes the frozen batch again
     runs = recover(spark, topic, env, launcher)
-    if launcher == CONNECT and point == crash.DURING_READ:
+    if launcher == CONNECT and point == fault_injection.DURING_READ:
         # the killed job's write may still land on the server (see recover): either the recovery took the
         # batch over and read it again, or it found the batch in the output and rolled it forward
         assert killed.pending_batch_id == 1 and killed.pending_owner.startswith(f"cli:{socket.gethostname()}:{pid}:")

@@ -10,9 +10,9 @@ from tests import helpers
 from tidemark import settings
 from tidemark.batch.execute import execute_batch
 from tidemark.batch.prepare import prepare_batch
-from tidemark.config import parse_pipeline
+from tidemark.config.pipeline import parse_pipeline
 from tidemark.errors import BadRecordsError
-from tidemark.ledger import Ledger
+from tidemark.ledger.store import Ledger
 
 pytestmark = pytest.mark.integration
 
@@ -106,9 +106,9 @@ def test_the_one_parse_flags_exactly_the_values_the_full_checks_reject(spark):
 
     from pyspark.sql import functions as F
 
-    from tidemark import spark_records
-    from tidemark.records import RecordFormat, parse_field_type
-    from tidemark.spark_exact import json_read_type
+    from tidemark.batch.spark import shaping
+    from tidemark.batch.spark.exact_values import json_read_type
+    from tidemark.formats.records import RecordFormat, parse_field_type
 
     schema = {"order_id": "bigint", "amount": "double", "note": "string?", "at": "timestamp?",
               "price": "decimal(10,2)?", "ok": "boolean?"}
@@ -118,12 +118,12 @@ def test_the_one_parse_flags_exactly_the_values_the_full_checks_reject(spark):
                        F.monotonically_increasing_id().alias("offset"), F.current_timestamp().alias("timestamp"),
                        F.lit(None).cast("binary").alias("key"),
                        F.lit(None).cast("array<struct<key:string,value:binary>>").alias("headers"), "value")
-    got = {r.kafka_offset: r.error for r in spark_records.to_rows(kafka, fmt, 1, dt.datetime.now(dt.UTC)).collect()}
+    got = {r.kafka_offset: r.error for r in shaping.to_rows(kafka, fmt, 1, dt.datetime.now(dt.UTC)).collect()}
     text = F.col("value").cast("string")
     read = ", ".join(f"`{f.name}` {json_read_type(f.type)}" for f in fmt.fields)  # as to_rows parses them
     full = kafka.withColumn("_parsed", F.from_json(text, read, {"mode": "PERMISSIVE"}))
-    fields = spark_records._json_fields(F.col("_parsed"), fmt)
-    message = F.concat_ws("; ", *spark_records._json_errors(text, F.col("_parsed"), fmt, fields))
+    fields = shaping._json_fields(F.col("_parsed"), fmt)
+    message = F.concat_ws("; ", *shaping._json_errors(text, F.col("_parsed"), fmt, fields))
     expected = {r.offset: r.e for r in full.select("offset", F.when(message != "", message).alias("e")).collect()}
     assert got == expected
     # The table above: 8 good values, 26 bad. Two were written changed before issue 38: "price": 12.345 (rounded to
@@ -134,10 +134,10 @@ def test_the_one_parse_flags_exactly_the_values_the_full_checks_reject(spark):
 
 def test_a_burst_of_bad_records_is_read_again_alone_for_the_dead_letters(kafka_bootstrap, spark, lake, caplog,
                                                                          monkeypatch):
-    from tidemark import spark_tally
+    from tidemark.batch.spark import tally
 
-    monkeypatch.setattr(spark_tally, "BAD_PAGE_BITS", 2)  # pages of 4 offsets: [20, 24) holds the burst
-    monkeypatch.setattr(spark_tally, "CARRIED_RECORDS", 2)  # more bad records than the pass carries
+    monkeypatch.setattr(tally, "BAD_PAGE_BITS", 2)  # pages of 4 offsets: [20, 24) holds the burst
+    monkeypatch.setattr(tally, "CARRIED_RECORDS", 2)  # more bad records than the pass carries
     topic = helpers.create_topic(helpers.unique("burst"), partitions=2)
     good = [json.dumps({"order_id": i, "amount": 1.0}).encode() for i in range(40)]
     helpers.produce_values(topic, good[:20] + [v for v, _ in POISON[:3]] + good[20:], partition=0)
@@ -157,7 +157,7 @@ def test_a_burst_of_bad_records_is_read_again_alone_for_the_dead_letters(kafka_b
     assert (rows[1].record_count, rows[1].dead_letter_count) == (5, 0)
 
     # The next batch's one bad record is carried: delta-rs appends it to the table Spark made, after Spark's commit
-    monkeypatch.setattr(spark_tally, "CARRIED_RECORDS", 2000)
+    monkeypatch.setattr(tally, "CARRIED_RECORDS", 2000)
     helpers.produce_values(topic, [good[0], POISON[3][0]], partition=1)
     caplog.clear()
     with caplog.at_level("INFO", logger="tidemark"):
@@ -175,10 +175,10 @@ def test_the_read_for_the_dead_letters_decodes_only_the_records_that_share_a_bad
     coordinates hash into a bad record's bucket are decoded again. With two buckets, one bad bucket is more than a
     quarter of them, so every record is decoded (with four, five bad records fall into one bucket once in 256
     topic names). Either way the dead letters are exactly the bad ones."""
-    from tidemark import spark_tally
+    from tidemark.batch.spark import tally
 
-    monkeypatch.setattr(spark_tally, "BAD_BUCKETS", buckets)
-    monkeypatch.setattr(spark_tally, "CARRIED_BYTES", 0)  # no bad record is small enough to carry
+    monkeypatch.setattr(tally, "BAD_BUCKETS", buckets)
+    monkeypatch.setattr(tally, "CARRIED_BYTES", 0)  # no bad record is small enough to carry
     topic = helpers.create_topic(helpers.unique("spread"), partitions=1)
     values = [json.dumps({"order_id": i, "amount": 1.0}).encode() for i in range(60)]
     for k, (value, _) in enumerate(POISON):
@@ -193,7 +193,7 @@ def test_the_read_for_the_dead_letters_decodes_only_the_records_that_share_a_bad
     assert f"read again: {topic}:0 [0, 60);" in caplog.text
     dead_letters = spark.read.format("delta").load(config.dead_letter_uri)
     # the bad records' buckets, as Spark hashed them (two of them may share one)
-    bad_buckets = dead_letters.select(spark_tally.bad_bucket()).distinct().count()
+    bad_buckets = dead_letters.select(tally.bad_bucket()).distinct().count()
     assert (f"decoded again: the records of {bad_buckets} of 65536 buckets" if buckets == 65536
             else "decoded again: every record") in caplog.text
     dead = dead_letters.orderBy("kafka_offset").collect()
@@ -209,15 +209,15 @@ def test_a_batch_in_the_output_with_a_record_for_every_offset_is_finalized_witho
     already holds a good record for every offset of its ranges (then none can be bad). The planner's
     recovery then rolls the batch forward without a Spark job, and a job handed the batch finalizes it
     without reading Kafka: shown with a Kafka that does not answer. No dead-letter table appears."""
-    from tidemark import spark_tally
     from tidemark.batch.modes.base import read_rows
     from tidemark.batch.recovery import recover
+    from tidemark.batch.spark import tally
 
     topic = helpers.create_topic(helpers.unique("nobad"), partitions=2)
     helpers.produce(topic, 12)
     config = json_pipeline(topic)
     plan = prepare_batch(config, props())
-    assert spark_tally.write_output_tallying(read_rows(spark, plan, props()), plan).bad_records == 0
+    assert tally.write_output_tallying(read_rows(spark, plan, props()), plan).bad_records == 0
     # the kill: the output holds the batch, its dead letters (none) were never confirmed, the ledger still says planned
     ledger = Ledger(settings.ledger_uri())
     assert ledger.state(topic).pending_batch_id == plan.batch_id

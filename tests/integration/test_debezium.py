@@ -12,13 +12,13 @@ import pytest
 from tests import helpers
 from tests.cdc import Debezium
 from tidemark import settings
-from tidemark.audit import audit_tables
+from tidemark.audit.live_table import audit_tables
 from tidemark.batch.execute import execute_batch
 from tidemark.batch.prepare import prepare_batch
 from tidemark.batch.reset import ResetRequest, reset_offsets
-from tidemark.config import parse_pipeline
-from tidemark.ledger import Ledger
-from tidemark.schema_registry import RegistryClient
+from tidemark.config.pipeline import parse_pipeline
+from tidemark.formats.schema_registry import RegistryClient
+from tidemark.ledger.store import Ledger
 
 pytestmark = pytest.mark.integration
 

@@ -1,8 +1,8 @@
 """No value changed on the way in (issue 38), against the real broker, Spark, Delta and Schema Registry:
 every written value is compared with the value produced, and every value a column cannot hold exactly is a
 dead letter naming the field, the value and the column's type, under ``additive`` and ``lenient`` alike.
-A type that widens (``type_changes``) widens the column in the batch's own commit: killed -9 between that
-commit and the ledger's, the batch is rolled forward once; old rows read back in the new type, with
+A type that widens (``tidemark.formats.type_changes``) widens the column in the batch's own commit: killed -9 between
+that commit and the ledger's, the batch is rolled forward once; old rows read back in the new type, with
 delta-spark and delta-rs; the narrow type's dead letters then reprocess with their exact values."""
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ import pytest
 
 from tests import helpers
 from tests.integration.test_crash_points import recover, tidemark_run
-from tidemark import crash, settings
-from tidemark.audit import audit_tables
+from tidemark import fault_injection, settings
+from tidemark.audit.live_table import audit_tables
 from tidemark.batch.execute import execute_batch
 from tidemark.batch.prepare import prepare_batch
-from tidemark.config import parse_pipeline
-from tidemark.dead_letters import reserve
+from tidemark.config.pipeline import parse_pipeline
 from tidemark.errors import SchemaChangeError
-from tidemark.ledger import Ledger
-from tidemark.schema_registry import RegistryClient
+from tidemark.formats.schema_registry import RegistryClient
+from tidemark.ledger.store import Ledger
+from tidemark.operations.reprocessing import reserve
 from tidemark_spark import reprocess as reprocess_job
 
 pytestmark = pytest.mark.integration
@@ -146,7 +146,7 @@ def test_a_widening_is_committed_with_its_batch_and_the_narrow_dead_letters_repr
     (pipelines / f"{topic}.yaml").write_text(json.dumps({"name": topic, "topics": [topic], "table": topic,
                                                          "value_format": "json", "value_schema": wide}))
     send(topic, json.dumps({"id": 4, "amount": 77.25, "qty": 0.5}), '{"id": 5, "amount": 1.005, "qty": 2}')
-    crashed, _ = tidemark_run({**env, "TIDEMARK_CRASH_AT": crash.AFTER_OUTPUT_COMMIT,
+    crashed, _ = tidemark_run({**env, "TIDEMARK_CRASH_AT": fault_injection.AFTER_OUTPUT_COMMIT,
                                "TIDEMARK_CRASH_ONCE": str(tmp_path / "crashed")}, topic)
     assert (tmp_path / "crashed").exists(), crashed.stderr[-3000:]
     # Killed after the output commit: the table is widened and holds batch 2, the ledger does not know yet.

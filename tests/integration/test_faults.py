@@ -19,10 +19,10 @@ from tidemark.batch.prepare import prepare_batch
 from tidemark.batch.reset import ResetRequest, reset_offsets
 from tidemark.batch.status import partition_status
 from tidemark.batch.tables import output_txn_version
-from tidemark.config import parse_pipeline
+from tidemark.config.pipeline import parse_pipeline
 from tidemark.errors import DataLossError, TopicRecreatedError
-from tidemark.ledger import Ledger
-from tidemark.offsets import OffsetRange
+from tidemark.kafka.offsets import OffsetRange
+from tidemark.ledger.store import Ledger
 
 pytestmark = pytest.mark.integration
 

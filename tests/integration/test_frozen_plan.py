@@ -14,11 +14,12 @@ import pytest
 
 from tests import helpers
 from tests.integration.test_transforms import SCHEMA, ledger_rows, order, props
-from tidemark import settings, spark_io
+from tidemark import settings
 from tidemark.batch.execute import execute_batch
 from tidemark.batch.prepare import prepare_batch
-from tidemark.config import find_pipeline
-from tidemark.ledger import Ledger
+from tidemark.batch.spark import batch_io
+from tidemark.config.pipeline import find_pipeline
+from tidemark.ledger.store import Ledger
 
 pytestmark = pytest.mark.integration
 
@@ -69,7 +70,7 @@ def test_a_half_written_batch_is_finished_as_planned_after_its_pipeline_file_cha
         raise SystemExit("killed after the output commit")
 
     with monkeypatch.context() as patched, pytest.raises(SystemExit):
-        patched.setattr(spark_io, "write_dead_letters", killed)
+        patched.setattr(batch_io, "write_dead_letters", killed)
         execute_batch(spark, plan, props())
     ids = "SELECT order_id FROM t ORDER BY order_id"
     assert [r["order_id"] for r in helpers.query(planned.table_uri, ids)] == [0, 3]

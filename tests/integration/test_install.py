@@ -198,7 +198,7 @@ def test_cli_dag_factory_and_a_warm_path_batch_on_the_airflow_host(airflow_host,
     assert listing.returncode == 0, listing.stderr
     assert [p["name"] for p in json.loads(listing.stdout)["pipelines"]] == [topic]
 
-    factory = run_in(airflow_host, "python", "-c", "import sys\nfrom tidemark.config import find_pipeline\n"
+    factory = run_in(airflow_host, "python", "-c", "import sys\nfrom tidemark.config.pipeline import find_pipeline\n"
                      "from tidemark_airflow.dag_builder import build_ingest_dag, build_replay_dag\n"
                      "c = find_pipeline(sys.argv[1])\nprint(build_ingest_dag(c).dag_id, build_replay_dag(c).dag_id)",
                      topic, cwd=tmp_path, env=env, timeout=300)

@@ -24,14 +24,15 @@ import threading
 import pytest
 
 from tests import helpers
-from tidemark import settings, spark_io
+from tidemark import settings
 from tidemark.batch.execute import execute_batch
 from tidemark.batch.prepare import prepare_batch
-from tidemark.config import parse_pipeline
+from tidemark.batch.spark import batch_io
+from tidemark.config.pipeline import parse_pipeline
 from tidemark.errors import KafkaUnavailableError, is_transient
-from tidemark.kafka_client import KafkaOffsets
-from tidemark.ledger import Ledger
-from tidemark.offsets import TopicPartition
+from tidemark.kafka.client import KafkaOffsets
+from tidemark.kafka.offsets import TopicPartition
+from tidemark.ledger.store import Ledger
 
 pytestmark = pytest.mark.integration
 
@@ -87,8 +88,8 @@ def _hold_tasks_after(monkeypatch, spark, first_offset: int, gate) -> None:
     from pyspark.sql import functions as F
 
     held = helpers.gate_udf(gate, from_value=first_offset)
-    read = spark_io.read_ranges
-    monkeypatch.setattr(spark_io, "read_ranges", lambda session, options: read(session, options).where(
+    read = batch_io.read_ranges
+    monkeypatch.setattr(batch_io, "read_ranges", lambda session, options: read(session, options).where(
         held(F.col("offset"))))
     monkeypatch.setattr(spark.sparkContext, "pythonExec", sys.executable)  # the UDF's workers: this interpreter
 

@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 
 from tests import helpers
-from tidemark import settings, spark_io
+from tidemark import settings
 from tidemark.batch.prepare import prepare_batch
-from tidemark.config import parse_pipeline
+from tidemark.batch.spark import batch_io
+from tidemark.config.pipeline import parse_pipeline
 from tidemark.errors import ConfigError, KafkaAuthenticationError, is_transient
-from tidemark.kafka_tls import handshake_failure
-from tidemark.ledger import Ledger
+from tidemark.kafka.tls import handshake_failure
+from tidemark.ledger.store import Ledger
 
 pytestmark = pytest.mark.integration
 
@@ -39,7 +40,7 @@ def test_plan_and_spark_read_over_tls(kind, inline, kafka_cluster, spark, lake):
     plan = prepare_batch(_pipeline(topic), props)
     assert sorted((r.tp.partition, r.start, r.end) for r in plan.ranges) == [(0, 0, 10), (1, 0, 10), (2, 0, 10)]
 
-    options = spark_io.kafka_source_options(plan, props)
+    options = batch_io.kafka_source_options(plan, props)
     assert options["kafka.bootstrap.servers"] == kafka_cluster.bootstrap(kind)
     assert options["kafka.ssl.truststore.type"] == "PEM"
     assert options["kafka.ssl.truststore.certificates"].strip() == kafka_cluster.text("ca").strip()
@@ -48,7 +49,7 @@ def test_plan_and_spark_read_over_tls(kind, inline, kafka_cluster, spark, lake):
     if kind == "mtls":
         assert options["kafka.ssl.keystore.type"] == "PEM"
         assert options["kafka.ssl.keystore.key"].strip() == kafka_cluster.text("client_key").strip()
-    rows = spark_io.read_ranges(spark, options).select("partition", "offset", "value").collect()
+    rows = batch_io.read_ranges(spark, options).select("partition", "offset", "value").collect()
     assert sorted(bytes(r.value) for r in rows) == sorted(produced)
     assert len({(r.partition, r.offset) for r in rows}) == 30
 
@@ -135,6 +136,6 @@ def test_spark_reports_the_same_tls_failure(case, kafka_cluster, spark, lake):
     props, cause = _bad_connections(kafka_cluster)[case]
 
     with pytest.raises(Exception) as err:
-        spark_io.read_ranges(spark, spark_io.kafka_source_options(plan, props)).collect()
+        batch_io.read_ranges(spark, batch_io.kafka_source_options(plan, props)).collect()
     described = handshake_failure(str(err.value))
     assert described is not None and cause in described, str(err.value)[:3000]

@@ -16,10 +16,10 @@ from pyspark.sql import functions as F
 from tests import helpers
 from tests.integration.test_keyed_tables import Reference, change, keyed_pipeline, produce, run, table
 from tidemark import settings
-from tidemark.audit import verdict
+from tidemark.audit.live_table import verdict
 from tidemark.connections import EnvironmentResolver
 from tidemark.run import PipelineRun
-from tidemark_spark.audit_values import answer_check
+from tidemark_spark.audit_decode import answer_check
 
 pytestmark = pytest.mark.integration
 

@@ -16,13 +16,13 @@ from deltalake import DeltaTable
 from tests import helpers
 from tests.integration.test_keyed_audit import audit
 from tests.integration.test_keyed_tables import debezium, ledger_changes, props, run
-from tidemark import spark_markers
-from tidemark.audit import verdict
+from tidemark.audit.live_table import verdict
 from tidemark.batch.execute import execute_batch
 from tidemark.batch.prepare import prepare_batch
+from tidemark.batch.spark import delete_markers
 from tidemark.batch.status import batch_summary
-from tidemark.config import parse_pipeline
-from tidemark_cli.tables import summary_line
+from tidemark.config.pipeline import parse_pipeline
+from tidemark_cli.table_views import summary_line
 
 pytestmark = pytest.mark.integration
 
@@ -89,7 +89,7 @@ def test_an_ordered_delete_is_not_undone_by_an_older_change_arriving_later(kafka
     run(spark, config)
     assert ids(config.table_uri) == {2: "b2"}
     assert ledger_changes(topic) == {1: (2, 0, 0), 2: (0, 0, 1), 3: (0, 1, 0)}
-    markers = spark_markers.markers_uri(config.table_uri)
+    markers = delete_markers.markers_uri(config.table_uri)
     assert [(r["id"], r["batch_id"]) for r in helpers.query(markers, "SELECT id, batch_id FROM t")] == [(1, 2)]
     # Readers see a plain table: the markers are a table of their own inside the output's folder.
     assert sorted(DeltaTable(config.table_uri).to_pyarrow_table().column("id").to_pylist()) == [2]
@@ -98,8 +98,8 @@ def test_an_ordered_delete_is_not_undone_by_an_older_change_arriving_later(kafka
     run(spark, config)
     assert ids(config.table_uri) == {1: "back", 2: "b2"}
     # The maintenance DAG expires markers older than the retention: then an older change is applied again.
-    assert spark_markers.expire(config.table_uri, dt.timedelta(days=7)) == 0
-    assert spark_markers.expire(config.table_uri, dt.timedelta(0),
+    assert delete_markers.expire(config.table_uri, dt.timedelta(days=7)) == 0
+    assert delete_markers.expire(config.table_uri, dt.timedelta(0),
                                 now=dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1)) == 1
     assert helpers.query(markers, "SELECT id FROM t") == []
 

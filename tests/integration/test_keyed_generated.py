@@ -39,12 +39,12 @@ from tests import helpers
 from tests.integration.test_keyed_tables import ledger_changes, props
 from tests.keyed_model import MODES, Case, KeyedModel, cases, columns, compact, pipeline_dict, schedule
 from tidemark import settings as tidemark_settings
-from tidemark.audit import audit_tables
-from tidemark.audit_keyed import verify_keys
+from tidemark.audit.keyed_sample import verify_keys
+from tidemark.audit.live_table import audit_tables
 from tidemark.batch.execute import execute_batch
 from tidemark.batch.prepare import prepare_batch
-from tidemark.config import parse_pipeline
-from tidemark_spark.audit_keyed import compare_keys
+from tidemark.config.pipeline import parse_pipeline
+from tidemark_spark.audit_keys import compare_keys
 
 pytestmark = pytest.mark.integration
 

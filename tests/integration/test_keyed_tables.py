@@ -18,18 +18,18 @@ from pyspark.sql import functions as F
 from tests import helpers
 from tests.integration.test_crash_points import recover, tidemark_run
 from tests.unit.tidemark.avro_samples import debezium_envelope
-from tidemark import crash, settings
-from tidemark.audit import audit_tables
+from tidemark import fault_injection, settings
+from tidemark.audit.live_table import audit_tables
 from tidemark.batch.backfill import BackfillRequest, prepare_backfill
 from tidemark.batch.execute import execute_batch
 from tidemark.batch.prepare import prepare_batch
 from tidemark.batch.reset import ResetRequest, reset_offsets
 from tidemark.batch.status import recent_entries
-from tidemark.config import parse_pipeline
+from tidemark.config.pipeline import parse_pipeline
 from tidemark.errors import KeyOrderingError
-from tidemark.ledger import Ledger
-from tidemark.offsets import TopicPartition
-from tidemark.schema_registry import RegistryClient
+from tidemark.formats.schema_registry import RegistryClient
+from tidemark.kafka.offsets import TopicPartition
+from tidemark.ledger.store import Ledger
 
 pytestmark = pytest.mark.integration
 
@@ -178,7 +178,7 @@ def test_a_kill_between_the_merge_commit_and_the_ledger_commit_applies_the_batch
     produce(topic, ref, [change(10, "z", 7), change(14, "w", 8)], partition=1)
     helpers.produce_pairs(topic, [(b'{"id": 15}', b"not json")], 1)  # a dead letter: written after the MERGE
 
-    crashed, _ = tidemark_run({**env, "TIDEMARK_CRASH_AT": crash.AFTER_OUTPUT_COMMIT,
+    crashed, _ = tidemark_run({**env, "TIDEMARK_CRASH_AT": fault_injection.AFTER_OUTPUT_COMMIT,
                                "TIDEMARK_CRASH_ONCE": str(tmp_path / "crashed")}, topic)
     assert (tmp_path / "crashed").exists(), crashed.stderr[-3000:]
     assert helpers.txn_version(config.table_uri, topic) == 2

@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 
 from tests import helpers
-from tidemark import crash, storage
-from tidemark.job_settings import SECRET_ENV_VARS
-from tidemark.ledger import Ledger
+from tidemark import fault_injection, storage
+from tidemark.batch.job_settings import SECRET_ENV_VARS
+from tidemark.ledger.store import Ledger
 
 pytestmark = pytest.mark.integration
 
@@ -124,7 +124,7 @@ def test_tidemark_run_writes_every_table_on_s3_exactly_once_and_never_prints_the
 def test_kill_9_of_the_driver_during_the_s3_write_then_recovery_on_the_warm_path(s3_pipeline, spark_connect):
     topic, lake, env = s3_pipeline
     produced = helpers.produce(topic, 90)
-    killed = run(env, topic, TIDEMARK_CRASH_AT=crash.DURING_READ)
+    killed = run(env, topic, TIDEMARK_CRASH_AT=fault_injection.DURING_READ)
     assert killed.returncode != 0 and "killing process" in killed.stdout + killed.stderr, killed.stderr[-3000:]
     ledger = Ledger(f"{lake}/_tidemark/offsets", store())
     assert ledger.state(topic).pending_batch_id == 1  # the batch stays frozen, nothing committed
@@ -149,7 +149,7 @@ def test_two_concurrent_runs_on_s3_one_commits_and_the_other_writes_nothing(s3_p
     log = tmp_path / "first.log"
     with helpers.paused_run([TIDEMARK, "run", topic],
                             {**env, "AIRFLOW_CONN_SPARK_DEFAULT": helpers.spark_connect_connection(spark_connect)},
-                            log, crash.AFTER_PLAN_FROZEN, "the first run") as first:
+                            log, fault_injection.AFTER_PLAN_FROZEN, "the first run") as first:
         assert ledger.state(topic).pending_batch_id == 1, log.read_text()[-4000:]
         second = run(env, topic)
     assert first.wait(timeout=600) == 0, log.read_text()[-4000:]
@@ -167,7 +167,7 @@ def test_a_stale_driver_that_wakes_after_a_take_over_commits_nothing(s3_pipeline
     carries on. A must commit nothing: the output's marker already holds the batch, and the ledger already
     has it."""
     from tidemark.batch.prepare import prepare_batch
-    from tidemark.config import find_pipeline
+    from tidemark.config.pipeline import find_pipeline
     from tidemark_spark.submit import local_spark_env, run_ingest_job, spark_submit_command
 
     topic, lake, env = s3_pipeline
@@ -184,7 +184,7 @@ def test_a_stale_driver_that_wakes_after_a_take_over_commits_nothing(s3_pipeline
     plan_a = prepare_batch(config, properties, owner="manual__A", store=store())
     log = tmp_path / "driver_a.log"
     with helpers.paused_run(spark_submit_command(plan_a, "local[2]", config.spark_conf),
-                            job_env, log, crash.AFTER_DEAD_LETTERS, "driver A") as stale:
+                            job_env, log, fault_injection.AFTER_DEAD_LETTERS, "driver A") as stale:
         # A's run is over as far as the orchestrator knows: B takes the batch over and commits it.
         plan_b = prepare_batch(config, properties, owner="manual__B", run_state=lambda run_id: "failed",
                                store=store())

@@ -13,8 +13,8 @@ import traceback
 
 import pytest
 
-from tidemark.ledger import COMMITTED, Ledger, planned_rows
-from tidemark.offsets import OffsetRange, TopicPartition
+from tidemark.kafka.offsets import OffsetRange, TopicPartition
+from tidemark.ledger.store import COMMITTED, Ledger, planned_rows
 
 pytestmark = pytest.mark.integration
 
@@ -74,7 +74,7 @@ def test_a_freeze_on_a_stale_version_conflicts_only_with_a_write_of_its_own_pipe
     from deltalake import write_deltalake
     from deltalake.exceptions import CommitFailedError
 
-    from tidemark import ledger as ledger_module
+    from tidemark.ledger import store as ledger_module
 
     uri = str(tmp_path / "offsets")
     ledger = Ledger(uri)

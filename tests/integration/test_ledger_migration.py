@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from tidemark import ledger_migrations as m
 from tidemark.errors import ConfigError, PipelineBusyError
-from tidemark.ledger import COMMITTED, PLANNED, SCHEMA, Ledger, LedgerRow, RowChanges, fingerprint, planned_rows
-from tidemark.offsets import OffsetRange
-from tidemark.offsets import TopicPartition as TP
+from tidemark.kafka.offsets import OffsetRange
+from tidemark.kafka.offsets import TopicPartition as TP
+from tidemark.ledger import migrations as m
+from tidemark.ledger.store import COMMITTED, PLANNED, SCHEMA, Ledger, LedgerRow, RowChanges, fingerprint, planned_rows
 
 pytestmark = pytest.mark.integration
 

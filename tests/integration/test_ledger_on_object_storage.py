@@ -11,8 +11,8 @@ import uuid
 import pytest
 
 from tidemark.errors import PipelineBusyError
-from tidemark.ledger import Ledger, planned_rows
-from tidemark.offsets import OffsetRange, TopicPartition
+from tidemark.kafka.offsets import OffsetRange, TopicPartition
+from tidemark.ledger.store import Ledger, planned_rows
 from tidemark.storage import ObjectStore
 
 pytestmark = pytest.mark.integration

@@ -1,5 +1,5 @@
 """Table maintenance and ingestion never corrupt each other (issue 27 item 1), on output tables written by the
-real batch path (Kafka, Spark, Delta) and maintained by delta-rs (tidemark.maintenance):
+real batch path (Kafka, Spark, Delta) and maintained by delta-rs (tidemark.operations.table_maintenance):
 
 - an OPTIMIZE that commits while a batch's Delta transaction is open (the batch's Spark tasks held at a gate
   until the OPTIMIZE is in), and one planned before a batch committed and committing after it: Delta's
@@ -22,13 +22,15 @@ import pytest
 from deltalake import DeltaTable
 
 from tests import helpers
-from tidemark import maintenance, settings, spark_io
-from tidemark.audit import audit_tables
+from tidemark import settings
+from tidemark.audit.live_table import audit_tables
 from tidemark.batch import execute
 from tidemark.batch.execute import execute_batch
 from tidemark.batch.prepare import prepare_batch
-from tidemark.config import parse_pipeline
-from tidemark.ledger import Ledger
+from tidemark.batch.spark import batch_io
+from tidemark.config.pipeline import parse_pipeline
+from tidemark.ledger.store import Ledger
+from tidemark.operations import table_maintenance
 
 pytestmark = pytest.mark.integration
 
@@ -67,9 +69,9 @@ def test_optimize_committing_while_a_batch_commits_leaves_every_record_once(kafk
 
     held = helpers.gate_udf(gate)  # the batch's tasks wait for the OPTIMIZE to commit
 
-    read = spark_io.read_ranges
+    read = batch_io.read_ranges
     with monkeypatch.context() as patched:
-        patched.setattr(spark_io, "read_ranges", lambda session, options: read(session, options).where(
+        patched.setattr(batch_io, "read_ranges", lambda session, options: read(session, options).where(
             held(F.col("offset"))))
         patched.setattr(spark.sparkContext, "pythonExec", sys.executable)  # the UDF's workers: this interpreter
         helpers.produce(topic, 6, start=6)
@@ -86,7 +88,7 @@ def test_optimize_committing_while_a_batch_commits_leaves_every_record_once(kafk
         writer.start()
         tracker = spark.sparkContext.statusTracker()
         helpers.wait_until(lambda: tracker.getActiveStageIds(), 120, "the batch's Spark job to start")
-        optimized = maintenance.optimize(config.table_uri, None, topic, ["kafka_partition", "kafka_offset"])
+        optimized = table_maintenance.optimize(config.table_uri, None, topic, ["kafka_partition", "kafka_offset"])
         gate.touch()
         writer.join(300)
         assert not writer.is_alive() and failures == []
@@ -125,9 +127,9 @@ def test_marker_and_recovery_still_work_after_optimize_vacuum_and_checkpoints(ka
     ledger = Ledger(settings.ledger_uri())
     assert ledger.state(topic).pending_batch_id == pending.batch_id == 2
 
-    report = maintenance.maintain(config, settings.ledger_uri(), None)
+    report = table_maintenance.maintain(config, settings.ledger_uri(), None)
     assert report["output"]["optimize"]["files_after"] == 1 and report["output"]["vacuumed_files"] == 0  # 7 days
-    deleted = maintenance.vacuum(config.table_uri, None, topic, dt.timedelta(0), floor=dt.timedelta(0))
+    deleted = table_maintenance.vacuum(config.table_uri, None, topic, dt.timedelta(0), floor=dt.timedelta(0))
     assert len(deleted) == report["output"]["optimize"]["files_before"]  # every replaced file is gone
     assert len(list(Path(config.table_uri).glob("*.parquet"))) == 1
     assert report["output"]["checkpoint_version"] is not None and report["ledger"]["checkpoint_version"] is not None
@@ -139,7 +141,7 @@ def test_marker_and_recovery_still_work_after_optimize_vacuum_and_checkpoints(ka
     execute_batch(spark, pending, props())  # a retry of the batch: recognised, nothing written
     assert DeltaTable(config.table_uri).version() == version
     # Spark's own write of the batch is skipped too: Delta reads the marker from the checkpoint delta-rs wrote
-    spark_io.write_output(spark.read.format("delta").load(config.table_uri).limit(1), pending)
+    batch_io.write_output(spark.read.format("delta").load(config.table_uri).limit(1), pending)
     assert DeltaTable(config.table_uri).version() == version
     assert {(r.status, r.record_count) for r in ledger.rows(topic) if r.batch_id == 2} == {("committed", 3)}
     assert_exactly_once(config, 12)
@@ -155,7 +157,7 @@ def test_optimize_beside_keyed_merge_batches_keeps_every_key_once(kafka_bootstra
     source held at a gate until the OPTIMIZE is in), and a compaction planned before a MERGE batch and
     committing after it; the table equals the reference built from the changes, and the audit is clean."""
     from tests.integration.test_keyed_tables import Reference, change, keyed_pipeline, produce, table
-    from tidemark import spark_keyed
+    from tidemark.batch.spark import merge
 
     topic = helpers.create_topic(helpers.unique("maint_keyed"), partitions=2)
     config, ref = keyed_pipeline(topic), Reference()
@@ -168,9 +170,9 @@ def test_optimize_beside_keyed_merge_batches_keeps_every_key_once(kafka_bootstra
 
     held = helpers.gate_udf(gate, waiting=waiting)  # the MERGE's source waits for the OPTIMIZE to commit
 
-    merge = spark_keyed.merge
+    merge = merge.merge
     with monkeypatch.context() as patched:
-        patched.setattr(spark_keyed, "merge", lambda session, newest, *a, **k: merge(
+        patched.setattr(merge, "merge", lambda session, newest, *a, **k: merge(
             session, newest.where(held(F.col("kafka_offset"))), *a, **k))
         patched.setattr(spark.sparkContext, "pythonExec", sys.executable)
         produce(topic, ref, [change(1, "u1", 100), change(2, "TOMBSTONE"), change(20, "new", 1)], partition=0)
@@ -187,7 +189,7 @@ def test_optimize_beside_keyed_merge_batches_keeps_every_key_once(kafka_bootstra
         writer = threading.Thread(target=run)
         writer.start()
         helpers.wait_until(waiting.exists, 120, "the MERGE's Spark job to start")
-        optimized = maintenance.optimize(config.table_uri, None, topic, ["id"])
+        optimized = table_maintenance.optimize(config.table_uri, None, topic, ["id"])
         gate.touch()
         writer.join(300)
         assert not writer.is_alive() and failures == [], failures
@@ -208,11 +210,11 @@ def test_optimize_beside_keyed_merge_batches_keeps_every_key_once(kafka_bootstra
     execute_batch(spark, prepare_batch(config, props()), props())
     produce(topic, ref, [change(13, "u13", 130)], partition=1)
     execute_batch(spark, prepare_batch(config, props()), props())
-    open_table = maintenance.storage.open_table
+    open_table = table_maintenance.storage.open_table
     with monkeypatch.context() as patched:
-        patched.setattr(maintenance.storage, "open_table", lambda uri, store: (
+        patched.setattr(table_maintenance.storage, "open_table", lambda uri, store: (
             stale if not opened.append(uri) and len(opened) == 1 else open_table(uri, store)))
-        compacted = maintenance.optimize(config.table_uri, None, topic, ["id"])
+        compacted = table_maintenance.optimize(config.table_uri, None, topic, ["id"])
     assert compacted["attempts"] == 2, "the stale OPTIMIZE lost to the MERGE batches and ran again"
     last = commits(config.table_uri)[DeltaTable(config.table_uri).version()]
     assert last["operation"] == "OPTIMIZE" and last["readVersion"] == last["version"] - 1

@@ -15,7 +15,7 @@ import pytest
 
 from tests import helpers
 from tidemark import storage
-from tidemark.ledger import Ledger
+from tidemark.ledger.store import Ledger
 
 pytestmark = pytest.mark.integration
 
@@ -102,7 +102,7 @@ def test_a_lake_moved_without_its_ledger_is_refused_and_ledger_move_brings_it_al
 
 def test_a_batch_of_a_dead_run_that_still_looks_alive_is_taken_over_with_a_reason(pipeline):
     from tidemark.batch import prepare_batch
-    from tidemark.config import find_pipeline
+    from tidemark.config.pipeline import find_pipeline
 
     topic, folder, lake, env = pipeline
     write_pipeline(folder, topic, topic)
@@ -135,7 +135,7 @@ def test_a_batch_frozen_for_one_location_is_executed_where_the_table_is_configur
     import socket
 
     from tidemark.batch import prepare_batch
-    from tidemark.config import parse_pipeline
+    from tidemark.config.pipeline import parse_pipeline
 
     topic, folder, lake, env = pipeline
     old, new = f"{lake}/{topic}_old", f"{lake}/{topic}_new"

@@ -8,8 +8,8 @@ import pytest
 from tests import helpers
 from tidemark.batch.execute import execute_batch
 from tidemark.batch.prepare import prepare_batch
-from tidemark.config import parse_pipeline
-from tidemark.offsets import OffsetRange
+from tidemark.config.pipeline import parse_pipeline
+from tidemark.kafka.offsets import OffsetRange
 
 pytestmark = pytest.mark.integration
 
@@ -94,8 +94,8 @@ def test_partition_by_kafka_date_partitions_the_output(kafka_bootstrap, spark, l
 def test_a_long_range_split_over_several_tasks_is_still_read_exactly_once(kafka_bootstrap, spark, lake, value_format):
     """max_offsets_per_spark_task: partition 0's long range is read by several Spark tasks (raw: the one
     write pass; json: the typed path with dead letters), and every offset lands once."""
-    from tidemark import spark_io
-    from tidemark.ledger import Ledger
+    from tidemark.batch.spark import batch_io
+    from tidemark.ledger.store import Ledger
     from tidemark.settings import ledger_uri
 
     topic = helpers.create_topic(helpers.unique(f"split_{value_format}"), partitions=2)
@@ -105,9 +105,9 @@ def test_a_long_range_split_over_several_tasks_is_still_read_exactly_once(kafka_
                              **({"value_format": "json", "value_schema": {"order_id": "bigint"}}
                                 if value_format == "json" else {})}, "test")
     plan = prepare_batch(config, props())
-    options = spark_io.kafka_source_options(plan, props())
+    options = batch_io.kafka_source_options(plan, props())
     assert int(options["minPartitions"]) == 6 + 1  # 43 offsets in pieces of 8, and the short range
-    assert spark_io.read_ranges(spark, options).rdd.getNumPartitions() > 2
+    assert batch_io.read_ranges(spark, options).rdd.getNumPartitions() > 2
 
     execute_batch(spark, plan, props())
     per_partition = "SELECT kafka_partition AS p, COUNT(*) AS n, COUNT(DISTINCT kafka_offset) AS d FROM t GROUP BY 1"

@@ -20,10 +20,10 @@ from tests import helpers
 from tidemark import settings
 from tidemark.batch.execute import execute_batch
 from tidemark.batch.prepare import prepare_batch
-from tidemark.config import parse_pipeline
+from tidemark.config.pipeline import parse_pipeline
 from tidemark.errors import SchemaRegistryError
-from tidemark.ledger import Ledger
-from tidemark.schema_registry import RegistryClient
+from tidemark.formats.schema_registry import RegistryClient
+from tidemark.ledger.store import Ledger
 
 pytestmark = pytest.mark.integration
 

@@ -12,10 +12,10 @@ from tidemark import settings
 from tidemark.batch.execute import execute_batch
 from tidemark.batch.prepare import prepare_batch
 from tidemark.batch.reset import ResetRequest, reset_offsets
-from tidemark.config import parse_pipeline
+from tidemark.config.pipeline import parse_pipeline
 from tidemark.errors import PipelineBusyError, ResetError
-from tidemark.ledger import Ledger
-from tidemark.offsets import TopicPartition as TP
+from tidemark.kafka.offsets import TopicPartition as TP
+from tidemark.ledger.store import Ledger
 
 pytestmark = pytest.mark.integration
 

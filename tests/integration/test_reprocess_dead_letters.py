@@ -17,14 +17,14 @@ import pytest
 
 from tests import helpers
 from tidemark import settings
-from tidemark.audit import audit_tables
+from tidemark.audit.live_table import audit_tables
 from tidemark.batch.execute import execute_batch
 from tidemark.batch.prepare import prepare_batch
-from tidemark.config import parse_pipeline
-from tidemark.dead_letters import reserve
-from tidemark.ledger import Ledger
-from tidemark.offsets import TopicPartition
-from tidemark.schema_registry import RegistryClient
+from tidemark.config.pipeline import parse_pipeline
+from tidemark.formats.schema_registry import RegistryClient
+from tidemark.kafka.offsets import TopicPartition
+from tidemark.ledger.store import Ledger
+from tidemark.operations.reprocessing import reserve
 from tidemark_spark import reprocess as reprocess_job
 
 pytestmark = pytest.mark.integration

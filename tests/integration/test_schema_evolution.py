@@ -14,9 +14,9 @@ from tests import helpers
 from tidemark import settings
 from tidemark.batch.execute import execute_batch
 from tidemark.batch.prepare import prepare_batch
-from tidemark.config import parse_pipeline
+from tidemark.config.pipeline import parse_pipeline
 from tidemark.errors import SchemaChangeError
-from tidemark.ledger import Ledger
+from tidemark.ledger.store import Ledger
 
 pytestmark = pytest.mark.integration
 

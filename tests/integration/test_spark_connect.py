@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests import helpers
-from tidemark.ledger import Ledger
+from tidemark.ledger.store import Ledger
 
 pytestmark = pytest.mark.integration
 

@@ -13,16 +13,16 @@ import pytest
 
 from tests import helpers
 from tests.integration.test_crash_points import recover, tidemark_run
-from tidemark import crash, settings
-from tidemark.audit import audit_tables, summary
+from tidemark import fault_injection, settings
+from tidemark.audit.live_table import audit_tables, summary
 from tidemark.batch.backfill import BackfillRequest, prepare_backfill
 from tidemark.batch.execute import execute_batch
 from tidemark.batch.prepare import prepare_batch
 from tidemark.batch.reset import ResetRequest, reset_offsets
-from tidemark.config import parse_pipeline
+from tidemark.config.pipeline import parse_pipeline
 from tidemark.errors import TransformError
-from tidemark.ledger import Ledger
-from tidemark.offsets import TopicPartition
+from tidemark.kafka.offsets import TopicPartition
+from tidemark.ledger.store import Ledger
 
 pytestmark = pytest.mark.integration
 
@@ -116,7 +116,7 @@ def test_a_filter_counts_what_it_drops_and_a_kill_before_the_ledger_commit_keeps
     # from the output commit's metadata, and finds the filtered ones again
     helpers.produce_values(topic, [order(i, test=i == 10) for i in range(10, 13)], partition=0)
     helpers.produce_values(topic, [order(20), order(21, test=True)], partition=1)
-    crashed, _ = tidemark_run({**env, "TIDEMARK_CRASH_AT": crash.AFTER_OUTPUT_COMMIT,
+    crashed, _ = tidemark_run({**env, "TIDEMARK_CRASH_AT": fault_injection.AFTER_OUTPUT_COMMIT,
                                "TIDEMARK_CRASH_ONCE": str(tmp_path / "crashed")}, topic)
     assert (tmp_path / "crashed").exists(), crashed.stderr[-3000:]
     assert Ledger(settings.ledger_uri()).state(topic).pending_batch_id == 2

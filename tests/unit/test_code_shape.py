@@ -33,3 +33,23 @@ def test_no_function_is_over_60_lines():
                 if lines > MAX_FUNCTION_LINES and name not in LONGER_FUNCTIONS:
                     long[name] = lines
     assert long == {}, f"shorten these functions (lines), or list them with a reason: {long}"
+
+
+def test_no_two_modules_of_the_product_share_a_file_name():
+    """Issue 58: a file name says what the module holds, once (``ingest.py`` was the job's script and its
+    main; ``tables.py`` both what a batch's tables hold and the CLI's table printer). The product is
+    plugins/, spark_jobs/ and dags/; a package's ``__init__.py`` is its face, not a name."""
+    root = PLUGINS.parent
+    seen: dict[str, list[str]] = {}
+    for folder in ("plugins", "spark_jobs", "dags"):
+        for path in (root / folder).rglob("*.py"):
+            if path.name != "__init__.py" and "__pycache__" not in path.parts:
+                seen.setdefault(path.name, []).append(str(path.relative_to(root)))
+    shared = {name: sorted(paths) for name, paths in seen.items() if len(paths) > 1}
+    assert shared == {}, f"rename one of each: {shared}"
+
+
+def test_the_core_root_holds_only_its_face_and_cross_cutting_modules():
+    """Issue 58: everything else lives in a concept package (docs/DESIGN.md, *The package map*)."""
+    root_modules = {p.stem for p in (PLUGINS / "tidemark").glob("*.py")} - {"__init__"}
+    assert root_modules == {"errors", "settings", "storage", "connections", "fault_injection", "run"}

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from tidemark.observability import METRICS
+from tidemark.observe.measurements import METRICS
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ["README.md", "docs/DESIGN.md", "docs/OPERATIONS.md", "docs/CONFIGURATION.md", "docs/OBJECT_STORAGE_NOTES.md"]
 PACKAGES = ("tidemark", "tidemark_airflow", "tidemark_cli", "tidemark_spark")
 NOT_CODE = {"tidemark.ledger.schemaVersion"}  # a Delta table property, spelled like a module
-NOT_CODE |= {metric.name for metric in METRICS}  # metric names (tidemark.observability), spelled likewise
+NOT_CODE |= {metric.name for metric in METRICS}  # metric names (tidemark.observe.measurements), spelled likewise
 
 
 def text(doc: str) -> str:
@@ -289,7 +289,7 @@ def yaml_blocks() -> list[tuple[str, int, str]]:
 def test_every_yaml_example_is_yaml_and_every_pipeline_example_validates(doc, line, block, tmp_path, monkeypatch):
     import yaml
 
-    from tidemark.config import parse_pipeline
+    from tidemark.config.pipeline import parse_pipeline
 
     monkeypatch.setenv("TIDEMARK_LAKE_ROOT", str(tmp_path))
     try:

@@ -5,7 +5,7 @@ Follow one batch through it (docs/DESIGN.md states each rule):
 1. ``prepare.prepare_batch`` — recover the pipeline's unfinished batch first
    (``recovery.recover``: roll it forward if its output committed, else re-execute the same frozen
    ranges, taking it over from a dead owner, ``ownership``); otherwise plan the next ranges from the
-   ledger's position and Kafka's offsets (``tidemark.planner``, pure) and **freeze** them as planned
+   ledger's position and Kafka's offsets (``tidemark.kafka.planner``, pure) and **freeze** them as planned
    ledger rows. ``backfill.prepare_backfill`` freezes a backfill batch instead.
 2. ``execute.execute_batch`` — with a SparkSession: check the plan is the ledger's frozen batch and
    this run owns it, read exactly its ranges, write dead letters, then the output table with the
@@ -15,8 +15,8 @@ Follow one batch through it (docs/DESIGN.md states each rule):
 
 ``reset.reset_offsets`` writes audited reset rows; ``status`` reports lag, history and health (read-only);
 ``consumer_group`` mirrors positions to Kafka's consumer group. ``tables`` reads what the output tables hold for
-a batch. The ledger (``tidemark.ledger``), the tables (``tidemark.storage``) and Kafka
-(``tidemark.kafka_client``) are the only I/O besides Spark, each handed to these functions (the object store
+a batch. The ledger (``tidemark.ledger.store``), the tables (``tidemark.storage``) and Kafka
+(``tidemark.kafka.client``) are the only I/O besides Spark, each handed to these functions (the object store
 too: ``store``); the run (``tidemark.run``) resolves them once for every adapter.
 """
 

@@ -26,13 +26,13 @@ from tidemark.batch.prepare import (
     next_batch_id,
     recover_checked,
 )
-from tidemark.config import PipelineConfig
+from tidemark.config.pipeline import PipelineConfig
 from tidemark.errors import ConfigError, PipelineBusyError
-from tidemark.kafka_client import KafkaOffsets
-from tidemark.ledger import Ledger, planned_rows
-from tidemark.offsets import OffsetRange, TopicPartition
-from tidemark.planner import check_topic_ids
-from tidemark.schema_registry import SchemaSource
+from tidemark.formats.schema_registry import SchemaSource
+from tidemark.kafka.client import KafkaOffsets
+from tidemark.kafka.offsets import OffsetRange, TopicPartition
+from tidemark.kafka.planner import check_topic_ids
+from tidemark.ledger.store import Ledger, planned_rows
 from tidemark.storage import ObjectStore
 
 log = logging.getLogger(__name__)

@@ -1,8 +1,8 @@
 """Dead letters from what the one pass carried: a batch of values that can be bad writes its good records in one
 pass over Kafka, and that pass brings its bad records to the driver with its counts
-(``spark_tally.write_output_tallying``) when they are few and small. They are written here, after the output commit
-as before, with delta-rs: one commit of the dead-letter table with the batch's marker, no Spark job and no second
-read of Kafka. The order of the commits, the markers and recovery are those of the read-again path
+(``tidemark.batch.spark.tally.write_output_tallying``) when they are few and small. They are written here, after the
+output commit as before, with delta-rs: one commit of the dead-letter table with the batch's marker, no Spark job and no
+second read of Kafka. The order of the commits, the markers and recovery are those of the read-again path
 (``modes.checked_append.write_checked_in_one_pass``): a crash between the output commit and this one leaves the
 dead letters to the next attempt, which reads them again (``modes.base.complete_dead_letters``)."""
 
@@ -17,8 +17,8 @@ from tidemark.storage import ObjectStore
 
 
 def arrow_schema():
-    """The dead-letter table's columns as Spark writes them (``spark_io.write_dead_letters``), for a table that
-    does not exist yet."""
+    """The dead-letter table's columns as Spark writes them (``tidemark.batch.spark.batch_io.write_dead_letters``), for
+    a table that does not exist yet."""
     import pyarrow as pa
 
     timestamp = pa.timestamp("us", tz="UTC")

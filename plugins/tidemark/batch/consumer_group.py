@@ -8,9 +8,9 @@ import logging
 from collections.abc import Mapping
 
 from tidemark import settings
-from tidemark.config import PipelineConfig
-from tidemark.kafka_client import commit_group_offsets
-from tidemark.ledger import Ledger
+from tidemark.config.pipeline import PipelineConfig
+from tidemark.kafka.client import commit_group_offsets
+from tidemark.ledger.store import Ledger
 from tidemark.storage import ObjectStore
 
 log = logging.getLogger(__name__)

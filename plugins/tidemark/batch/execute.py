@@ -1,7 +1,7 @@
 """Execute: the Spark part of a batch, given a SparkSession. Reads exactly the frozen ranges, writes them
 with the batch's write mode (``tidemark.batch.modes``: the output commit, with the batch's idempotency
 marker, is the commit point; dead letters before or after it, as the mode says), then finalizes (the ledger
-commit). The Spark job (``tidemark_spark.ingest``) only parses its arguments, builds the session and calls
+commit). The Spark job (``tidemark_spark.ingest_job``) only parses its arguments, builds the session and calls
 ``execute_batch``; tests call it with their own session.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from tidemark import crash
+from tidemark import fault_injection
 from tidemark.batch.finalize import finalize_batch
 from tidemark.batch.modes import mode_for
 from tidemark.batch.modes.base import check_plan_is_frozen, read_rows
@@ -39,7 +39,7 @@ def execute_batch(spark, plan: BatchPlan, properties: Mapping[str, str], store: 
         check_plan_is_frozen(plan, store)
         log.info("pipeline '%s': batch %d: reading %d offsets of %d partition(s) from Kafka (%s)", plan.pipeline,
                  plan.batch_id, plan.total_offsets, len(plan.ranges), mode.name)
-        crash.crash_when_spark_is_busy(crash.DURING_READ, spark)
+        fault_injection.crash_when_spark_is_busy(fault_injection.DURING_READ, spark)
         counted = mode.write(spark, read_rows(spark, plan, properties), plan, properties, store)
         finalize_batch(plan, counted.tallies, counted.records_read, bad_read=counted.bad_read, store=store)
-    crash.crash_point(crash.AFTER_LEDGER_COMMIT)
+    fault_injection.crash_point(fault_injection.AFTER_LEDGER_COMMIT)

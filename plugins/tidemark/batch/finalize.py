@@ -11,7 +11,7 @@ from __future__ import annotations
 from tidemark.batch.modes import Counted, mode_for
 from tidemark.batch.plan import BatchPlan
 from tidemark.batch.tables import Tally
-from tidemark.offsets import TopicPartition
+from tidemark.kafka.offsets import TopicPartition
 from tidemark.storage import ObjectStore
 
 

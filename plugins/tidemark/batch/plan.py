@@ -11,12 +11,12 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tidemark.offsets import HasRanges, OffsetRange
-from tidemark.records import RecordFormat
-from tidemark.schemas import BatchSchemas, batch_format
+from tidemark.batch.schemas import BatchSchemas, batch_format
+from tidemark.formats.records import RecordFormat
+from tidemark.kafka.offsets import HasRanges, OffsetRange
 
 if TYPE_CHECKING:
-    from tidemark.config import PipelineConfig
+    from tidemark.config.pipeline import PipelineConfig
 
 METADATA_KEY = "tidemark"
 
@@ -39,13 +39,13 @@ class BatchPlan(HasRanges):
     """Some ranges may already be in the output (after a reset back in time, or a backfill):
     records whose Kafka coordinates are already in the output or dead letters are skipped."""
     record_format: dict = field(default_factory=lambda: RecordFormat().to_dict())
-    """How values are parsed and what makes a record bad (``records.RecordFormat`` as a dict)."""
+    """How values are parsed and what makes a record bad (``tidemark.formats.records.RecordFormat`` as a dict)."""
     partition_by: list[str] = field(default_factory=list)
     """The output table's partition columns."""
     kafka_timeout_seconds: int = 30
     """How long the Spark read waits for Kafka before the batch fails (nothing committed)."""
     max_offsets_per_task: int | None = None
-    """Ranges longer than this are split over several Spark tasks (``offsets.spark_min_partitions``);
+    """Ranges longer than this are split over several Spark tasks (``tidemark.kafka.offsets.spark_min_partitions``);
     None (the default, and plans frozen before 0.3) reads one task per partition."""
     isolation_level: str = "read_committed"
     """How the job reads the ranges (the pipeline's ``isolation_level`` when the batch was planned): a batch

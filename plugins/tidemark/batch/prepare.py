@@ -13,20 +13,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from tidemark import crash, settings, storage
+from tidemark import fault_injection, settings, storage
 from tidemark.batch.ownership import RunStateLookup, cli_owner_id
 from tidemark.batch.plan import BatchPlan, build_plan
 from tidemark.batch.recovery import recover
+from tidemark.batch.schemas import BatchSchemas, freeze_avro, freeze_json, subject_of
 from tidemark.batch.tables import output_txn_version
-from tidemark.config import PipelineConfig
+from tidemark.config.pipeline import PipelineConfig
 from tidemark.errors import ConfigError, LedgerMissingError
-from tidemark.kafka_client import KafkaOffsets
-from tidemark.ledger import Ledger, LedgerRow, LedgerState, gap_rows, planned_rows
-from tidemark.offsets import OffsetRange, TopicPartition, describe_ranges
-from tidemark.planner import check_topic_ids, plan_ranges
-from tidemark.protobuf_schemas import freeze_protobuf
-from tidemark.schema_registry import SchemaSource
-from tidemark.schemas import BatchSchemas, freeze_avro, freeze_json, subject_of
+from tidemark.formats.protobuf_schemas import freeze_protobuf
+from tidemark.formats.schema_registry import SchemaSource
+from tidemark.kafka.client import KafkaOffsets
+from tidemark.kafka.offsets import OffsetRange, TopicPartition, describe_ranges
+from tidemark.kafka.planner import check_topic_ids, plan_ranges
+from tidemark.ledger.store import Ledger, LedgerRow, LedgerState, gap_rows, planned_rows
 from tidemark.storage import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ def freeze(ledger: Ledger, state: LedgerState, plan: BatchPlan, rows: list[Ledge
              "backfill " if rows[-1].kind == "backfill" else "", plan.batch_id, plan.total_offsets,
              ", re-reading offsets already ingested: deduplicated" if plan.dedupe else "",
              describe_ranges(plan.ranges))
-    crash.crash_point(crash.AFTER_PLAN_FROZEN)
+    fault_injection.crash_point(fault_injection.AFTER_PLAN_FROZEN)
     return plan
 
 

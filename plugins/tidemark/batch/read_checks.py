@@ -8,8 +8,8 @@ from __future__ import annotations
 import contextlib
 import logging
 
-from tidemark import spark_io
 from tidemark.batch.plan import BatchPlan
+from tidemark.batch.spark import batch_io
 from tidemark.batch.tables import Tally
 from tidemark.errors import (
     BadRecordsError,
@@ -19,7 +19,7 @@ from tidemark.errors import (
     StorageLocationError,
     TidemarkError,
 )
-from tidemark.offsets import TopicPartition, describe_ranges
+from tidemark.kafka.offsets import TopicPartition, describe_ranges
 
 log = logging.getLogger(__name__)
 
@@ -27,14 +27,14 @@ log = logging.getLogger(__name__)
 @contextlib.contextmanager
 def kafka_errors(plan: BatchPlan):
     """Spark contacts Kafka lazily (when the read is planned and run) and writes to the tables at the
-    end of the same job: a Kafka or storage failure there (``spark_io.jvm_failure``) becomes an error
-    that names the batch and says what happens next."""
+    end of the same job: a Kafka or storage failure there (``tidemark.batch.spark.batch_io.jvm_failure``) becomes an
+    error that names the batch and says what happens next."""
     try:
         yield
     except TidemarkError:
         raise
     except Exception as exc:
-        failure = spark_io.jvm_failure(exc)
+        failure = batch_io.jvm_failure(exc)
         fields = {"pipeline": plan.pipeline, "batch_id": plan.batch_id}
         if failure is None or failure.kind in ("bad_record", "concurrent_write", "concurrent_rewrite"):
             raise
@@ -62,12 +62,22 @@ def cached_and_counted(rows, plan: BatchPlan) -> tuple[object, dict[TopicPartiti
         rows = rows.persist()
     try:
         with kafka_errors(plan):
-            tallies = spark_io.tally(rows)
+            tallies = batch_io.tally(rows)
         bad = checked(plan, rows, tallies)
     except BaseException:
         rows.unpersist()
         raise
     return rows, tallies, bad
+
+
+def nothing_left(plan: BatchPlan, tallies: dict[TopicPartition, Tally]) -> bool:
+    """Whether a re-read batch found every record of its ranges already written (then no table is written: a
+    batch with nothing new makes no commit, as an empty incremental run makes none); logged when so."""
+    if any(t.records for t in tallies.values()):
+        return False
+    log.info("pipeline '%s': batch %d: every record of its ranges is already in the output or the dead letters; "
+             "no table is written", plan.pipeline, plan.batch_id)
+    return True
 
 
 def checked(plan: BatchPlan, rows, tallies: dict[TopicPartition, Tally], records: int | None = None) -> int:
@@ -89,7 +99,7 @@ def bad_records_error(plan: BatchPlan, rows) -> BadRecordsError:
     bad = rows.where("error IS NOT NULL").count()
     return BadRecordsError(
         f"batch {plan.batch_id} has {bad} bad record(s) and on_bad_record is 'fail'; nothing was "
-        f"written. First: {'; '.join(spark_io.bad_examples(rows))}. Fix the producer, or set "
+        f"written. First: {'; '.join(batch_io.bad_examples(rows))}. Fix the producer, or set "
         f"'on_bad_record: dead_letter' to divert them to {plan.dead_letter_uri}.", pipeline=plan.pipeline)
 
 

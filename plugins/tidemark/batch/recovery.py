@@ -16,12 +16,12 @@ from typing import Literal
 from tidemark.batch.finalize import finalize_batch
 from tidemark.batch.ownership import RunStateLookup, is_owner_alive
 from tidemark.batch.plan import BatchPlan, build_plan
+from tidemark.batch.schemas import BatchSchemas
 from tidemark.batch.tables import dead_letters_settled, output_txn_version
-from tidemark.config import PipelineConfig
+from tidemark.config.pipeline import PipelineConfig
 from tidemark.errors import PipelineBusyError
-from tidemark.ledger import Ledger, LedgerState
-from tidemark.offsets import describe_ranges
-from tidemark.schemas import BatchSchemas
+from tidemark.kafka.offsets import describe_ranges
+from tidemark.ledger.store import Ledger, LedgerState
 
 log = logging.getLogger(__name__)
 

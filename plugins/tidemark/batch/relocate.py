@@ -12,7 +12,7 @@ import logging
 
 from tidemark import storage
 from tidemark.errors import ConfigError
-from tidemark.ledger import Ledger
+from tidemark.ledger.store import Ledger
 
 log = logging.getLogger(__name__)
 

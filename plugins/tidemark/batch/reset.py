@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 from tidemark import settings
 from tidemark.batch.prepare import kafka_offsets
-from tidemark.config import PipelineConfig
+from tidemark.config.pipeline import PipelineConfig
 from tidemark.errors import PipelineBusyError, ResetError
-from tidemark.ledger import COMMITTED, Ledger, LedgerRow, now
-from tidemark.reset_targets import ResetPreview, parse_datetime, parse_duration, parse_offsets_file, parse_scope
-from tidemark.reset_targets import preview_reset as decide
+from tidemark.kafka.reset_targets import ResetPreview, parse_datetime, parse_duration, parse_offsets_file, parse_scope
+from tidemark.kafka.reset_targets import preview_reset as decide
+from tidemark.ledger.store import COMMITTED, Ledger, LedgerRow, now
 from tidemark.storage import ObjectStore
 
 log = logging.getLogger(__name__)

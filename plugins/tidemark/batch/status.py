@@ -13,16 +13,25 @@ from tidemark import settings
 from tidemark.batch.plan import BatchPlan
 from tidemark.batch.prepare import kafka_offsets
 from tidemark.batch.tables import output_version
-from tidemark.config import PipelineConfig
+from tidemark.config.pipeline import PipelineConfig
 from tidemark.errors import (
     KafkaAuthenticationError,
     KafkaUnavailableError,
     PlanMismatchError,
     UnknownTopicError,
 )
-from tidemark.freshness import hold_started
-from tidemark.ledger import COMMITTED, KIND_BATCH, KIND_GAP, PLANNED, WRITING_KINDS, Ledger, LedgerRow, LedgerState
-from tidemark.ledger_state import CHANGE_COLUMNS, KIND_REPROCESS, batch_changes
+from tidemark.ledger.state import CHANGE_COLUMNS, KIND_REPROCESS, batch_changes
+from tidemark.ledger.store import (
+    COMMITTED,
+    KIND_BATCH,
+    KIND_GAP,
+    PLANNED,
+    WRITING_KINDS,
+    Ledger,
+    LedgerRow,
+    LedgerState,
+)
+from tidemark.observe.freshness import hold_started
 from tidemark.storage import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -45,7 +54,7 @@ def partition_status(config: PipelineConfig, kafka_properties: Mapping[str, str]
     ``read_committed`` the latest offset is the last stable offset, and ``held_by_open_transactions``
     is the high watermark minus it: records a producer wrote in a transaction it has not yet committed
     or aborted, which no lag counts (0 under ``read_uncommitted``, which reads them); ``held_since``, when
-    the hold began (the first held record's timestamp, ``tidemark.freshness.hold_started``)."""
+    the hold began (the first held record's timestamp, ``tidemark.observe.freshness.hold_started``)."""
     state = Ledger(ledger_uri or settings.ledger_uri(), store).state(config.name)
     if timeout_seconds is not None:
         config = config.model_copy(update={"kafka_timeout_seconds": timeout_seconds})
@@ -101,9 +110,9 @@ def history(pipeline: str, limit: int, ledger_uri: str | None = None, *,
             store: ObjectStore | None = None) -> list[dict]:
     """The pipeline's newest ``limit`` ledger rows, newest first (the ``tidemark offsets history --json``
     contract). A keyed batch's ``rows_inserted``, ``rows_updated`` and ``rows_deleted`` are the batch's totals,
-    on its first row only (``ledger_state.changes_row``); null on its other rows and on append pipelines.
+    on its first row only (``tidemark.ledger.state.changes_row``); null on its other rows and on append pipelines.
     ``filtered_count``: the row's records the pipeline's transform filtered out (null without a transform); the
-    names are the ledger's columns (``ledger_state.SCHEMA``)."""
+    names are the ledger's columns (``tidemark.ledger.state.SCHEMA``)."""
     return [history_entry(r) for r in Ledger(ledger_uri or settings.ledger_uri(), store).recent(pipeline, limit)]
 
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from tidemark import storage
 from tidemark.batch.plan import METADATA_KEY
-from tidemark.ledger_state import RowChanges
-from tidemark.offsets import TopicPartition
+from tidemark.kafka.offsets import TopicPartition
+from tidemark.ledger.state import RowChanges
 from tidemark.storage import ObjectStore
 
 

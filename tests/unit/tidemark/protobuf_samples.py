@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tidemark.schema_registry import RegisteredSchema
+from tidemark.formats.schema_registry import RegisteredSchema
 
 ORDER = """syntax = "proto3";
 package shop;

@@ -1,4 +1,4 @@
-"""The audit (tidemark.audit): the verdict on per-range counts (pure), and the delta-rs queries on small
+"""The audit (tidemark.audit.live_table): the verdict on per-range counts (pure), and the delta-rs queries on small
 output, dead-letter and ledger tables written here with delta-rs (Kafka is not the subject)."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import pyarrow as pa
 from deltalake import write_deltalake
 
-from tidemark.audit import Findings, Missing, audit_tables, judge, summary
-from tidemark.ledger import COMMITTED, PLANNED, Ledger, LedgerRow, fingerprint, planned_rows
-from tidemark.offsets import OffsetRange
-from tidemark.offsets import TopicPartition as TP
+from tidemark.audit.live_table import Findings, Missing, audit_tables, judge, summary
+from tidemark.kafka.offsets import OffsetRange
+from tidemark.kafka.offsets import TopicPartition as TP
+from tidemark.ledger.store import COMMITTED, PLANNED, Ledger, LedgerRow, fingerprint, planned_rows
 
 
 def row(batch, partition, start, end, count, kind="batch", status=COMMITTED):
@@ -96,7 +96,7 @@ def test_an_empty_pipeline_is_ok_and_output_without_a_ledger_is_all_outside(tmp_
 def test_duplicates_are_found_window_by_window_in_order_and_the_list_stops_at_the_limit(tmp_path):
     from deltalake import DeltaTable, QueryBuilder
 
-    from tidemark.audit import _duplicates
+    from tidemark.audit.live_table import _duplicates
 
     output = str(tmp_path / "out")
     write_deltalake(output, output_rows(1, 0, range(10)))
@@ -117,7 +117,7 @@ def test_every_kind_of_damage_fails_the_audit_and_tidemark_audit_help_names_it(c
 
     import pytest
 
-    from tidemark.audit import DAMAGE_KINDS, AuditReport
+    from tidemark.audit.live_table import DAMAGE_KINDS, AuditReport
     from tidemark_cli.main import build_parser
 
     clean = AuditReport("p", "/lake/t", checked_ranges=1, records=2, duplicates=[], duplicated_offsets=0,

@@ -1,4 +1,4 @@
-"""The keyed sample of `tidemark audit --verify-sample` that needs no JVM (tidemark.audit_keyed): which offsets
+"""The keyed sample of `tidemark audit --verify-sample` that needs no JVM (tidemark.audit.keyed_sample): which offsets
 are read (every committed one Kafka still holds, once, with the format of the batch that applied it), how a
 sampled key's rows are judged against its newest change, and the sample's report. The Spark side against a
 real broker and table: tests/integration/test_keyed_audit.py."""
@@ -10,13 +10,13 @@ from contextlib import contextmanager
 
 import pytest
 
-from tidemark import audit_keyed
-from tidemark.audit import AuditReport, verdict
-from tidemark.audit_keyed import key_difference, merge_pieces, retained_pieces, verify_keys
-from tidemark.config import parse_pipeline
-from tidemark.ledger_state import COMMITTED, PLANNED, LedgerRow
-from tidemark.offsets import TopicPartition as TP
-from tidemark.records import RecordFormat, parse_field_type
+from tidemark.audit import keyed_sample
+from tidemark.audit.keyed_sample import key_difference, merge_pieces, retained_pieces, verify_keys
+from tidemark.audit.live_table import AuditReport, verdict
+from tidemark.config.pipeline import parse_pipeline
+from tidemark.formats.records import RecordFormat, parse_field_type
+from tidemark.kafka.offsets import TopicPartition as TP
+from tidemark.ledger.state import COMMITTED, PLANNED, LedgerRow
 
 pytestmark = pytest.mark.unit
 
@@ -95,7 +95,7 @@ def keyed_config(tmp_path):
 
 def test_verify_keys_hands_spark_the_retained_offsets_and_reports_the_keys_that_differ(tmp_path, monkeypatch):
     rows = [row(1, 0, 0, 10), row(2, 0, 10, 20), row(2, 1, 0, 4)]
-    monkeypatch.setattr(audit_keyed, "Ledger", lambda uri, store: type("L", (), {"rows": lambda self, p: rows})())
+    monkeypatch.setattr(keyed_sample, "Ledger", lambda uri, store: type("L", (), {"rows": lambda self, p: rows})())
 
     class Kafka:
         def earliest(self, tps):

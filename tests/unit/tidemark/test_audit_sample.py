@@ -1,13 +1,13 @@
-"""The sample of `tidemark audit --verify-sample` (tidemark.audit_sample): which ranges are chosen, and the
+"""The sample of `tidemark audit --verify-sample` (tidemark.audit.sample): which ranges are chosen, and the
 record digest the Kafka and table checksums add up. The reading itself: tests/integration/test_audit.py."""
 
 from __future__ import annotations
 
 import random
 
-from tidemark.audit_sample import choose, digest
-from tidemark.ledger import COMMITTED, LedgerRow
-from tidemark.offsets import TopicPartition as TP
+from tidemark.audit.sample import choose, digest
+from tidemark.kafka.offsets import TopicPartition as TP
+from tidemark.ledger.store import COMMITTED, LedgerRow
 
 
 def committed(batch, partition, start, end, records):

@@ -1,4 +1,4 @@
-"""The typed part of `tidemark audit --verify-sample` that needs no JVM (tidemark.audit_values): which pipelines
+"""The typed part of `tidemark audit --verify-sample` that needs no JVM (tidemark.audit.typed_sample): which pipelines
 need it, how sampled ranges become Kafka reads, which columns are compared, each batch's format, and how Spark's
 answer becomes the report. The comparison itself: tests/integration/test_audit.py."""
 
@@ -10,11 +10,11 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from tidemark.audit_values import ValueCheck, batch_formats, build_check, describe, mismatches, needs_values
-from tidemark.config import parse_pipeline
-from tidemark.ledger import COMMITTED, LedgerRow
-from tidemark.records import RecordFormat, parse_field_type
-from tidemark.schemas import BatchSchemas, FrozenSchemas
+from tidemark.audit.typed_sample import ValueCheck, batch_formats, build_check, describe, mismatches, needs_values
+from tidemark.batch.schemas import BatchSchemas, FrozenSchemas
+from tidemark.config.pipeline import parse_pipeline
+from tidemark.formats.records import RecordFormat, parse_field_type
+from tidemark.ledger.store import COMMITTED, LedgerRow
 
 ORDER = {"type": "record", "name": "Order", "fields": [{"name": "order_id", "type": "long"}]}
 

@@ -11,8 +11,8 @@ import pytest
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.read import SchemaResolutionError
 
-from tidemark.avro_resolution import incompatibility
-from tidemark.avro_schemas import (
+from tidemark.formats.avro_resolution import incompatibility
+from tidemark.formats.avro_schemas import (
     HEADER_BYTES,
     MAGIC_BYTE,
     frame,
@@ -21,7 +21,7 @@ from tidemark.avro_schemas import (
     spark_type,
     unframe,
 )
-from tidemark.records import Field
+from tidemark.formats.records import Field
 
 pytestmark = pytest.mark.unit
 

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from tidemark.config import PipelineConfig, find_pipeline, load_all, load_pipeline, parse_pipeline
+from tidemark.batch.schemas import subject_of
+from tidemark.config.pipeline import PipelineConfig, find_pipeline, load_all, load_pipeline, parse_pipeline
 from tidemark.errors import ConfigError
-from tidemark.schemas import subject_of
 from tidemark_airflow.naming import ingest_dag_id
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "pipelines"

@@ -1,4 +1,4 @@
-"""The value types of a pipeline file (tidemark.config_types): strict counts, switches and durations, and a
+"""The value types of a pipeline file (tidemark.config.value_types): strict counts, switches and durations, and a
 callback's module looked for, not imported, when the file is read. The broken fixtures with the messages a
 user sees are in test_config.py (bool_cap, quoted_mirror, unitless_sla, misspelt_callback, ...)."""
 
@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from tidemark.config import parse_pipeline
-from tidemark.config_types import find_module
+from tidemark.config.pipeline import parse_pipeline
+from tidemark.config.value_types import find_module
 from tidemark.errors import ConfigError
 
 

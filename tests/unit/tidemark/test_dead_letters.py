@@ -1,5 +1,5 @@
-"""Reserving and committing a reprocess of dead letters (tidemark.dead_letters) on delta-rs tables on the local
-disk: the selection, the planned entry that moves no position and holds no batch, refusals, a resumed entry,
+"""Reserving and committing a reprocess of dead letters (tidemark.operations.reprocessing) on delta-rs tables on the
+local disk: the selection, the planned entry that moves no position and holds no batch, refusals, a resumed entry,
 and the commit's counts. The Spark job itself is tests/integration/test_reprocess_dead_letters.py."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from tidemark import dead_letters
-from tidemark.config import parse_pipeline
+from tidemark.config.pipeline import parse_pipeline
 from tidemark.errors import ConfigError, PipelineBusyError
-from tidemark.ledger import COMMITTED, PLANNED, Ledger, LedgerRow, derive_state, fingerprint
-from tidemark.offsets import OffsetRange
-from tidemark.offsets import TopicPartition as TP
+from tidemark.kafka.offsets import OffsetRange
+from tidemark.kafka.offsets import TopicPartition as TP
+from tidemark.ledger.store import COMMITTED, PLANNED, Ledger, LedgerRow, derive_state, fingerprint
+from tidemark.operations import reprocessing
 
 
 @pytest.fixture
@@ -39,7 +39,7 @@ def write_dead(config, rows: list[tuple[str, int, int, int]]) -> None:
 
 
 def reserve(config, ledger, batch_id=None, reason="fixed"):
-    return dead_letters.reserve(config, ledger, None, batch_id=batch_id, reason=reason, owner="cli:me@here")
+    return reprocessing.reserve(config, ledger, None, batch_id=batch_id, reason=reason, owner="cli:me@here")
 
 
 def test_a_reserved_entry_selects_per_partition_the_span_of_its_dead_letters_and_moves_nothing(lake):
@@ -49,7 +49,7 @@ def test_a_reserved_entry_selects_per_partition_the_span_of_its_dead_letters_and
     plan = reserve(config, ledger)
     assert plan.entry_id == 3 and plan.ranges == [OffsetRange("t", 0, 2, 16), OffsetRange("t", 1, 4, 5)]
     assert plan.selected == {"t:0": 3, "t:1": 1} and plan.reason == "fixed" and plan.owner == "cli:me@here"
-    assert dead_letters.ReprocessPlan.from_json(plan.to_json()) == plan
+    assert reprocessing.ReprocessPlan.from_json(plan.to_json()) == plan
     rows = [r for r in ledger.rows("p") if r.kind == "reprocess"]
     assert [(r.batch_id, r.status, r.partition, r.dead_letter_count) for r in rows] == [(3, PLANNED, 0, 3),
                                                                                           (3, PLANNED, 1, 1)]
@@ -97,12 +97,12 @@ def test_an_unfinished_entry_is_resumed_and_its_commit_counts_what_left_the_dead
     from deltalake import DeltaTable
 
     DeltaTable(config.dead_letter_uri).delete("kafka_partition = 0 AND kafka_offset = 7")  # as the job's MERGE would
-    counts = dead_letters.finalize(first)
+    counts = reprocessing.finalize(first)
     assert counts == {TP("t", 0): (1, 1), TP("t", 1): (0, 1)}
-    assert dead_letters.outcome(ledger, "p", first.entry_id) == [
+    assert reprocessing.outcome(ledger, "p", first.entry_id) == [
         {"topic": "t", "partition": 0, "offsets": "[2, 8)", "reprocessed": 1, "still_dead_letters": 1},
         {"topic": "t", "partition": 1, "offsets": "[4, 5)", "reprocessed": 0, "still_dead_letters": 1}]
-    assert dead_letters.finalize(first) == counts  # again: nothing left to flip
+    assert reprocessing.finalize(first) == counts  # again: nothing left to flip
     assert reserve(config, ledger).entry_id == 4  # a new entry once the old one is committed
 
 
@@ -112,4 +112,4 @@ def test_a_planned_reprocess_row_is_not_the_pending_batch():
     state = derive_state(rows)
     assert state.pending_batch_id is None and state.positions == {TP("t", 0): 10}
     assert state.high_water == {TP("t", 0): 10} and state.last_batch_id == 3
-    assert dead_letters.pending_entry(rows) == [rows[1]]
+    assert reprocessing.pending_entry(rows) == [rows[1]]

@@ -1,7 +1,7 @@
-"""Debezium change events as Avro, before Spark starts (``tidemark.debezium``): the envelope's row and ordering
+"""Debezium change events as Avro, before Spark starts (``tidemark.formats.debezium``): the envelope's row and ordering
 read from its schema, and what a batch of a ``keyed.envelope: debezium`` pipeline freezes and refuses
-(``schemas.batch_format``). Decoding in Spark is tested in tests/integration/test_keyed_tables.py (hand-made
-events) and tests/integration/test_debezium.py (a real connector)."""
+(``tidemark.batch.schemas.batch_format``). Decoding in Spark is tested in tests/integration/test_keyed_tables.py
+(hand-made events) and tests/integration/test_debezium.py (a real connector)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import json
 import pytest
 
 from tests.unit.tidemark.avro_samples import V1, debezium_envelope
-from tidemark import avro_schemas
-from tidemark.config import parse_pipeline
-from tidemark.debezium import avro_envelope
+from tidemark.batch.schemas import BatchSchemas, FrozenSchemas, batch_format
+from tidemark.config.pipeline import parse_pipeline
 from tidemark.errors import ConfigError, SchemaRegistryError
-from tidemark.records import Field, output_columns
-from tidemark.schemas import BatchSchemas, FrozenSchemas, batch_format
+from tidemark.formats import avro_schemas
+from tidemark.formats.debezium import avro_envelope
+from tidemark.formats.records import Field, output_columns
 
 ID = {"name": "id", "type": "int"}
 NAME = {"name": "name", "type": ["null", "string"], "default": None}

@@ -1,4 +1,4 @@
-"""How fresh the output is (tidemark.freshness): the newest kafka_timestamp from the Delta log's file
+"""How fresh the output is (tidemark.observe.freshness): the newest kafka_timestamp from the Delta log's file
 statistics, on a real Delta table (delta-rs on the local disk)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import datetime as dt
 import pyarrow as pa
 from deltalake import write_deltalake
 
-from tidemark.freshness import freshness_seconds, hold_started, newest_record_time
+from tidemark.observe.freshness import freshness_seconds, hold_started, newest_record_time
 
 
 def write(path, *times):

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from tidemark.json_schemas import fields, incompatibility
-from tidemark.records import Field
+from tidemark.formats.json_schemas import fields, incompatibility
+from tidemark.formats.records import Field
 
 pytestmark = pytest.mark.unit
 

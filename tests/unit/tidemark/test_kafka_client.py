@@ -1,4 +1,4 @@
-"""Kafka client properties (tidemark.kafka_client): the two credential spellings a connection may use, the
+"""Kafka client properties (tidemark.kafka.client): the two credential spellings a connection may use, the
 kafka-python translation, which values count as secrets, and that none of them reaches an error message."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import ssl
 import pytest
 
 from tidemark.errors import ConfigError, KafkaAuthenticationError, KafkaUnavailableError, is_transient
-from tidemark.kafka_client import client_kwargs, java_client_properties, refusal_error, secret_values
+from tidemark.kafka.client import client_kwargs, java_client_properties, refusal_error, secret_values
 
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 
@@ -95,7 +95,7 @@ def test_a_metadata_request_to_a_broker_that_died_is_tried_again_then_named_unav
     from kafka.errors import KafkaConnectionError
 
     from tidemark.errors import KafkaUnavailableError
-    from tidemark.kafka_client import KafkaOffsets
+    from tidemark.kafka.client import KafkaOffsets
 
     class Consumer:
         def __init__(self, failures: int) -> None:

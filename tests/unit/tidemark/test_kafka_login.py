@@ -1,4 +1,4 @@
-"""One refused login, one failure (tidemark.kafka_login): which connection failures are refusals, by type; the
+"""One refused login, one failure (tidemark.kafka.login): which connection failures are refusals, by type; the
 kafka-python names the hooks rely on; and the transport fix that keeps the broker's last answer. The refused
 logins themselves are counted in the brokers' logs by tests/integration/test_kafka_tls.py."""
 
@@ -9,7 +9,7 @@ import ssl
 
 import pytest
 
-from tidemark.kafka_login import LoginGuard, authentication_failure, broker_reason, read_to_the_end
+from tidemark.kafka.login import LoginGuard, authentication_failure, broker_reason, read_to_the_end
 
 
 def _raised_from(cause: BaseException, error: BaseException) -> BaseException:

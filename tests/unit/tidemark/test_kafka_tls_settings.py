@@ -1,4 +1,4 @@
-"""A Kafka connection's TLS settings (tidemark.kafka_tls) without a broker: the same CA, certificate and
+"""A Kafka connection's TLS settings (tidemark.kafka.tls) without a broker: the same CA, certificate and
 key, given as PEM text or as paths, become Kafka's PEM properties for Spark and one SSLContext for
 kafka-python; the key counts as a secret; bad material fails before any connection, saying which property.
 The handshake failures' texts are those seen on the cluster (tests/integration/test_kafka_tls.py)."""
@@ -18,11 +18,11 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from tidemark.batch.plan import BatchPlan
+from tidemark.batch.spark.batch_io import SECRET_OPTIONS, kafka_source_options
 from tidemark.errors import ConfigError
-from tidemark.kafka_client import client_kwargs, java_client_properties, secret_values
-from tidemark.kafka_tls import handshake_failure, java_tls_properties, ssl_context
-from tidemark.offsets import OffsetRange
-from tidemark.spark_io import SECRET_OPTIONS, kafka_source_options
+from tidemark.kafka.client import client_kwargs, java_client_properties, secret_values
+from tidemark.kafka.offsets import OffsetRange
+from tidemark.kafka.tls import handshake_failure, java_tls_properties, ssl_context
 
 
 def _certificate(name: str, key, issuer_key, issuer: str, days: tuple[int, int] = (-1, 30), ca: bool = False) -> str:

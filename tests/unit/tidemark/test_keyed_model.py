@@ -29,7 +29,7 @@ from tests.keyed_model import (
     pipeline_dict,
     schedule,
 )
-from tidemark.config import parse_pipeline
+from tidemark.config.pipeline import parse_pipeline
 
 pytestmark = pytest.mark.unit
 

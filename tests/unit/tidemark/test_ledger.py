@@ -1,14 +1,14 @@
-"""The ledger (tidemark.ledger): state derived from its rows (positions, pending batch, gaps, topic
+"""The ledger (tidemark.ledger.store): state derived from its rows (positions, pending batch, gaps, topic
 incarnations), a ledger written before the topic_id column, and a keyed batch's row changes."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-from tidemark.ledger import COMMITTED, PLANNED, SCHEMA, Ledger, LedgerRow, derive_state, gap_rows, planned_rows
-from tidemark.ledger_state import RowChanges, batch_changes, changes_row, commit_source
-from tidemark.offsets import OffsetRange
-from tidemark.offsets import TopicPartition as TP
+from tidemark.kafka.offsets import OffsetRange
+from tidemark.kafka.offsets import TopicPartition as TP
+from tidemark.ledger.state import RowChanges, batch_changes, changes_row, commit_source
+from tidemark.ledger.store import COMMITTED, PLANNED, SCHEMA, Ledger, LedgerRow, derive_state, gap_rows, planned_rows
 
 
 def row(batch, partition, start, end, status=COMMITTED, kind="batch"):
@@ -193,7 +193,7 @@ def test_a_version_4_ledger_migrates_on_commit_and_its_older_rows_read_null(tmp_
 
     from deltalake import DeltaTable
 
-    from tidemark import ledger_migrations as m
+    from tidemark.ledger import migrations as m
 
     uri = tmp_path / "ledger_v4"
     shutil.copytree(Path(__file__).resolve().parents[2] / "fixtures" / "ledger_v4", uri)

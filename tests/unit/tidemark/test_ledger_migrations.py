@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pytest
 
-from tidemark import ledger_migrations as m
 from tidemark.errors import ConfigError
-from tidemark.ledger import SCHEMA
+from tidemark.ledger import migrations as m
+from tidemark.ledger.store import SCHEMA
 
 # --- version detection ---------------------------------------------------------------------------
 

@@ -10,9 +10,9 @@ import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
-from tidemark import maintenance
-from tidemark.config import parse_pipeline
+from tidemark.config.pipeline import parse_pipeline
 from tidemark.errors import ConfigError
+from tidemark.operations import table_maintenance
 
 
 def pipeline(**maintenance_block) -> dict:
@@ -73,7 +73,7 @@ def test_zorder_columns_may_be_payload_fields_and_avro_fields_wait_for_the_table
     ("interval 30 days", dt.timedelta(days=30)), ("INTERVAL 1 WEEK", dt.timedelta(weeks=1)),
     ("interval 36 hours", dt.timedelta(hours=36)), (None, None), ("30 days", None)])
 def test_a_tables_own_retention_property_is_read(value, expected):
-    assert maintenance.table_retention(value) == expected
+    assert table_maintenance.table_retention(value) == expected
 
 
 def small_batches(uri: str, batches: int, configuration: dict | None = None) -> None:
@@ -90,44 +90,44 @@ def test_optimize_compacts_z_orders_and_keeps_rows_and_marker(tmp_path):
     uri = str(tmp_path / "orders")
     small_batches(uri, 6)
     rows_before = DeltaTable(uri).to_pyarrow_table().sort_by("kafka_offset")
-    done = maintenance.optimize(uri, None, "orders")
+    done = table_maintenance.optimize(uri, None, "orders")
     assert (done["files_before"], done["files_after"], done["attempts"]) == (6, 1, 1)
-    zordered = maintenance.optimize(uri, None, "orders", ["kafka_partition", "kafka_offset"])
+    zordered = table_maintenance.optimize(uri, None, "orders", ["kafka_partition", "kafka_offset"])
     assert zordered["numFilesRemoved"] == 1 and zordered["files_after"] == 1
     table = DeltaTable(uri)
     assert table.to_pyarrow_table().sort_by("kafka_offset") == rows_before
     assert table.transaction_version("orders") == 6
-    assert maintenance.optimize(str(tmp_path / "none"), None, "orders") == {}
+    assert table_maintenance.optimize(str(tmp_path / "none"), None, "orders") == {}
 
 
 def test_optimize_refuses_a_zorder_column_the_table_lacks(tmp_path):
     uri = str(tmp_path / "orders")
     small_batches(uri, 2)
     with pytest.raises(ConfigError, match="zorder_by names customer, not a column of the output table"):
-        maintenance.optimize(uri, None, "orders", ["customer"])
+        table_maintenance.optimize(uri, None, "orders", ["customer"])
 
 
 def test_vacuum_refuses_a_retention_under_the_tables_own_and_deletes_nothing(tmp_path):
     uri = str(tmp_path / "orders")
     small_batches(uri, 3, configuration={"delta.deletedFileRetentionDuration": "interval 30 days"})
-    maintenance.optimize(uri, None, "orders")
+    table_maintenance.optimize(uri, None, "orders")
     files = sorted(p.name for p in (tmp_path / "orders").glob("*.parquet"))
     with pytest.raises(ConfigError) as refused:
-        maintenance.vacuum(uri, None, "orders", dt.timedelta(days=7))
+        table_maintenance.vacuum(uri, None, "orders", dt.timedelta(days=7))
     assert "pipeline 'orders': maintenance.vacuum_retain is 168h, shorter than the table's " \
            "delta.deletedFileRetentionDuration of 720h" in str(refused.value)
     assert sorted(p.name for p in (tmp_path / "orders").glob("*.parquet")) == files
-    assert maintenance.vacuum(uri, None, "orders", dt.timedelta(days=30)) == []  # the replaced files are new
+    assert table_maintenance.vacuum(uri, None, "orders", dt.timedelta(days=30)) == []  # the replaced files are new
 
 
 def test_vacuum_deletes_only_replaced_files_and_a_checkpoint_keeps_the_marker(tmp_path):
     uri = str(tmp_path / "orders")
     small_batches(uri, 4)
-    maintenance.optimize(uri, None, "orders")
-    deleted = maintenance.vacuum(uri, None, "orders", dt.timedelta(0), floor=dt.timedelta(0))
+    table_maintenance.optimize(uri, None, "orders")
+    deleted = table_maintenance.vacuum(uri, None, "orders", dt.timedelta(0), floor=dt.timedelta(0))
     assert len(deleted) == 4
     assert len(list((tmp_path / "orders").glob("*.parquet"))) == 1
-    version = maintenance.checkpoint(uri, None, "orders")
+    version = table_maintenance.checkpoint(uri, None, "orders")
     assert (tmp_path / "orders" / "_delta_log" / f"{version:020d}.checkpoint.parquet").exists()
     table = DeltaTable(uri)
     assert table.transaction_version("orders") == 4 and table.count() == 20
@@ -147,7 +147,7 @@ def test_vacuum_deletes_the_part_files_a_killed_write_left_once_they_are_older_t
         orphan.write_bytes(b"PAR1 a part file of a commit that never happened")
     eight_days_ago = time.time() - 8 * 24 * 3600
     os.utime(old, (eight_days_ago, eight_days_ago))
-    deleted = maintenance.vacuum(uri, None, "orders", dt.timedelta(days=7))
+    deleted = table_maintenance.vacuum(uri, None, "orders", dt.timedelta(days=7))
     assert [os.path.basename(f) for f in deleted] == [old.name]
     assert not old.exists() and new.exists()
     assert DeltaTable(uri).count() == 10  # every committed file stays
@@ -157,7 +157,7 @@ def test_maintain_without_a_maintenance_block_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("TIDEMARK_LAKE_ROOT", str(tmp_path))
     config = parse_pipeline({"name": "orders", "topics": ["orders"], "table": "orders"}, "t")
     with pytest.raises(ConfigError, match="pipeline 'orders': has no 'maintenance:'"):
-        maintenance.maintain(config, str(tmp_path / "_tidemark" / "offsets"), None)
+        table_maintenance.maintain(config, str(tmp_path / "_tidemark" / "offsets"), None)
 
 
 def test_maintain_runs_every_step_and_skips_tables_that_do_not_exist_yet(tmp_path, monkeypatch):
@@ -179,8 +179,8 @@ def test_a_vacuum_of_the_ledger_frees_what_its_commits_left_and_changes_nothing_
     """Issue 42: each batch's commit flip rewrites its planned rows' file (and each compaction the pipeline's
     files); the ledger's VACUUM (by maintain, with vacuum_retain) deletes those once no version within the
     retention needs them. Its rows, the position and the next batch's compare-and-commit are as before."""
-    from tidemark.ledger import Ledger, planned_rows
-    from tidemark.offsets import OffsetRange, TopicPartition
+    from tidemark.kafka.offsets import OffsetRange, TopicPartition
+    from tidemark.ledger.store import Ledger, planned_rows
 
     uri = str(tmp_path / "_tidemark" / "offsets")
     ledger = Ledger(uri)
@@ -195,8 +195,8 @@ def test_a_vacuum_of_the_ledger_frees_what_its_commits_left_and_changes_nothing_
         batch(batch_id)
     before, rows = ledger.state("orders"), sorted(ledger.rows("orders"), key=lambda r: (r.batch_id, r.partition))
     on_disk = len([p for p in (tmp_path / "_tidemark" / "offsets").rglob("*.parquet")])
-    assert maintenance.vacuum(uri, None, "orders", dt.timedelta(days=7)) == []  # nothing that old yet
-    deleted = maintenance.vacuum(uri, None, "orders", dt.timedelta(0), floor=dt.timedelta(0))
+    assert table_maintenance.vacuum(uri, None, "orders", dt.timedelta(days=7)) == []  # nothing that old yet
+    deleted = table_maintenance.vacuum(uri, None, "orders", dt.timedelta(0), floor=dt.timedelta(0))
     assert len(deleted) >= 3  # at least each batch's planned rows' file, rewritten by its commit flip
     assert len([p for p in (tmp_path / "_tidemark" / "offsets").rglob("*.parquet")]) == on_disk - len(deleted)
     after = ledger.state("orders")
@@ -220,7 +220,7 @@ def test_an_optimize_that_loses_to_a_schema_change_is_run_again_on_the_new_versi
                     mode="append", schema_mode="merge")
     opened = iter([stale])
     monkeypatch.setattr(storage, "open_table", lambda u, store=None: next(opened, None) or DeltaTable(u))
-    done = maintenance.optimize(uri, None, "orders")
+    done = table_maintenance.optimize(uri, None, "orders")
     assert (done["attempts"], done["files_before"], done["files_after"]) == (2, 4, 1)
     table = DeltaTable(uri)
     assert table.count() == 16 and "customer" in table.schema().to_arrow().names
@@ -237,6 +237,6 @@ def test_an_optimize_that_keeps_losing_fails_as_transient_having_changed_nothing
                     mode="append", schema_mode="merge")
     monkeypatch.setattr(storage, "open_table", lambda u, store=None: DeltaTable(u, version=old))  # always stale
     with pytest.raises(StorageUnavailableError, match="lost to concurrent commits 5 times; nothing was changed") as e:
-        maintenance.optimize(uri, None, "orders")
+        table_maintenance.optimize(uri, None, "orders")
     assert e.value.transient and e.value.pipeline == "orders"
     assert DeltaTable(uri).version() == old + 1 and len(DeltaTable(uri).file_uris()) == 4

@@ -1,4 +1,4 @@
-"""What operators watch, computed in the core (tidemark.observability): durations in pipeline files, the
+"""What operators watch, computed in the core (tidemark.observe.measurements): durations in pipeline files, the
 open-transaction hold warnings, and the metrics' values, names and documentation."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from tidemark.config import parse_pipeline
+from tidemark.config.pipeline import parse_pipeline
 from tidemark.errors import ConfigError
-from tidemark.ledger_state import RowChanges
-from tidemark.observability import (
+from tidemark.ledger.state import RowChanges
+from tidemark.observe.measurements import (
     METRICS,
     batch_measurements,
     hold_warnings,

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tidemark.offsets import OffsetRange, spark_kafka_options, spark_min_partitions
+from tidemark.kafka.offsets import OffsetRange, spark_kafka_options, spark_min_partitions
 
 
 def test_spark_options_list_exactly_the_non_empty_ranges():

@@ -3,9 +3,9 @@ from __future__ import annotations
 import pytest
 
 from tidemark.errors import DataLossError, OffsetsWentBackwardsError, TidemarkError, TopicRecreatedError
-from tidemark.offsets import OffsetRange
-from tidemark.offsets import TopicPartition as TP
-from tidemark.planner import check_topic_ids, plan_ranges, share_cap
+from tidemark.kafka.offsets import OffsetRange
+from tidemark.kafka.offsets import TopicPartition as TP
+from tidemark.kafka.planner import check_topic_ids, plan_ranges, share_cap
 
 A0, A1, A2, B0 = TP("a", 0), TP("a", 1), TP("a", 2), TP("b", 0)
 

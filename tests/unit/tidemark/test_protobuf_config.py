@@ -1,10 +1,10 @@
-"""The pipeline file's rules for ``value_format: protobuf`` (tidemark.config, tidemark.value_settings): the subject,
-a pinned version, no inline schema, and columns that are only known at plan time."""
+"""The pipeline file's rules for ``value_format: protobuf`` (tidemark.config.pipeline, tidemark.config.value_settings):
+the subject, a pinned version, no inline schema, and columns that are only known at plan time."""
 
 from __future__ import annotations
 
 from tests.unit.tidemark.test_config import pipeline, refused
-from tidemark.schemas import subject_of
+from tidemark.batch.schemas import subject_of
 
 
 def test_a_protobuf_pipeline_reads_its_schemas_from_the_registry():

@@ -1,6 +1,6 @@
-"""Protobuf record values decoded with a batch's frozen schemas (tidemark.protobuf_decode), as Spark's Python workers
-run it (tidemark.spark_protobuf's UDF body, called here on an Arrow array): every field kind as the reader's
-column, writers read by field name, and every kind of bad record with its reason."""
+"""Protobuf record values decoded with a batch's frozen schemas (tidemark.formats.protobuf_decode), as Spark's Python
+workers run it (tidemark.batch.spark.protobuf_udf's UDF body, called here on an Arrow array): every field kind as the
+reader's column, writers read by field name, and every kind of bad record with its reason."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import pytest
 from google.protobuf import message_factory
 
 from tests.unit.tidemark.protobuf_samples import ORDER, ORDER_V2, FakeSource, registered
-from tidemark.protobuf_decode import Decoder
-from tidemark.protobuf_schemas import freeze_protobuf
-from tidemark.protobuf_types import load_file, messages_by_path
-from tidemark.protobuf_wire import frame
-from tidemark.spark_protobuf import decode_values
+from tidemark.batch.spark.protobuf_udf import decode_values
+from tidemark.formats.protobuf_decode import Decoder
+from tidemark.formats.protobuf_schemas import freeze_protobuf
+from tidemark.formats.protobuf_types import load_file, messages_by_path
+from tidemark.formats.protobuf_wire import frame
 
 
 @pytest.fixture(scope="module")

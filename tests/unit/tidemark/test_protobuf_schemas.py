@@ -1,6 +1,7 @@
-"""Protobuf schemas frozen at plan time (tidemark.protobuf_schemas, tidemark.protobuf_types): each version compiled
-by protoc into a descriptor set (well-known types and registry references included), the reader message's fields
-as columns, which writer ids read into it and why the others do not, and the errors that say what to do."""
+"""Protobuf schemas frozen at plan time (tidemark.formats.protobuf_schemas, tidemark.formats.protobuf_types): each
+version compiled by protoc into a descriptor set (well-known types and registry references included), the reader
+message's fields as columns, which writer ids read into it and why the others do not, and the errors that say what to
+do."""
 
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ import pytest
 from google.protobuf import descriptor_pb2
 
 from tests.unit.tidemark.protobuf_samples import ORDER, ORDER_COLUMNS, ORDER_V2, FakeSource, registered
-from tidemark.config import parse_pipeline
+from tidemark.batch.schemas import BatchSchemas, batch_format
+from tidemark.config.pipeline import parse_pipeline
 from tidemark.errors import ConfigError, SchemaRegistryError
-from tidemark.protobuf_schemas import FrozenProtobuf, descriptor_set, file_name, freeze_protobuf
-from tidemark.protobuf_types import incompatibility, load_file, message_shape, messages_by_path
-from tidemark.records import Field
-from tidemark.schemas import BatchSchemas, batch_format
+from tidemark.formats.protobuf_schemas import FrozenProtobuf, descriptor_set, file_name, freeze_protobuf
+from tidemark.formats.protobuf_types import incompatibility, load_file, message_shape, messages_by_path
+from tidemark.formats.records import Field
 
 
 def proto(body: str, package: str = "shop") -> str:

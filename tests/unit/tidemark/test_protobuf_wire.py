@@ -1,11 +1,11 @@
-"""The Confluent wire format of Protobuf values (tidemark.protobuf_wire): the header, the message-index list
+"""The Confluent wire format of Protobuf values (tidemark.formats.protobuf_wire): the header, the message-index list
 (zigzag varints; the single byte 0 for [0]) and where the body starts."""
 
 from __future__ import annotations
 
 import pytest
 
-from tidemark.protobuf_wire import BadRecord, encode_varint, frame, header, message_indexes, read_varint, zigzag
+from tidemark.formats.protobuf_wire import BadRecord, encode_varint, frame, header, message_indexes, read_varint, zigzag
 
 
 @pytest.mark.parametrize(("data", "value", "end"), [

@@ -5,8 +5,8 @@ import datetime as dt
 import pytest
 
 from tidemark.errors import ResetError
-from tidemark.offsets import TopicPartition as TP
-from tidemark.reset_targets import parse_datetime, parse_duration, parse_offsets_file, parse_scope, preview_reset
+from tidemark.kafka.offsets import TopicPartition as TP
+from tidemark.kafka.reset_targets import parse_datetime, parse_duration, parse_offsets_file, parse_scope, preview_reset
 
 A0, A1, B0 = TP("a", 0), TP("a", 1), TP("b", 0)
 ALL = [A0, A1, B0]

@@ -1,12 +1,12 @@
 """``PipelineRun.audit`` on a keyed table: ``--verify-sample`` compares sampled keys with their newest change in
-Spark (``tidemark.audit_keyed``), so without the Spark side it is refused, with what to run instead, before
+Spark (``tidemark.audit.keyed_sample``), so without the Spark side it is refused, with what to run instead, before
 anything is read; on a pipeline with a transform, ``--verify-sample`` is refused (its output is not Kafka's)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tidemark.config import parse_pipeline
+from tidemark.config.pipeline import parse_pipeline
 from tidemark.errors import ConfigError
 from tidemark.run import PipelineRun
 
@@ -27,8 +27,8 @@ def test_verify_sample_of_a_keyed_table_without_the_spark_side_is_refused(tmp_pa
 def test_verify_sample_of_a_transformed_pipeline_is_refused_and_the_cli_exits_2(tmp_path, monkeypatch, capsys):
     """The sample compares the table's values with Kafka's, and a transform's output is not Kafka's values; the
     audit without the flag still checks the counts and coordinates (and reads the pipeline as transformed)."""
-    from tidemark.audit import verdict
-    from tidemark.audit_schedule import check_verify_sample
+    from tidemark.audit.live_table import verdict
+    from tidemark.config.audit_schedule import check_verify_sample
     from tidemark_cli import main as cli
     from tidemark_cli.exits import EXIT_REFUSED
 

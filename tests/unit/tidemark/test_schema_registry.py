@@ -1,4 +1,4 @@
-"""The Schema Registry client (tidemark.schema_registry): the URL from a connection, and the client's error
+"""The Schema Registry client (tidemark.formats.schema_registry): the URL from a connection, and the client's error
 mapping against a real local HTTP server."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from tests.unit.tidemark.avro_samples import V1, V2, V3_NO_DEFAULT
-from tidemark import schema_registry
+from tidemark.batch.schemas import freeze_avro
 from tidemark.connections import Connection
 from tidemark.errors import ConfigError, SchemaRegistryError, SchemaRegistryUnavailableError, is_transient
-from tidemark.schema_registry import RegisteredSchema, RegistryClient, client_for, registry_url
-from tidemark.schemas import freeze_avro
+from tidemark.formats import schema_registry
+from tidemark.formats.schema_registry import RegisteredSchema, RegistryClient, client_for, registry_url
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""Plan-time schema knowledge (tidemark.schemas): type spellings, the value fields against the output table's
+"""Plan-time schema knowledge (tidemark.batch.schemas): type spellings, the value fields against the output table's
 columns under ``schema_changes``, and the Avro schemas a batch freezes (from a fake SchemaSource)."""
 
 from __future__ import annotations
@@ -8,10 +8,7 @@ import json
 import pytest
 
 from tests.unit.tidemark.avro_samples import ORDER_ID, V1, V2, V3_NO_DEFAULT, record
-from tidemark.errors import ConfigError, SchemaChangeError, SchemaRegistryError, is_transient
-from tidemark.records import Field
-from tidemark.schema_registry import RegisteredSchema
-from tidemark.schemas import (
+from tidemark.batch.schemas import (
     Decision,
     FrozenSchemas,
     SchemaChanges,
@@ -22,6 +19,9 @@ from tidemark.schemas import (
     normalize_type,
     subject_of,
 )
+from tidemark.errors import ConfigError, SchemaChangeError, SchemaRegistryError, is_transient
+from tidemark.formats.records import Field
+from tidemark.formats.schema_registry import RegisteredSchema
 
 # --- type spellings --------------------------------------------------------------------------------
 

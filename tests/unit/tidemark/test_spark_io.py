@@ -1,12 +1,18 @@
-"""The Spark Kafka source's options, and the JVM failures Tidemark recognises (tidemark.spark_io)."""
+"""The Spark Kafka source's options, and the JVM failures Tidemark recognises (tidemark.batch.spark.batch_io)."""
 
 from __future__ import annotations
 
 import pytest
 
 from tidemark.batch.plan import BatchPlan
-from tidemark.offsets import OffsetRange
-from tidemark.spark_io import BAD_RECORD_MARK, KEY_MOVED_END, KEY_MOVED_MARK, jvm_failure, kafka_source_options
+from tidemark.batch.spark.batch_io import (
+    BAD_RECORD_MARK,
+    KEY_MOVED_END,
+    KEY_MOVED_MARK,
+    jvm_failure,
+    kafka_source_options,
+)
+from tidemark.kafka.offsets import OffsetRange
 
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 
@@ -70,7 +76,7 @@ def test_anything_else_is_not_recognised_and_propagates_unchanged():
 
 
 def test_a_key_moved_failure_becomes_the_error_naming_the_key_and_both_partitions():
-    from tidemark.spark_keyed import _key_moved
+    from tidemark.batch.spark.merge import _key_moved
 
     error = _key_moved('cdc:0 cdc:1 {"id": "a b"}', "orders")
     assert error.pipeline == "orders" and str(error).startswith(

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from tidemark.config import parse_pipeline
+from tidemark.batch.schemas import fit_transform_output
+from tidemark.config.pipeline import parse_pipeline
+from tidemark.config.transforms import check_sql, missing_coordinates
 from tidemark.errors import ConfigError, TransformError
-from tidemark.records import RecordFormat
-from tidemark.schemas import fit_transform_output
-from tidemark.transform import check_sql, missing_coordinates
+from tidemark.formats.records import RecordFormat
 
 pytestmark = pytest.mark.unit
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tidemark.type_changes import is_widening, widening_hint
+from tidemark.formats.type_changes import is_widening, widening_hint
 
 pytestmark = pytest.mark.unit
 

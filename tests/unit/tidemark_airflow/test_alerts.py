@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from tidemark.config import parse_pipeline
+from tidemark.config.pipeline import parse_pipeline
 
 CALLS: list[dict] = []
 NEWEST = dt.datetime(2025, 11, 26, 10, 30, tzinfo=dt.UTC)

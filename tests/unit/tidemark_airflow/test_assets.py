@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tidemark.config import parse_pipeline
+from tidemark.config.pipeline import parse_pipeline
 
 
 @pytest.mark.parametrize(("table", "location"), [

@@ -14,8 +14,8 @@ import pytest
 
 from tidemark.batch import history, recent_entries
 from tidemark.batch.status import GAP_RECORDED
-from tidemark.ledger import COMMITTED, PLANNED, Ledger, LedgerRow, gap_rows, planned_rows
-from tidemark.offsets import OffsetRange, TopicPartition
+from tidemark.kafka.offsets import OffsetRange, TopicPartition
+from tidemark.ledger.store import COMMITTED, PLANNED, Ledger, LedgerRow, gap_rows, planned_rows
 from tidemark.settings import ledger_uri
 from tidemark_airflow import console
 from tidemark_airflow.console import create_app, run_link
@@ -330,7 +330,7 @@ def test_a_keyed_pipeline_shows_the_rows_each_merge_inserted_updated_and_deleted
     """Issue 39 item 8: a keyed batch's rows inserted, updated and deleted (one set per batch, carried by its first
     row) in the entries, the history (JSON and the CLI's table), the page's history table and its chart; an append
     pipeline's page and table stay as they were."""
-    from tidemark.ledger import RowChanges
+    from tidemark.ledger.store import RowChanges
     from tidemark_cli.main import main
 
     (tmp_path / "pipelines" / "customers.yaml").write_text(

@@ -63,7 +63,7 @@ def test_a_task_of_another_or_a_vanished_dag_builds_nothing(folder, monkeypatch)
 def test_a_dag_files_pipelines_folder_is_the_one_its_tasks_read(tmp_path, monkeypatch):
     """Without TIDEMARK_PIPELINES_DIR, the DAG file reads the pipelines beside it wherever its bundle put it,
     and points the process's later lookups by name (its task's open_run) at that same folder."""
-    from tidemark.config import find_pipeline
+    from tidemark.config.pipeline import find_pipeline
     from tidemark_airflow.dag_files import dag_file_pipelines
 
     beside = tmp_path / "bundle" / "pipelines"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tidemark.observability import Measurement
+from tidemark.observe.measurements import Measurement
 
 
 @pytest.fixture
@@ -65,7 +65,7 @@ class FakeRun:
     """What observe_run reads of a PipelineRun: its name, config, store, status rows and ledger entries."""
 
     def __init__(self, tmp_path, rows):
-        from tidemark.config import parse_pipeline
+        from tidemark.config.pipeline import parse_pipeline
 
         self.name, self.store, self.rows = "orders", None, rows
         self.config = parse_pipeline({"name": "orders", "topics": ["orders"], "table": str(tmp_path / "orders"),

@@ -30,7 +30,7 @@ def test_the_ingest_operator_fails_fast_on_the_jobs_terminal_exit_code(monkeypat
     from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
     from tidemark.batch.plan import BatchPlan
-    from tidemark.offsets import OffsetRange
+    from tidemark.kafka.offsets import OffsetRange
     from tidemark_airflow import operators
     from tidemark_spark import class_data
 
@@ -96,12 +96,12 @@ def test_no_credential_reaches_the_spark_submit_command_line_on_any_master(maste
 
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
-    from tidemark.job_settings import SETTINGS_FILE_ENV_VAR, JobSettings
+    from tidemark.batch.job_settings import SETTINGS_FILE_ENV_VAR, JobSettings
     from tidemark.storage import ObjectStore
 
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_TEST", json.dumps({"conn_type": "spark", "host": master}))
     run = _run({"bootstrap.servers": "h:9094", "sasl.jaas.config": JAAS}, ObjectStore("AKIA1", "canary-s3-2"))
-    from tidemark.job_settings import settings_file
+    from tidemark.batch.job_settings import settings_file
 
     with settings_file(JobSettings(run.kafka_properties, run.store)) as env:
         path = Path(env[SETTINGS_FILE_ENV_VAR])

@@ -5,7 +5,7 @@ import datetime as dt
 import pytest
 
 from tidemark.errors import ConfigError
-from tidemark.offsets import TopicPartition as TP
+from tidemark.kafka.offsets import TopicPartition as TP
 from tidemark_airflow.run_modes import decide_run
 
 T0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)

@@ -48,7 +48,7 @@ def test_the_scheduled_audit_passes_a_clean_table_and_fails_at_once_on_damage(tm
     from airflow.sdk.exceptions import AirflowFailException
     from deltalake import write_deltalake
 
-    from tidemark.ledger import COMMITTED, Ledger, LedgerRow, fingerprint
+    from tidemark.ledger.store import COMMITTED, Ledger, LedgerRow, fingerprint
     from tidemark_airflow.tasks import audit
 
     (tmp_path / "pipelines").mkdir()
@@ -74,7 +74,7 @@ def test_the_scheduled_audit_of_a_keyed_table_names_a_key_held_twice(tmp_path, m
     from airflow.sdk.exceptions import AirflowFailException
     from deltalake import write_deltalake
 
-    from tidemark.ledger import COMMITTED, Ledger, LedgerRow, fingerprint
+    from tidemark.ledger.store import COMMITTED, Ledger, LedgerRow, fingerprint
     from tidemark_airflow.tasks import audit
 
     (tmp_path / "pipelines").mkdir()
@@ -92,7 +92,7 @@ def test_the_scheduled_audit_of_a_keyed_table_names_a_key_held_twice(tmp_path, m
     # The keyed Kafka side (deleted keys present: a Spark job over what Kafka holds) is tested against the real
     # services in tests/integration/test_keyed_deletes.py; here it finds nothing (and reads no broker).
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", '{"conn_type": "kafka", "extra": {"bootstrap.servers": "x:1"}}')
-    monkeypatch.setattr("tidemark.audit_keyed.verify_keys", lambda *a, **k: {"deleted_keys_present": 0,
+    monkeypatch.setattr("tidemark.audit.keyed_sample.verify_keys", lambda *a, **k: {"deleted_keys_present": 0,
                                                                              "deleted_keys": []})
     with pytest.raises(AirflowFailException, match="AuditDamageError"):
         audit("k")
@@ -103,7 +103,7 @@ class ReportingRun:
     """What the success callbacks use of a PipelineRun; counts the reads of the pipeline's status."""
 
     def __init__(self, tmp_path):
-        from tidemark.config import parse_pipeline
+        from tidemark.config.pipeline import parse_pipeline
 
         self.name, self.store, self.calls = "orders", None, []
         self.config = parse_pipeline({"name": "orders", "topics": ["orders"], "table": str(tmp_path / "orders")},
@@ -221,7 +221,7 @@ def test_the_plan_task_checks_the_spark_connection_before_it_freezes_a_batch(tmp
     retries. Now the plan task fails at once, with no batch frozen."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    from tidemark.config import parse_pipeline
+    from tidemark.config.pipeline import parse_pipeline
     from tidemark.connections import EnvironmentResolver
     from tidemark.run import PipelineRun
     from tidemark_airflow import tasks

@@ -79,7 +79,7 @@ def test_kafka_pythons_own_log_lines_reach_the_cli_only_with_tidemark_kafka_debu
 
 
 def test_a_keyed_tables_differing_sampled_keys_are_listed_and_exit_4(monkeypatch, capsys):
-    from tidemark.audit import AuditReport
+    from tidemark.audit.live_table import AuditReport
     from tidemark_cli import main as cli
 
     sample = {"requested": 5, "verified": 5, "not_retained": 0, "values_compared": True, "keys_read": 9, "mismatches": [
@@ -101,7 +101,7 @@ def test_kafka_pythons_log_lines_are_summed_up_when_the_connection_comes_from_th
     TIDEMARK_KAFKA_DEBUG=1, as on the Airflow route."""
     import logging
 
-    from tidemark_cli.connections import open_run
+    from tidemark_cli.connection_commands import open_run
 
     (tmp_path / "orders.yaml").write_text("name: orders\ntopics: [orders]\ntable: orders\n")
     monkeypatch.setenv("TIDEMARK_PIPELINES_DIR", str(tmp_path))

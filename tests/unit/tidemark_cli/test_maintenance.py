@@ -1,4 +1,5 @@
-"""`tidemark maintain PIPELINE` (tidemark_cli.maintenance) against a real Delta table (delta-rs, the local disk):
+"""`tidemark maintain PIPELINE` (tidemark_cli.maintenance_commands) against a real Delta table (delta-rs, the local
+disk):
 the maintenance DAG's steps, run once from the command line."""
 
 from __future__ import annotations

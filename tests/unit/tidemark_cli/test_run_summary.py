@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tidemark_cli.tables import summary_line
+from tidemark_cli.table_views import summary_line
 
 pytestmark = pytest.mark.unit
 

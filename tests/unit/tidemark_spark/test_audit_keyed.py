@@ -1,13 +1,13 @@
-"""The keyed sample's Spark side that needs no JVM (tidemark_spark.audit_keyed): the columns a key's changes are
+"""The keyed sample's Spark side that needs no JVM (tidemark_spark.audit_keys): the columns a key's changes are
 ordered by, and the picked keys' joined rows gathered per key. The job itself: tests/integration/test_keyed_audit.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from tidemark.keyed import CDC_COLUMNS, KeyedSpec
-from tidemark.spark_keyed import ordering_columns
-from tidemark_spark.audit_keyed import sampled
+from tidemark.batch.spark.merge import ordering_columns
+from tidemark.config.keyed_tables import CDC_COLUMNS, KeyedSpec
+from tidemark_spark.audit_keys import sampled
 
 pytestmark = pytest.mark.unit
 

@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from tidemark.config import parse_pipeline
+from tidemark.batch.job_settings import SETTINGS_FILE_ENV_VAR
+from tidemark.config.pipeline import parse_pipeline
 from tidemark.connections import EnvironmentResolver
-from tidemark.dead_letters import ReprocessPlan
-from tidemark.job_settings import SETTINGS_FILE_ENV_VAR
-from tidemark.offsets import OffsetRange
+from tidemark.kafka.offsets import OffsetRange
+from tidemark.operations.reprocessing import ReprocessPlan
 from tidemark.run import PipelineRun
 
 

@@ -32,7 +32,7 @@ def test_in_a_checkout_spark_submit_runs_the_job_script_in_spark_jobs():
 
     root = Path(__file__).resolve().parents[3]
     assert INGEST_SCRIPT == str(root / "spark_jobs" / "ingest.py")
-    assert "from tidemark_spark.ingest import run_and_exit" in Path(INGEST_SCRIPT).read_text()
+    assert "from tidemark_spark.ingest_job import run_and_exit" in Path(INGEST_SCRIPT).read_text()
 
 
 def test_the_core_archive_carries_bytecode_that_imports_without_compiling_and_keeps_source_lines(monkeypatch,
@@ -51,18 +51,20 @@ def test_the_core_archive_carries_bytecode_that_imports_without_compiling_and_ke
     assert archive.startswith(str(tmp_path)) and sys.implementation.cache_tag in archive
     names = set(zipfile.ZipFile(archive).namelist())
     sources = {n for n in names if n.endswith(".py")}
-    assert "tidemark/config.py" in sources and "tidemark_spark/ingest.py" in sources
+    assert "tidemark/config/pipeline.py" in sources and "tidemark_spark/ingest_job.py" in sources
     assert {n for n in names if n.endswith(".pyc")} == {f"{n}c" for n in sources}
     script = ("import sys; sys.path.insert(0, sys.argv[1]); sys.dont_write_bytecode = True\n"
-              "import tidemark.records as m; print(m.__file__)\n"
-              "from tidemark.config import load_pipeline\n"
+              "import tidemark.formats.records as m; print(m.__file__)\n"
+              "from tidemark.config.pipeline import load_pipeline\n"
               "import traceback\n"
               "try: load_pipeline('not a Path')\n"
               "except AttributeError: print(traceback.format_exc(), file=sys.stderr)\n")
     done = subprocess.run([sys.executable, "-c", script, archive], capture_output=True, text=True)
-    assert done.stdout == f"{archive}/tidemark/records.pyc\n", done  # the module came from the archive's bytecode
+    # the module came from the archive's bytecode
+    assert done.stdout == f"{archive}/tidemark/formats/records.pyc\n", done
     # a formatted traceback (as the job logs one) names the source in the archive and shows its line
-    assert f'File "{archive}/tidemark/config.py", line ' in done.stderr and ".read_text()" in done.stderr, done.stderr
+    source = f'File "{archive}/tidemark/config/pipeline.py", line '
+    assert source in done.stderr and ".read_text()" in done.stderr, done.stderr
 
 
 def test_under_spark_submit_the_job_ignores_an_environment_that_would_make_it_a_connect_client(monkeypatch, caplog):
@@ -71,7 +73,7 @@ def test_under_spark_submit_the_job_ignores_an_environment_that_would_make_it_a_
     on its own JVM."""
     import os
 
-    from tidemark_spark.ingest import drop_connect_environment
+    from tidemark_spark.ingest_job import drop_connect_environment
 
     monkeypatch.setenv("SPARK_REMOTE", "sc://elsewhere:15002")
     monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")

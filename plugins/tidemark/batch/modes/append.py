@@ -7,14 +7,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from tidemark import crash, spark_io
+from tidemark import fault_injection
 from tidemark.batch.modes.base import Counted, WriteMode
 from tidemark.batch.plan import BatchPlan
 from tidemark.batch.read_checks import check_read, kafka_errors, stored
+from tidemark.batch.spark import batch_io
 from tidemark.batch.tables import Tally, batch_tallies
 from tidemark.errors import ReconciliationError
-from tidemark.ledger import Ledger
-from tidemark.offsets import describe_ranges
+from tidemark.kafka.offsets import describe_ranges
+from tidemark.ledger.store import Ledger
 from tidemark.storage import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ def finalize_append(plan: BatchPlan, counted: Counted, store: ObjectStore | None
                     f"{plan.batch_id}; the ledger was not committed. Investigate before re-running.",
                     pipeline=plan.pipeline)
     counts = {r.tp: (written.get(r.tp, 0) + dead.get(r.tp, 0), dead.get(r.tp, 0)) for r in plan.ranges}
-    crash.crash_soon(crash.DURING_LEDGER_COMMIT)
+    fault_injection.crash_soon(fault_injection.DURING_LEDGER_COMMIT)
     changed = Ledger(plan.ledger_uri, store).mark_committed(plan.pipeline, plan.batch_id, counts)
     log.info("pipeline '%s': batch %d %s in the ledger (%d records, %d dead letters)", plan.pipeline, plan.batch_id,
              "committed" if changed else "was already committed", sum(c for c, _ in counts.values()),
@@ -83,14 +84,15 @@ def write_in_one_pass(rows, plan: BatchPlan) -> int | None:
     Spark counts what it read. The tables are then checked against the frozen ranges and that count
     before the ledger commit (finalize_batch). Returns the count (None if Delta skipped the write:
     the output already held the batch)."""
-    crash.crash_point(crash.AFTER_DEAD_LETTERS)  # no dead letters in this format; the point stays reachable
+    # no dead letters in this format; the point stays reachable
+    fault_injection.crash_point(fault_injection.AFTER_DEAD_LETTERS)
     with kafka_errors(plan):
-        records_read = spark_io.write_output_counting(rows, plan)
+        records_read = batch_io.write_output_counting(rows, plan)
     if records_read is None:
         log.warning("pipeline '%s': batch %d was already in %s (Delta skipped the write by its marker)",
                     plan.pipeline, plan.batch_id, plan.table_uri)
     else:
         log.info("pipeline '%s': batch %d committed to %s (%d records read from %d offsets)", plan.pipeline,
                  plan.batch_id, plan.table_uri, records_read, plan.total_offsets)
-    crash.crash_point(crash.AFTER_OUTPUT_COMMIT)
+    fault_injection.crash_point(fault_injection.AFTER_OUTPUT_COMMIT)
     return records_read

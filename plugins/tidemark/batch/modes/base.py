@@ -9,13 +9,14 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tidemark import crash, spark_io, spark_records
+from tidemark import fault_injection
 from tidemark.batch.plan import BatchPlan
 from tidemark.batch.read_checks import kafka_errors
+from tidemark.batch.spark import batch_io, shaping
 from tidemark.batch.tables import Tally, dead_letters_settled
 from tidemark.errors import PipelineBusyError, PlanMismatchError
-from tidemark.ledger import Ledger
-from tidemark.offsets import TopicPartition
+from tidemark.kafka.offsets import TopicPartition
+from tidemark.ledger.store import Ledger
 from tidemark.storage import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -82,8 +83,8 @@ def check_plan_is_frozen(plan: BatchPlan, store: ObjectStore | None = None) -> N
 
 def read_rows(spark, plan: BatchPlan, properties: Mapping[str, str]):
     """The batch's frozen ranges read from Kafka with its isolation level, decoded with its format."""
-    raw = spark_io.read_ranges(spark, spark_io.kafka_source_options(plan, properties, plan.isolation_level))
-    return spark_records.to_rows(raw, plan.format, plan.batch_id, dt.datetime.now(dt.UTC))
+    raw = batch_io.read_ranges(spark, batch_io.kafka_source_options(plan, properties, plan.isolation_level))
+    return shaping.to_rows(raw, plan.format, plan.batch_id, dt.datetime.now(dt.UTC))
 
 
 def complete_dead_letters(spark, plan: BatchPlan, properties: Mapping[str, str],
@@ -98,10 +99,10 @@ def complete_dead_letters(spark, plan: BatchPlan, properties: Mapping[str, str],
     check_plan_is_frozen(plan, store)
     rows = read_rows(spark, plan, properties)
     if plan.dedupe:
-        rows = spark_io.drop_already_written(spark, rows, plan, store)
+        rows = batch_io.drop_already_written(spark, rows, plan, store)
     with kafka_errors(plan):
-        if spark_io.has_bad_rows(rows):
-            spark_io.write_dead_letters(rows, plan)
+        if batch_io.has_bad_rows(rows):
+            batch_io.write_dead_letters(rows, plan)
             log.warning("pipeline '%s': batch %d: the dead letters an earlier attempt did not write are written to "
                         "%s", plan.pipeline, plan.batch_id, plan.dead_letter_uri)
-    crash.crash_point(crash.AFTER_DEAD_LETTERS)
+    fault_injection.crash_point(fault_injection.AFTER_DEAD_LETTERS)

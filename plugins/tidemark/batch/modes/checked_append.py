@@ -10,13 +10,14 @@ import dataclasses
 import logging
 from collections.abc import Mapping
 
-from tidemark import crash, spark_io, spark_tally, storage
+from tidemark import fault_injection, storage
 from tidemark.batch import carried
 from tidemark.batch.modes.append import finalize_append
 from tidemark.batch.modes.base import Counted, WriteMode, complete_dead_letters, read_rows
 from tidemark.batch.plan import BatchPlan
 from tidemark.batch.read_checks import bad_records_error, kafka_errors
-from tidemark.offsets import OffsetRange, TopicPartition, describe_ranges
+from tidemark.batch.spark import batch_io, tally
+from tidemark.kafka.offsets import OffsetRange, TopicPartition, describe_ranges
 from tidemark.storage import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -41,19 +42,19 @@ class CheckedAppend(WriteMode):
 
 
 def write_checked_in_one_pass(spark, rows, plan: BatchPlan, properties: Mapping[str, str],
-                              store: ObjectStore | None = None) -> spark_tally.OnePass | None:
+                              store: ObjectStore | None = None) -> tally.OnePass | None:
     """Values that can be bad: one pass over Kafka writes the good records (the commit point) while
     Spark counts every record and the bad ones, and notes where they lie; under ``on_bad_record:
     fail`` a bad record fails the job before Delta commits. Then the dead letters: from the bad records
     the pass carried when it could carry them all (``tidemark.batch.carried``: no Spark job), else only
     the offsets of each partition that hold them are read again. Returns what Spark counted, for the
     reconciliation (None when the output already held the batch, so no job ran to count)."""
-    good = spark_io.fail_on_bad_records(rows) if plan.format.on_bad_record == "fail" else rows
+    good = batch_io.fail_on_bad_records(rows) if plan.format.on_bad_record == "fail" else rows
     try:
         with kafka_errors(plan):
-            written = spark_tally.write_output_tallying(good, plan)
+            written = tally.write_output_tallying(good, plan)
     except Exception as exc:
-        failure = spark_io.jvm_failure(exc)
+        failure = batch_io.jvm_failure(exc)
         if failure is None or failure.kind != "bad_record":
             raise
         raise bad_records_error(plan, rows) from None
@@ -63,26 +64,26 @@ def write_checked_in_one_pass(spark, rows, plan: BatchPlan, properties: Mapping[
         return None
     log.info("pipeline '%s': batch %d committed to %s (%d records read, %d bad, from %d offsets)", plan.pipeline,
              plan.batch_id, plan.table_uri, written.records_read, written.bad_records, plan.total_offsets)
-    crash.crash_point(crash.AFTER_OUTPUT_COMMIT)
+    fault_injection.crash_point(fault_injection.AFTER_OUTPUT_COMMIT)
     # No spans although Spark counted bad records: finalize_batch refuses the batch
     spans = bad_spans(plan, written.bad_spans) if written.bad_records else []
     if spans and not (written.carried is not None and _write_carried(spark, plan, written, store)):
         only = dataclasses.replace(plan, ranges=spans)
         again = read_rows(spark, only, properties)
         buckets = written.bad_buckets
-        sifted = len(buckets) <= spark_tally.BAD_BUCKETS // 4  # else most records would pass: decode them all
+        sifted = len(buckets) <= tally.BAD_BUCKETS // 4  # else most records would pass: decode them all
         if sifted:
-            again = again.where(spark_tally.in_buckets(buckets))  # Spark filters before it decodes
+            again = again.where(tally.in_buckets(buckets))  # Spark filters before it decodes
         with kafka_errors(plan):
-            spark_io.write_dead_letters(again, plan)
+            batch_io.write_dead_letters(again, plan)
         log.info("pipeline '%s': %d dead letters written to %s (read again: %s; decoded again: %s)", plan.pipeline,
                  written.bad_records, plan.dead_letter_uri, describe_ranges(only.ranges),
-                 f"the records of {len(buckets)} of {spark_tally.BAD_BUCKETS} buckets" if sifted else "every record")
-    crash.crash_point(crash.AFTER_DEAD_LETTERS)
+                 f"the records of {len(buckets)} of {tally.BAD_BUCKETS} buckets" if sifted else "every record")
+    fault_injection.crash_point(fault_injection.AFTER_DEAD_LETTERS)
     return written
 
 
-def _write_carried(spark, plan: BatchPlan, written: spark_tally.OnePass, store: ObjectStore | None) -> bool:
+def _write_carried(spark, plan: BatchPlan, written: tally.OnePass, store: ObjectStore | None) -> bool:
     """The dead letters from the bad records the pass carried; False when they must be read again instead
     (nothing committed): the table cannot take them as carried, or Spark commits to it on object storage with a
     log store delta-rs does not share (``carried.beside_spark``)."""

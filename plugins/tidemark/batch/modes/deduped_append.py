@@ -7,13 +7,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from tidemark import crash, spark_io
+from tidemark import fault_injection
 from tidemark.batch.modes.append import finalize_append
 from tidemark.batch.modes.base import Counted, WriteMode
 from tidemark.batch.plan import BatchPlan
-from tidemark.batch.read_checks import cached_and_counted
+from tidemark.batch.read_checks import cached_and_counted, nothing_left
+from tidemark.batch.spark import batch_io
 from tidemark.batch.tables import Tally
-from tidemark.offsets import TopicPartition
+from tidemark.kafka.offsets import TopicPartition
 from tidemark.storage import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -27,7 +28,7 @@ class DedupedAppend(WriteMode):
 
     def write(self, spark, rows, plan: BatchPlan, properties: Mapping[str, str],
               store: ObjectStore | None) -> Counted:
-        return Counted(tallies=write_counted_first(spark_io.drop_already_written(spark, rows, plan, store), plan))
+        return Counted(tallies=write_counted_first(batch_io.drop_already_written(spark, rows, plan, store), plan))
 
     def finalize(self, plan: BatchPlan, counted: Counted, store: ObjectStore | None) -> bool:
         return finalize_append(plan, counted, store)
@@ -41,17 +42,15 @@ def write_counted_first(rows, plan: BatchPlan) -> dict[TopicPartition, Tally]:
     incremental run makes none. Returns the counts for the reconciliation."""
     rows, tallies, bad = cached_and_counted(rows, plan)
     try:
-        if not any(t.records for t in tallies.values()):
-            log.info("pipeline '%s': batch %d: every record of its ranges is already in the output or the dead "
-                     "letters; no table is written", plan.pipeline, plan.batch_id)
+        if nothing_left(plan, tallies):
             return tallies
         if bad:
-            spark_io.write_dead_letters(rows, plan)
+            batch_io.write_dead_letters(rows, plan)
             log.info("pipeline '%s': %d dead letters written to %s", plan.pipeline, bad, plan.dead_letter_uri)
-        crash.crash_point(crash.AFTER_DEAD_LETTERS)
-        spark_io.write_output(rows, plan)
+        fault_injection.crash_point(fault_injection.AFTER_DEAD_LETTERS)
+        batch_io.write_output(rows, plan)
         log.info("pipeline '%s': batch %d committed to %s", plan.pipeline, plan.batch_id, plan.table_uri)
-        crash.crash_point(crash.AFTER_OUTPUT_COMMIT)
+        fault_injection.crash_point(fault_injection.AFTER_OUTPUT_COMMIT)
     finally:
         rows.unpersist()
     return tallies

@@ -1,4 +1,4 @@
-"""Keyed tables (``tidemark.keyed``): the batch reduced to the newest change per key and applied with one
+"""Keyed tables (``tidemark.config.keyed_tables``): the batch reduced to the newest change per key and applied with one
 MERGE under the batch's marker; a transform feeding a keyed table is a step of this mode
 (``tidemark.batch.modes.keyed_transform``), not a mode of its own. Its rows are one per key, so the good records it
 applied are counted before the MERGE and kept in the MERGE commit's metadata, which finalize reads back after a
@@ -9,15 +9,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from tidemark import crash, spark_io, spark_tally, storage
+from tidemark import fault_injection, storage
 from tidemark.batch.modes import keyed_transform
 from tidemark.batch.modes.base import Counted, WriteMode
 from tidemark.batch.plan import BatchPlan
 from tidemark.batch.read_checks import cached_and_counted, checked, kafka_errors
+from tidemark.batch.spark import batch_io, tally
 from tidemark.batch.tables import Tally, batch_tallies, keyed_commit
 from tidemark.errors import ReconciliationError
-from tidemark.ledger import Ledger
-from tidemark.offsets import TopicPartition
+from tidemark.kafka.offsets import TopicPartition
+from tidemark.ledger.store import Ledger
 from tidemark.storage import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -38,16 +39,17 @@ class Keyed(WriteMode):
 
 
 def write_keyed(spark, rows, plan: BatchPlan, store: ObjectStore | None = None) -> dict[TopicPartition, Tally]:
-    """A keyed table (``tidemark.keyed``): one pass over Kafka reduces the batch to the newest change per key
-    (cached: the check and the MERGE read it) while it counts good and bad records per partition, which are
+    """A keyed table (``tidemark.config.keyed_tables``): one pass over Kafka reduces the batch to the newest change per
+    key (cached: the check and the MERGE read it) while it counts good and bad records per partition, which are
     checked before anything is written; changes at offsets the table already applied (below the ledger's high
     water) are skipped, so a re-read changes nothing. Then one MERGE, then the dead letters, read again from Kafka
     (recovery completes them after a kill, as for values written in one pass). The MERGE commit carries the marker
     and the counts, which finalize reads back after a crash. A transformed batch, or one of more than
-    ``spark_tally.OBSERVED_PARTITIONS`` partitions, is cached and counted first instead, as for re-reads."""
-    from tidemark import spark_keyed, spark_markers
-    from tidemark.keyed import KeyedSpec
-    from tidemark.records import output_columns
+    ``tidemark.batch.spark.tally.OBSERVED_PARTITIONS`` partitions, is cached and counted first instead, as for
+    re-reads."""
+    from tidemark.batch.spark import delete_markers, merge
+    from tidemark.config.keyed_tables import KeyedSpec
+    from tidemark.formats.records import output_columns
 
     spec, fmt = KeyedSpec.from_dict(plan.format.keyed or {}), plan.format
     columns, add_columns, widen = output_columns(fmt, plan.partition_by), fmt.add_columns, fmt.widen
@@ -56,19 +58,19 @@ def write_keyed(spark, rows, plan: BatchPlan, store: ObjectStore | None = None) 
     # One pass: the read tallied while it is reduced to the newest change per key, nothing of it cached but
     # that. A transform counts what it filters from the cached batch, and many partitions would cost too many
     # aggregates per record: the batch is then cached and tallied first.
-    one_pass = not fmt.transform and len(plan.ranges) <= spark_tally.OBSERVED_PARTITIONS
+    one_pass = not fmt.transform and len(plan.ranges) <= tally.OBSERVED_PARTITIONS
     tallies, bad, filtered, newest = {}, 0, None, None
     if not one_pass:
         rows, tallies, bad = cached_and_counted(rows, plan)
     try:
         applied = Ledger(plan.ledger_uri, store).state(plan.pipeline).high_water
         if one_pass:
-            changes, observed = spark_tally.observe_by_partition(rows, plan)
+            changes, observed = tally.observe_by_partition(rows, plan)
         else:
             changes, filtered = (keyed_transform.changes(spark, rows, plan, spec) if fmt.transform else (rows, None))
-        newest = spark_keyed.newest_changes(changes, spec, applied)
+        newest = merge.newest_changes(changes, spec, applied)
         if not spec.by_kafka_position:  # an upsert older than a delete the table remembers changes nothing
-            newest = spark_markers.against_markers(spark, newest, spec, plan.table_uri, store)
+            newest = delete_markers.against_markers(spark, newest, spec, plan.table_uri, store)
         newest = newest.persist()  # read by the check and the MERGE
         if one_pass:
             tallies, bad = _reduced_and_tallied(plan, rows, newest, observed)
@@ -77,19 +79,19 @@ def write_keyed(spark, rows, plan: BatchPlan, store: ObjectStore | None = None) 
             _widen_keyed(spark, plan, widen)
         if spec.by_kafka_position:
             with kafka_errors(plan):
-                spark_keyed.check_one_partition_per_key(newest, spec, plan.pipeline)
+                merge.check_one_partition_per_key(newest, spec, plan.pipeline)
         metadata = plan.commit_metadata({tp: t.records - t.bad for tp, t in tallies.items()}, filtered)
         if not spec.by_kafka_position:  # before the commit point: a retry of the frozen batch writes them again
             with kafka_errors(plan):
-                spark_markers.remember(spark, newest, spec, plan.table_uri, plan.batch_id, store)
+                delete_markers.remember(spark, newest, spec, plan.table_uri, plan.batch_id, store)
         _merge_newest(spark, plan, spec, newest, columns, metadata, add_columns=add_columns, exists=exists)
         log.info("pipeline '%s': batch %d merged into %s (%d records read, %d bad)", plan.pipeline, plan.batch_id,
                  plan.table_uri, sum(t.records for t in tallies.values()), bad)
-        crash.crash_point(crash.AFTER_OUTPUT_COMMIT)
+        fault_injection.crash_point(fault_injection.AFTER_OUTPUT_COMMIT)
         if bad:  # after the MERGE, as for a transform: a MERGE that refuses the batch leaves nothing written
             with kafka_errors(plan):  # from the cached batch, or (one pass) a second read of Kafka
-                spark_io.write_dead_letters(rows, plan)
-        crash.crash_point(crash.AFTER_DEAD_LETTERS)
+                batch_io.write_dead_letters(rows, plan)
+        fault_injection.crash_point(fault_injection.AFTER_DEAD_LETTERS)
     finally:
         if not one_pass:
             rows.unpersist()
@@ -102,14 +104,14 @@ def _merge_newest(spark, plan: BatchPlan, spec, newest, columns: list[str], meta
                   exists: bool) -> None:
     """The one commit of a keyed batch, with its marker: a MERGE of the newest changes, or, for the batch that
     creates the table, an append of its newest upserts (as a MERGE into nothing would)."""
-    from tidemark import spark_keyed
+    from tidemark.batch.spark import merge
 
     with kafka_errors(plan):
         if exists:
-            spark_keyed.merge(spark, newest, spec, plan.table_uri, columns, app_id=plan.pipeline,
+            merge.merge(spark, newest, spec, plan.table_uri, columns, app_id=plan.pipeline,
                               version=plan.batch_id, metadata=metadata, add_columns=add_columns)
         else:
-            spark_io.append_marked(newest.where(f"{spark_keyed.OP} = 'u'").select(*columns), plan.table_uri,
+            batch_io.append_marked(newest.where(f"{merge.OP} = 'u'").select(*columns), plan.table_uri,
                                    app_id=plan.pipeline, version=plan.batch_id, metadata=metadata,
                                    pipeline=plan.pipeline, partition_by=plan.partition_by,
                                    refused=f"batch {plan.batch_id}: another writer created {plan.table_uri} "
@@ -118,15 +120,15 @@ def _merge_newest(spark, plan: BatchPlan, spec, newest, columns: list[str], meta
 
 def _reduced_and_tallied(plan: BatchPlan, rows, newest, observed) -> tuple[dict[TopicPartition, Tally], int]:
     """Compute the newest changes (cached) in the one pass over Kafka that also tallies the batch per partition
-    (``spark_tally.observe_by_partition``), then check the tallies as ``cached_and_counted`` does, before anything
-    is written. Returns them and the number of bad records."""
+    (``tidemark.batch.spark.tally.observe_by_partition``), then check the tallies as ``cached_and_counted`` does, before
+    anything is written. Returns them and the number of bad records."""
     with kafka_errors(plan):
         newest.count()
         counted = observed()
         if counted is None:  # the counts came back empty (seen when every change was already applied: a replay)
             log.info("pipeline '%s': batch %d: Spark returned no counts with the pass; the batch is counted by "
                      "reading it again", plan.pipeline, plan.batch_id)
-            tallies, records = spark_io.tally(rows), None
+            tallies, records = batch_io.tally(rows), None
         else:
             records, parts = counted
             tallies = {tp: Tally(*part) for tp, part in parts.items()}
@@ -143,7 +145,7 @@ def _widen_keyed(spark, plan: BatchPlan, widen: dict[str, str]) -> None:
     metadata = json.dumps({"tidemark_widening": {"pipeline": plan.pipeline, "before_batch": plan.batch_id,
                                                  "columns": widen}})
     with kafka_errors(plan):
-        widened = spark_io.widen_in_place(spark, plan.table_uri, widen, plan.partition_by, metadata)
+        widened = batch_io.widen_in_place(spark, plan.table_uri, widen, plan.partition_by, metadata)
     if widened:
         log.info("pipeline '%s': batch %d widened %s of %s before its MERGE", plan.pipeline, plan.batch_id,
                  ", ".join(f"{c} to {widen[c]}" for c in widened), plan.table_uri)
@@ -177,7 +179,7 @@ def finalize_keyed(plan: BatchPlan, tallies: dict[TopicPartition, Tally] | None,
     changes = commit.changes if commit is not None else None
     filtered = None if commit is None or commit.filtered is None else {
         r.tp: commit.filtered.get(r.tp, 0) for r in plan.ranges}  # a transform's (none without one)
-    crash.crash_soon(crash.DURING_LEDGER_COMMIT)
+    fault_injection.crash_soon(fault_injection.DURING_LEDGER_COMMIT)
     changed = Ledger(plan.ledger_uri, store).mark_committed(plan.pipeline, plan.batch_id, counts, changes,
                                                             filtered=filtered)
     log.info("pipeline '%s': keyed batch %d %s in the ledger (%d records, %d dead letters; rows %s)", plan.pipeline,

@@ -1,4 +1,4 @@
-"""How a batch of a pipeline with a SQL transform is written (``tidemark.transform``; docs/DESIGN.md,
+"""How a batch of a pipeline with a SQL transform is written (``tidemark.config.transforms``; docs/DESIGN.md,
 *Transforms*): the SELECT checked before Kafka is read, the batch cached and counted, the transform run once to
 count its output's coordinates (a record that fails it fails the batch before any write), the dead letters,
 then the output with the good and filtered records per partition in its commit's metadata. Re-reads
@@ -10,14 +10,15 @@ import datetime as dt
 import logging
 from collections.abc import Mapping
 
-from tidemark import crash, spark_io
+from tidemark import fault_injection
 from tidemark.batch.modes.base import Counted, WriteMode
 from tidemark.batch.plan import BatchPlan
-from tidemark.batch.read_checks import cached_and_counted, check_read, kafka_errors, stored
+from tidemark.batch.read_checks import cached_and_counted, check_read, kafka_errors, nothing_left, stored
+from tidemark.batch.spark import batch_io
 from tidemark.batch.tables import Tally, batch_tallies, keyed_commit
 from tidemark.errors import ReconciliationError, TidemarkError, TransformError
-from tidemark.ledger import Ledger
-from tidemark.offsets import TopicPartition
+from tidemark.kafka.offsets import TopicPartition
+from tidemark.ledger.store import Ledger
 from tidemark.storage import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ class Transformed(WriteMode):
     def write(self, spark, rows, plan: BatchPlan, properties: Mapping[str, str],
               store: ObjectStore | None) -> Counted:
         if plan.dedupe:
-            rows = spark_io.drop_already_written(spark, rows, plan, store)
+            rows = batch_io.drop_already_written(spark, rows, plan, store)
         return Counted(tallies=write(spark, rows, plan, store))
 
     def finalize(self, plan: BatchPlan, counted: Counted, store: ObjectStore | None) -> bool:
@@ -40,32 +41,31 @@ class Transformed(WriteMode):
 
 
 def write(spark, rows, plan: BatchPlan, store: ObjectStore | None = None) -> dict[TopicPartition, Tally]:
-    """A pipeline with a SQL transform (``tidemark.transform``): the SELECT is analyzed and checked against the
+    """A pipeline with a SQL transform (``tidemark.config.transforms``): the SELECT is analyzed and checked against the
     table before Kafka is read; then, as for re-reads, the batch is cached and its good and bad records counted;
     then the output (the commit point), with the batch's marker and the good records per partition in its
     commit's metadata, which finalize reads back after a crash (the filtered ones are the good records without a
     row); then the dead letters, untransformed, as in the one-pass path (recovery completes them). A record that
     fails the SELECT fails the output's write, so nothing is written."""
-    from tidemark import schemas, spark_transform
+    from tidemark.batch import schemas
+    from tidemark.batch.spark import transform_sql
 
     fmt = plan.format
-    stamp = spark_transform.batch_columns(plan.batch_id, dt.datetime.now(dt.UTC))
+    stamp = transform_sql.batch_columns(plan.batch_id, dt.datetime.now(dt.UTC))
     with kafka_errors(plan):
-        shaped = spark_transform.apply(spark, rows, plan.pipeline, fmt, plan.partition_by, stamp)
+        shaped = transform_sql.apply(spark, rows, plan.pipeline, fmt, plan.partition_by, stamp)
     output = {f.name: f.dataType.simpleString() for f in shaped.schema.fields}
     add_columns, widen = schemas.fit_transform_output(plan.pipeline, plan.table_uri, output,
                                                        schemas.table_columns(plan.table_uri, store), fmt.schema_changes)
     rows, tallies, bad = cached_and_counted(rows, plan)
     try:
-        if not any(t.records for t in tallies.values()):
-            log.info("pipeline '%s': batch %d: every record of its ranges is already in the output or the dead "
-                     "letters; no table is written", plan.pipeline, plan.batch_id)
+        if nothing_left(plan, tallies):
             return tallies
-        shaped = spark_transform.apply(spark, rows, plan.pipeline, fmt, plan.partition_by, stamp)
+        shaped = transform_sql.apply(spark, rows, plan.pipeline, fmt, plan.partition_by, stamp)
         good = {tp: t.records - t.bad for tp, t in tallies.items()}
         try:
             with kafka_errors(plan):
-                spark_io.append_marked(shaped, plan.table_uri, app_id=plan.pipeline, version=plan.batch_id,
+                batch_io.append_marked(shaped, plan.table_uri, app_id=plan.pipeline, version=plan.batch_id,
                                        metadata=plan.commit_metadata(good), pipeline=plan.pipeline,
                                        partition_by=plan.partition_by, add_columns=add_columns, widen=widen,
                                        refused=f"batch {plan.batch_id}: another writer committed to {plan.table_uri} "
@@ -75,12 +75,12 @@ def write(spark, rows, plan: BatchPlan, store: ObjectStore | None = None) -> dic
             raise _transform_failed(spark, rows, plan, stamp, exc) from exc
         log.info("pipeline '%s': batch %d committed to %s (%d records read, %d bad)", plan.pipeline, plan.batch_id,
                  plan.table_uri, sum(t.records for t in tallies.values()), bad)
-        crash.crash_point(crash.AFTER_OUTPUT_COMMIT)
+        fault_injection.crash_point(fault_injection.AFTER_OUTPUT_COMMIT)
         if bad:
             with kafka_errors(plan):
-                spark_io.write_dead_letters(rows, plan)
+                batch_io.write_dead_letters(rows, plan)
             log.info("pipeline '%s': %d dead letters written to %s", plan.pipeline, bad, plan.dead_letter_uri)
-        crash.crash_point(crash.AFTER_DEAD_LETTERS)
+        fault_injection.crash_point(fault_injection.AFTER_DEAD_LETTERS)
     finally:
         rows.unpersist()
     return tallies
@@ -90,11 +90,11 @@ def _transform_failed(spark, rows, plan: BatchPlan, stamp: list, exc: BaseExcept
     """A record failed the transform (an ANSI cast, a division by zero...): the error names Spark's message and,
     found by bisection over the cached records, where the first failing record lies. Other failures (Kafka,
     storage) are returned as they are."""
-    from tidemark import spark_transform
+    from tidemark.batch.spark import transform_sql
 
-    if isinstance(exc, TidemarkError) or spark_io.jvm_failure(exc) is not None:
+    if isinstance(exc, TidemarkError) or batch_io.jvm_failure(exc) is not None:
         return exc
-    found = spark_transform.first_failing(spark, rows, plan.pipeline, plan.format, plan.partition_by, stamp,
+    found = transform_sql.first_failing(spark, rows, plan.pipeline, plan.format, plan.partition_by, stamp,
                                           plan.ranges)
     if found is None:  # no partition's records fail the transform on their own: not a record's failure
         return exc
@@ -137,7 +137,7 @@ def finalize_transformed(plan: BatchPlan, tallies: dict[TopicPartition, Tally] |
                 f"committed. Investigate before re-running.", pipeline=plan.pipeline)
     counts = {r.tp: (good.get(r.tp, 0) + (dead[r.tp].records if r.tp in dead else 0),
                      dead[r.tp].records if r.tp in dead else 0) for r in plan.ranges}
-    crash.crash_soon(crash.DURING_LEDGER_COMMIT)
+    fault_injection.crash_soon(fault_injection.DURING_LEDGER_COMMIT)
     changed = Ledger(plan.ledger_uri, store).mark_committed(plan.pipeline, plan.batch_id, counts, filtered=filtered)
     log.info("pipeline '%s': batch %d %s in the ledger (%d records, %d dead letters, %d filtered by the transform)",
              plan.pipeline, plan.batch_id, "committed" if changed else "was already committed",

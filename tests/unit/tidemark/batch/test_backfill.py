@@ -7,8 +7,8 @@ import pytest
 
 from tidemark.batch.backfill import window_ranges
 from tidemark.errors import ConfigError
-from tidemark.offsets import OffsetRange
-from tidemark.offsets import TopicPartition as TP
+from tidemark.kafka.offsets import OffsetRange
+from tidemark.kafka.offsets import TopicPartition as TP
 
 A0, A1, B0 = TP("a", 0), TP("a", 1), TP("b", 0)
 LATEST = {A0: 50, A1: 40, B0: 30}

@@ -11,7 +11,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from tidemark.batch import carried
 from tidemark.batch.plan import BatchPlan
-from tidemark.offsets import OffsetRange
+from tidemark.kafka.offsets import OffsetRange
 
 STAMP = dt.datetime(2026, 11, 28, 7, 1, 2, 345678, tzinfo=dt.UTC)
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from tidemark.batch.plan import BatchPlan
-from tidemark.offsets import OffsetRange
-from tidemark.offsets import TopicPartition as TP
-from tidemark.spark_tally import BAD_PAGE_BITS
+from tidemark.batch.spark.tally import BAD_PAGE_BITS
+from tidemark.kafka.offsets import OffsetRange
+from tidemark.kafka.offsets import TopicPartition as TP
 
 PAGE = 1 << BAD_PAGE_BITS
 

@@ -9,8 +9,8 @@ from tidemark.batch.plan import BatchPlan
 from tidemark.batch.read_checks import check_read
 from tidemark.batch.tables import Tally
 from tidemark.errors import ReconciliationError
-from tidemark.offsets import OffsetRange
-from tidemark.offsets import TopicPartition as TP
+from tidemark.kafka.offsets import OffsetRange
+from tidemark.kafka.offsets import TopicPartition as TP
 
 A0, B0 = TP("a", 0), TP("b", 0)
 

@@ -26,10 +26,11 @@ def test_every_exported_name_is_its_modules_object():
 
 def test_the_ingest_job_does_not_load_the_pipeline_configuration_or_the_run():
     loaded = subprocess.run(
-        [sys.executable, "-c", "import sys, tidemark_spark.ingest; "
+        [sys.executable, "-c", "import sys, tidemark_spark.ingest_job; "
                                "print(sorted(m for m in sys.modules if m.startswith(('tidemark', 'yaml'))))"],
         env={"PYTHONPATH": str(PLUGINS), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, check=True,
     ).stdout
-    for module in ("tidemark.config", "tidemark.run", "tidemark.planner", "tidemark.batch.prepare", "yaml"):
+    for module in ("tidemark.config.pipeline", "tidemark.run", "tidemark.kafka.planner", "tidemark.batch.prepare",
+    "yaml"):
         assert f"'{module}'" not in loaded, loaded
-    assert "'tidemark.batch.execute'" in loaded and "'tidemark.job_settings'" in loaded
+    assert "'tidemark.batch.execute'" in loaded and "'tidemark.batch.job_settings'" in loaded

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from tidemark.batch.plan import BatchPlan
-from tidemark.offsets import OffsetRange
+from tidemark.kafka.offsets import OffsetRange
 
 
 def test_plan_json_round_trip_and_commit_metadata():
@@ -19,8 +19,8 @@ def test_plan_json_round_trip_and_commit_metadata():
 
 def test_what_shapes_the_output_is_frozen_and_a_pending_batch_gets_it_back_whatever_the_file_says_now(tmp_path):
     from tidemark.batch.recovery import changed_settings, pending_plan
-    from tidemark.config import parse_pipeline
-    from tidemark.ledger import Ledger, planned_rows
+    from tidemark.config.pipeline import parse_pipeline
+    from tidemark.ledger.store import Ledger, planned_rows
 
     def pipeline(**changed):
         return parse_pipeline({"name": "orders", "topics": ["o"], "table": str(tmp_path / "orders"),

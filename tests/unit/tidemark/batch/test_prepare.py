@@ -8,7 +8,7 @@ import pytest
 from deltalake import write_deltalake
 
 from tidemark.batch.prepare import check_locations
-from tidemark.config import parse_pipeline
+from tidemark.config.pipeline import parse_pipeline
 from tidemark.errors import ConfigError
 
 

@@ -7,9 +7,9 @@ import datetime as dt
 import pytest
 
 from tidemark.batch.status import FAILING, GAP_RECORDED, HEALTHY, LAGGING, _status_rows, health
-from tidemark.ledger import COMMITTED, PLANNED
-from tidemark.ledger_state import LedgerState
-from tidemark.offsets import TopicPartition
+from tidemark.kafka.offsets import TopicPartition
+from tidemark.ledger.state import LedgerState
+from tidemark.ledger.store import COMMITTED, PLANNED
 
 NOW = dt.datetime(2026, 11, 24, 12, 0, tzinfo=dt.UTC)
 

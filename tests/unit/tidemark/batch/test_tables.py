@@ -12,8 +12,8 @@ import pytest
 
 from tidemark.batch.plan import METADATA_KEY
 from tidemark.batch.tables import keyed_commit, output_version, row_changes
-from tidemark.ledger_state import RowChanges
-from tidemark.offsets import TopicPartition as TP
+from tidemark.kafka.offsets import TopicPartition as TP
+from tidemark.ledger.state import RowChanges
 
 # Trimmed from a keyed table's log written by Spark 4.2 with Delta 4.4 (the metrics are strings there).
 MERGE = {"operation": "MERGE", "operationMetrics": {

@@ -1,0 +1,133 @@
+"""Debezium change events, read before Spark starts (pure: stdlib only; the Spark side is
+``spark_debezium``).
+
+A Debezium event's value is an envelope: ``op`` (``c`` create, ``u`` update, ``r`` snapshot read, ``d``
+delete), the row's images ``before`` and ``after`` (records of one type, the table's row), and ``source``,
+where the change came from, which orders it: ``source.lsn`` (PostgreSQL's WAL position) or ``source.pos``
+(MySQL's binlog position), then ``source.ts_ms``. As JSON, the pipeline's ``value_schema`` declares the
+row's fields. As Avro (Kafka Connect's AvroConverter through a Schema Registry), the envelope's schema says
+it all: ``avro_envelope`` finds the row's record, whose fields become the table's columns, and the ordering
+fields the connector's ``source`` has.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tidemark.formats.avro_schemas import (  # the schema model's own helpers
+    Names,
+    Schema,
+    _collect,
+    _deref,
+    _describe,
+    _full_name,
+    _is_null,
+    _kind,
+    _space,
+)
+
+ENVELOPE_FIELDS = ("op", "before", "after", "source")
+POSITION_FIELDS = ("lsn", "pos")
+"""The ``source`` fields that order a connector's changes, in this order of preference."""
+TIME_FIELD = "ts_ms"
+"""The ``source`` field that orders changes of the same position (the commit time, ms)."""
+
+
+@dataclass(frozen=True)
+class AvroEnvelope:
+    """Where a Debezium Avro envelope keeps what Tidemark reads."""
+
+    row: dict
+    """The row's record schema (the type of ``after``), standalone: its fields are the table's columns."""
+    position: tuple[str, ...]
+    """The ``source`` fields that order the changes, of ``POSITION_FIELDS`` those the schema has."""
+
+
+def avro_envelope(schema: dict) -> AvroEnvelope:
+    """The row and the ordering of a Debezium envelope's Avro schema (a parsed record). Raises ValueError
+    saying what is missing when the schema is not such an envelope."""
+    names: Names = {}
+    _collect(schema, "", names)
+    space = _space(_full_name(schema, ""))
+    fields = {f["name"]: f["type"] for f in schema["fields"]}
+    missing = [n for n in ENVELOPE_FIELDS if n not in fields]
+    if missing:
+        raise ValueError(f"the record has no field {', '.join(repr(n) for n in missing)}: a Debezium change event "
+                         f"has {', '.join(ENVELOPE_FIELDS)}")
+    if _value_kind(fields["op"], space, names) != "string":
+        raise ValueError(f"field 'op' is {_describe(fields['op'], space, names)}, not a string")
+    after, after_name = _record(fields["after"], space, names, "after")
+    _, before_name = _record(fields["before"], space, names, "before")
+    if before_name != after_name:
+        raise ValueError(f"'before' is record '{before_name}' and 'after' record '{after_name}': a Debezium change "
+                         f"event's images are rows of one type")
+    source, source_name = _record(fields["source"], space, names, "source")
+    inner = _space(source_name)
+    available = {f["name"]: f["type"] for f in source["fields"]}
+    position = tuple(n for n in POSITION_FIELDS if n in available)
+    if not position:
+        raise ValueError(f"'source' has no {' or '.join(POSITION_FIELDS)}: Tidemark orders a Debezium stream by "
+                         f"source.lsn (PostgreSQL) or source.pos (MySQL), then source.ts_ms")
+    for name in (*position, TIME_FIELD):
+        if name not in available:
+            raise ValueError(f"'source' has no {name}: Tidemark orders a Debezium stream by source.lsn or "
+                             f"source.pos, then source.{TIME_FIELD}")
+        if _value_kind(available[name], inner, names) not in ("int", "long"):
+            raise ValueError(f"source.{name} is {_describe(available[name], inner, names)}, not an integer")
+    row = {k: v for k, v in after.items() if k != "namespace"}
+    return AvroEnvelope(row={**row, "name": after_name}, position=position)
+
+
+def _value_kind(schema: Schema, namespace: str, names: Names) -> str:
+    """The kind of a field's type, a union with null counting as its other branch."""
+    schema, namespace, _ = _deref(schema, namespace, names)
+    if isinstance(schema, list):
+        others = [b for b in schema if not _is_null(_deref(b, namespace, names)[0])]
+        if len(others) != 1:
+            return "union"
+        schema, namespace, _ = _deref(others[0], namespace, names)
+    return _kind(schema)
+
+
+def _record(schema: Schema, namespace: str, names: Names, field: str) -> tuple[dict, str]:
+    """A field's record type (a union with null counting as its record) and its full name."""
+    if _value_kind(schema, namespace, names) != "record":
+        raise ValueError(f"field '{field}' is {_describe(schema, namespace, names)}, not a record (or null and a "
+                         f"record)")
+    if isinstance(schema, list):
+        schema = next(b for b in schema if not _is_null(_deref(b, namespace, names)[0]))
+    definition, _, full = _deref(schema, namespace, names)
+    return definition, full or _full_name(definition, namespace)
+
+
+TIME_TYPES = {("int", "io.debezium.time.Date"): "date",
+              ("long", "io.debezium.time.MicroTimestamp"): "local-timestamp-micros",
+              ("long", "io.debezium.time.Timestamp"): "local-timestamp-millis"}
+"""Debezium's semantic time types (``connect.name`` on a plain int or long, as Kafka Connect's AvroConverter
+writes them) and the Avro logical type that reads the same number as the same instant: days since the epoch as
+a date; micro- or milliseconds since the epoch, a time without zone (PostgreSQL's ``timestamp``, MySQL's
+``datetime``), as a timestamp without time zone. Other Debezium times stay as written: ``ZonedTimestamp`` is
+an ISO-8601 string, ``MicroTime`` a long of microseconds since midnight, ``NanoTimestamp`` a long."""
+
+
+def with_time_types(schema: Schema) -> Schema:
+    """``schema`` (a parsed envelope) with the logical type of ``TIME_TYPES`` on each field whose type is one of
+    Debezium's semantic time types and has no logical type yet. The binary encoding is the same, so records
+    written with the plain type read with it; Spark reads the columns as ``date`` and ``timestamp_ntz``."""
+    if isinstance(schema, list):
+        return [with_time_types(b) for b in schema]
+    if not isinstance(schema, dict):
+        return schema
+    kind = schema.get("type")
+    logical = TIME_TYPES.get((kind, schema.get("connect.name"))) if isinstance(kind, str) else None
+    if logical is not None and "logicalType" not in schema:
+        return {**schema, "logicalType": logical}
+    out = dict(schema)
+    if isinstance(out.get("type"), dict | list):
+        out["type"] = with_time_types(out["type"])
+    if isinstance(out.get("fields"), list):
+        out["fields"] = [with_time_types(f) for f in out["fields"]]
+    for part in ("items", "values"):
+        if part in out:
+            out[part] = with_time_types(out[part])
+    return out
