@@ -173,38 +173,11 @@ class PipelineRun:
         return reset_offsets(self.config, self.kafka_properties, request, ledger_uri=self.ledger_uri, store=self.store)
 
     def audit(self, verify_sample: int = 0, values=None):
-        """``tidemark audit``: the output table checked against the ledger (``tidemark.audit.live_table``), and
-        ``verify_sample`` retained ranges read again from Kafka (``tidemark.audit.sample``), or on a keyed table
-        ``verify_sample`` keys compared with their newest change (``tidemark.audit.keyed_sample``); ``values`` runs the
-        Spark side of both (the adapters pass ``tidemark_spark.audit_decode.launch``). A pipeline with a transform
-        is audited by coordinate and refuses a sample (ConfigError: its output is not Kafka's values)."""
-        from tidemark.audit.keyed_sample import verify_keys
-        from tidemark.audit.live_table import audit_tables
-        from tidemark.audit.sample import verify_sample as verify_ranges
-        from tidemark.config.audit_schedule import check_verify_sample
+        """``tidemark audit`` (``tidemark.audit.pipeline_audit``), with this run's connections."""
+        from tidemark.audit.pipeline_audit import audit_pipeline
 
-        try:
-            check_verify_sample(verify_sample, self.config.transform, "--verify-sample")
-        except ValueError as exc:
-            raise ConfigError(str(exc), pipeline=self.name) from None
-
-        if verify_sample and self.config.keyed and values is None:
-            raise ConfigError(f"--verify-sample on a keyed table compares keys with their newest change in Spark, and "
-                              f"no Spark job was given. Run 'tidemark audit {self.name} --verify-sample "
-                              f"{verify_sample}' from the command line or the audit DAG.", pipeline=self.name)
-        report = audit_tables(self.name, self.config.table_uri, self.config.dead_letter_uri, self.ledger_uri,
-                              self.store, keys=self.config.keyed.keys if self.config.keyed else None,
-                              transformed=self.config.transform is not None)
-        if self.config.keyed and values is not None:  # deleted keys present are looked for with or without a sample
-            keyed = verify_keys(self.config, self.kafka_properties, self.ledger_uri, self.store, verify_sample,
-                                values=values)
-            report.deleted_keys_present, report.deleted_keys = keyed.pop("deleted_keys_present"), keyed.pop(
-                "deleted_keys")
-            report.sample = keyed if verify_sample else None
-        elif verify_sample:
-            report.sample = verify_ranges(self.config, self.kafka_properties, self.ledger_uri, self.store,
-                                          verify_sample, values=values)
-        return report
+        return audit_pipeline(self.config, lambda: self.kafka_properties, self.ledger_uri, self.store, verify_sample,
+                              values=values)
 
     def reserve_reprocess(self, *, batch_id: int | None, reason: str, owner: str):
         """``tidemark dead-letters reprocess``: reserve the ledger entry (``tidemark.operations.reprocessing``)."""

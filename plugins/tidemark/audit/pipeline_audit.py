@@ -1,0 +1,42 @@
+"""``tidemark audit PIPELINE [--verify-sample N]``, whole: the output table checked against the ledger
+(``live_table``), then, when asked, ``N`` retained ranges read again from Kafka (``sample``), or on a keyed table
+``N`` keys compared with their newest change (``keyed_sample``, which also looks for deleted keys still present,
+with or without a sample). The run (``tidemark.run.PipelineRun.audit``) hands it the pipeline's connections."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from tidemark.audit.keyed_sample import verify_keys
+from tidemark.audit.live_table import AuditReport, audit_tables
+from tidemark.audit.sample import verify_sample as verify_ranges
+from tidemark.config.audit_schedule import check_verify_sample
+from tidemark.config.pipeline import PipelineConfig
+from tidemark.errors import ConfigError
+from tidemark.storage import ObjectStore
+
+
+def audit_pipeline(config: PipelineConfig, kafka_properties: Callable[[], Mapping[str, str]], ledger_uri: str,
+                   store: ObjectStore | None, verify_sample: int = 0, values=None) -> AuditReport:
+    """The audit's report. ``kafka_properties`` is called only when Kafka is read (a sample, or a keyed table's
+    deleted keys); ``values`` runs the Spark side of both (the adapters pass ``tidemark_spark.audit_decode.launch``).
+    A pipeline with a transform is audited by coordinate and refuses a sample (ConfigError: its output is not
+    Kafka's values)."""
+    try:
+        check_verify_sample(verify_sample, config.transform, "--verify-sample")
+    except ValueError as exc:
+        raise ConfigError(str(exc), pipeline=config.name) from None
+    if verify_sample and config.keyed and values is None:
+        raise ConfigError(f"--verify-sample on a keyed table compares keys with their newest change in Spark, and "
+                          f"no Spark job was given. Run 'tidemark audit {config.name} --verify-sample "
+                          f"{verify_sample}' from the command line or the audit DAG.", pipeline=config.name)
+    report = audit_tables(config.name, config.table_uri, config.dead_letter_uri, ledger_uri, store,
+                          keys=config.keyed.keys if config.keyed else None, transformed=config.transform is not None)
+    if config.keyed and values is not None:  # deleted keys present are looked for with or without a sample
+        keyed = verify_keys(config, kafka_properties(), ledger_uri, store, verify_sample, values=values)
+        report.deleted_keys_present, report.deleted_keys = keyed.pop("deleted_keys_present"), keyed.pop(
+            "deleted_keys")
+        report.sample = keyed if verify_sample else None
+    elif verify_sample:
+        report.sample = verify_ranges(config, kafka_properties(), ledger_uri, store, verify_sample, values=values)
+    return report
