@@ -92,7 +92,7 @@ def test_the_scheduled_audit_of_a_keyed_table_names_a_key_held_twice(tmp_path, m
     # The keyed Kafka side (deleted keys present: a Spark job over what Kafka holds) is tested against the real
     # services in tests/integration/test_keyed_deletes.py; here it finds nothing (and reads no broker).
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", '{"conn_type": "kafka", "extra": {"bootstrap.servers": "x:1"}}')
-    monkeypatch.setattr("tidemark.audit.keyed_sample.verify_keys", lambda *a, **k: {"deleted_keys_present": 0,
+    monkeypatch.setattr("tidemark.audit.pipeline_audit.verify_keys", lambda *a, **k: {"deleted_keys_present": 0,
                                                                              "deleted_keys": []})
     with pytest.raises(AirflowFailException, match="AuditDamageError"):
         audit("k")
