@@ -489,7 +489,8 @@ def run_tidemark(settings: BenchSettings, sizes: Sizes, config, expect: int | No
 def run_available_now(settings: BenchSettings, sizes: Sizes, topic: str, table: Path, starting: dict,
                       name: str) -> dict:
     """bench/jobs/keyed_merge.py on ``table`` (a copy of the starting table), from the offsets ``starting``."""
-    from tidemark.formats.records import RecordFormat, parse_field_type
+    from tidemark.formats.record_format import RecordFormat
+    from tidemark.formats.records import parse_field_type
 
     ddl = RecordFormat("json", tuple(parse_field_type(n, t) for n, t in VALUE_SCHEMA.items())).spark_ddl()
     checkpoint = stack.fresh_folder(settings.work / "checkpoints" / name)

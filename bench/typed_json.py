@@ -19,7 +19,8 @@ import time
 from bench import data
 from bench.settings import BenchSettings
 from bench.typed import POISON_EVERY, Backlog, ValueFormat, available_now, main, plain_batch
-from tidemark.formats.records import RecordFormat, parse_field_type
+from tidemark.formats.record_format import RecordFormat
+from tidemark.formats.records import parse_field_type
 
 VALUE_SCHEMA = {"order_id": "bigint", "customer_id": "bigint", "amount": "double", "currency": "string",
                 "status": "string", "created_at": "timestamp", "note": "string"}

@@ -12,7 +12,7 @@ from tidemark.batch.job_settings import JobSettings
 from tidemark.batch.plan import BatchPlan
 from tidemark.batch.spark.batch_io import kafka_source_options
 from tidemark.batch.spark.shaping import to_rows
-from tidemark.formats.records import RecordFormat, output_columns
+from tidemark.formats.record_format import RecordFormat, output_columns
 from tidemark.kafka.offsets import OffsetRange
 from tidemark_spark.ingest_job import build_session
 

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING
 from bench.jobs.common import session, source_options
 from tidemark.batch.spark.shaping import to_rows
 from tidemark.formats.avro_schemas import reader_fields
-from tidemark.formats.records import BATCH_COLUMNS, KAFKA_COLUMNS, RecordFormat
+from tidemark.formats.record_format import RecordFormat
+from tidemark.formats.records import BATCH_COLUMNS, KAFKA_COLUMNS
 
 if TYPE_CHECKING:
     import pyarrow as pa

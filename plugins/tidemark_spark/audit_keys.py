@@ -23,7 +23,7 @@ from tidemark.audit.typed_sample import ValueCheck
 from tidemark.batch.schemas import table_columns
 from tidemark.batch.spark import merge, shaping
 from tidemark.batch.spark.batch_io import kafka_source_options, read_ranges
-from tidemark.config.keyed_tables import KeyedSpec
+from tidemark.formats.record_format import KeyedSpec
 from tidemark_spark.column_hashes import hashes, to_table_types
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -72,7 +72,7 @@ def compare_keys(spark, check: ValueCheck, properties: Mapping[str, str], store=
 
     table = table_columns(check.table_uri, store) or {}
     compared = [*COORDINATES, *check.compared_columns(table)]
-    spec = KeyedSpec.from_dict(check.format_of(check.ranges[0]["batch_id"]).keyed or {})
+    spec = check.format_of(check.ranges[0]["batch_id"]).keyed
     keys = list(spec.keys)
     newest = merge.newest_changes(kafka_changes(spark, check, properties, compared, table, spec), spec, {})
     newest = newest.select(*[F.col(f"`{k}`") for k in keys], _OP, *COORDINATES, "_cols",

@@ -23,7 +23,8 @@ from tidemark.batch.job_settings import JobSettings
 from tidemark.batch.spark import shaping
 from tidemark.batch.spark.batch_io import append_marked, error_chain
 from tidemark.errors import JobExit, TidemarkError
-from tidemark.formats.records import DATE_COLUMN, output_columns
+from tidemark.formats.record_format import output_columns
+from tidemark.formats.records import DATE_COLUMN
 from tidemark.operations.reprocessing import ReprocessPlan, finalize, ranges_sql
 from tidemark.run import PipelineRun
 

@@ -11,7 +11,7 @@ from tidemark import settings
 from tidemark.batch.plan import BatchPlan
 from tidemark.batch.spark import batch_io, shaping
 from tidemark.batch.tables import output_txn_version
-from tidemark.formats.records import RecordFormat
+from tidemark.formats.record_format import RecordFormat
 from tidemark.kafka.offsets import OffsetRange
 
 pytestmark = pytest.mark.integration

@@ -108,7 +108,8 @@ def test_the_one_parse_flags_exactly_the_values_the_full_checks_reject(spark):
 
     from tidemark.batch.spark import shaping
     from tidemark.batch.spark.exact_values import json_read_type
-    from tidemark.formats.records import RecordFormat, parse_field_type
+    from tidemark.formats.record_format import RecordFormat
+    from tidemark.formats.records import parse_field_type
 
     schema = {"order_id": "bigint", "amount": "double", "note": "string?", "at": "timestamp?",
               "price": "decimal(10,2)?", "ok": "boolean?"}

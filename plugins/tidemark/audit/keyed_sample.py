@@ -47,7 +47,7 @@ from collections.abc import Callable, Mapping
 from tidemark import storage
 from tidemark.audit.typed_sample import ValueCheck, batch_formats
 from tidemark.config.pipeline import PipelineConfig
-from tidemark.formats.records import RecordFormat
+from tidemark.formats.record_format import RecordFormat
 from tidemark.kafka.offsets import TopicPartition
 from tidemark.ledger.state import COMMITTED, PLANNED, WRITING_KINDS, LedgerRow
 from tidemark.ledger.store import Ledger

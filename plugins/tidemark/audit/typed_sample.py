@@ -32,7 +32,8 @@ from tidemark.batch.plan import BatchPlan
 from tidemark.batch.schemas import BatchSchemas, batch_format
 from tidemark.config.pipeline import PipelineConfig
 from tidemark.errors import TidemarkError
-from tidemark.formats.records import BATCH_COLUMNS, DATE_COLUMN, RecordFormat, output_columns
+from tidemark.formats.record_format import RecordFormat, output_columns
+from tidemark.formats.records import BATCH_COLUMNS, DATE_COLUMN
 from tidemark.kafka.offsets import OffsetRange
 from tidemark.ledger.state import COMMITTED, KIND_REPROCESS, LedgerRow
 from tidemark.storage import ObjectStore

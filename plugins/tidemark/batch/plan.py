@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tidemark.batch.schemas import BatchSchemas, batch_format
-from tidemark.formats.records import RecordFormat
+from tidemark.formats.record_format import RecordFormat
 from tidemark.kafka.offsets import HasRanges, OffsetRange
 
 if TYPE_CHECKING:
@@ -38,8 +38,8 @@ class BatchPlan(HasRanges):
     dedupe: bool = False
     """Some ranges may already be in the output (after a reset back in time, or a backfill):
     records whose Kafka coordinates are already in the output or dead letters are skipped."""
-    record_format: dict = field(default_factory=lambda: RecordFormat().to_dict())
-    """How values are parsed and what makes a record bad (``tidemark.formats.records.RecordFormat`` as a dict)."""
+    record_format: RecordFormat = field(default_factory=RecordFormat)
+    """How values are parsed, what makes a record bad, and a keyed table's keys (typed; JSON only at the edges)."""
     partition_by: list[str] = field(default_factory=list)
     """The output table's partition columns."""
     kafka_timeout_seconds: int = 30
@@ -59,25 +59,33 @@ class BatchPlan(HasRanges):
 
     def frozen(self) -> str:
         """The plan's ``FROZEN`` settings as JSON: the ledger's ``frozen_plan``."""
-        return json.dumps({name: getattr(self, name) for name in self.FROZEN}, sort_keys=True)
+        return json.dumps({name: self._json_value(name) for name in self.FROZEN}, sort_keys=True)
+
+    def _json_value(self, name: str):
+        value = getattr(self, name)
+        return value.to_dict() if isinstance(value, RecordFormat) else value
 
     def with_frozen(self, text: str) -> BatchPlan:
         """This plan with the settings a ledger row's ``frozen_plan`` holds (a pending batch's, as planned)."""
         held = json.loads(text)
+        if "record_format" in held:
+            held["record_format"] = RecordFormat.from_dict(held["record_format"])
         return dataclasses.replace(self, **{name: held[name] for name in self.FROZEN if name in held})
 
     @property
     def format(self) -> RecordFormat:
-        return RecordFormat.from_dict(self.record_format)
+        return self.record_format
 
     def to_json(self) -> str:
-        data = dict(self.__dict__, ranges=[r.to_dict() for r in self.ranges])
+        data = dict(self.__dict__, ranges=[r.to_dict() for r in self.ranges],
+                    record_format=self.record_format.to_dict())
         return json.dumps(data, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> BatchPlan:
         data = json.loads(text)
         data["ranges"] = [OffsetRange.from_dict(r) for r in data["ranges"]]
+        data["record_format"] = RecordFormat.from_dict(data.get("record_format") or RecordFormat().to_dict())
         if "run_id" in data:  # a plan frozen by release 0.2, still in flight after an upgrade
             data["owner"] = data.pop("run_id")
         return cls(**data)
@@ -101,7 +109,7 @@ def build_plan(config: PipelineConfig, ledger_uri: str, batch_id: int, ranges, *
     ranges = list(ranges)
     fmt = batch_format(config, frozen, store) if any(r.size for r in ranges) else config.record_format
     return BatchPlan(config.name, batch_id, config.table_uri, ledger_uri, ranges,
-                     dead_letter_uri=config.dead_letter_uri, record_format=fmt.to_dict(),
+                     dead_letter_uri=config.dead_letter_uri, record_format=fmt,
                      partition_by=list(config.partition_by), kafka_timeout_seconds=config.kafka_timeout_seconds,
                      max_offsets_per_task=config.max_offsets_per_spark_task,
                      isolation_level=config.isolation_level, **extra)

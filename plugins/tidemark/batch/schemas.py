@@ -26,8 +26,10 @@ from typing import TYPE_CHECKING
 from tidemark.config import keyed_tables
 from tidemark.errors import SchemaChangeError, SchemaRegistryError, TransformError
 from tidemark.formats import avro_resolution, avro_schemas, debezium, json_schemas
+from tidemark.formats.frozen_schemas import FrozenSchemas
 from tidemark.formats.protobuf_schemas import FrozenProtobuf
-from tidemark.formats.records import BATCH_COLUMNS, DATE_COLUMN, KAFKA_COLUMNS, RESERVED_COLUMNS, Field, RecordFormat
+from tidemark.formats.record_format import RecordFormat
+from tidemark.formats.records import BATCH_COLUMNS, DATE_COLUMN, KAFKA_COLUMNS, RESERVED_COLUMNS, Field
 from tidemark.formats.schema_registry import SchemaSource
 from tidemark.formats.type_changes import is_widening, normalize_type, widening_hint
 
@@ -35,39 +37,6 @@ if TYPE_CHECKING:
     from tidemark.config.pipeline import PipelineConfig
 
 # --- Avro: what a batch freezes -------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class FrozenSchemas:
-    """The schemas of one subject that a batch decodes with (JSON-ready)."""
-
-    subject: str
-    reader_id: int
-    reader_version: int
-    reader: str
-    writers: dict[str, str] = field(default_factory=dict)
-    """Schema id (as a string) -> writer schema text, for every id readable into the reader schema."""
-    unreadable: dict[str, str] = field(default_factory=dict)
-    """Schema id -> why its records cannot be read into the reader schema (they become bad records)."""
-
-    def to_json(self) -> str:
-        return json.dumps(self.__dict__, sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> FrozenSchemas:
-        return cls(**json.loads(text))
-
-    def fields(self, envelope: str = "none") -> tuple[Field, ...]:
-        """The value reader schema's top-level fields, as columns; of a Debezium envelope (``envelope``
-        ``debezium``), its row's fields. Raises ValueError when the schema is no such envelope."""
-        schema = avro_schemas.parse(self.reader)
-        if envelope == "debezium":
-            schema = debezium.avro_envelope(debezium.with_time_types(schema)).row
-        return avro_schemas.reader_fields(schema)
-
-    def spark_type(self) -> str:
-        """The key reader schema as one column's Spark type (a struct for a record)."""
-        return avro_schemas.spark_type(avro_schemas.parse_any(self.reader), field="key")
 
 
 @dataclass(frozen=True)
@@ -343,7 +312,7 @@ def batch_format(config: PipelineConfig, frozen: BatchSchemas | None, store=None
                                       pipeline=config.name)
     columns = None if config.transform else table_columns(config.table_uri, store)  # ditto
     add_columns, casts, widen = False, {}, {}
-    envelope = set((base.keyed or {}).get("columns") or ())  # a keyed table's own columns (Debezium's cdc_*)
+    envelope = set(base.keyed.columns if base.keyed else ())  # a keyed table's own columns (Debezium's cdc_*)
     if columns is not None:
         columns = {n: t for n, t in columns.items() if n not in envelope}
         checked = [*fields, *([Field(KEY_COLUMN, key_type, False)] if key_type else [])]
@@ -353,13 +322,12 @@ def batch_format(config: PipelineConfig, frozen: BatchSchemas | None, store=None
         changes = compare(checked, columns)
         decision = check_changes(config.name, config.table_uri, changes, config.schema_changes, source)
         add_columns, casts, widen = bool(changes.added), decision.casts, decision.widen
-    avro = dict(frozen.value.__dict__) if frozen.value and config.value_format == "avro" else None
-    registry_json = dict(frozen.value.__dict__) if frozen.value and config.value_format == "json" else None
+    avro = frozen.value if frozen.value and config.value_format == "avro" else None
+    registry_json = frozen.value if frozen.value and config.value_format == "json" else None
     if avro and config.keyed and config.keyed.envelope == "debezium":  # read Debezium's times as times
-        avro["reader"] = json.dumps(debezium.with_time_types(avro_schemas.parse(avro["reader"])))
-    return replace(base, fields=fields, avro=avro, json_schemas=registry_json,
-                   key_avro=dict(frozen.key.__dict__) if frozen.key else None, key_type=key_type,
-                   protobuf=frozen.protobuf.to_dict() if frozen.protobuf else None,
+        avro = replace(avro, reader=json.dumps(debezium.with_time_types(avro_schemas.parse(avro.reader))))
+    return replace(base, fields=fields, avro=avro, json_schemas=registry_json, key_avro=frozen.key,
+                   key_type=key_type, protobuf=frozen.protobuf,
                    add_columns=add_columns, casts=casts, widen=widen)
 
 

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from tidemark.config.value_types import Duration
+from tidemark.formats.record_format import KeyedSpec
 from tidemark.formats.records import RESERVED_COLUMNS
 
 CDC_COLUMNS = ("cdc_op", "cdc_position", "cdc_ts_ms")
@@ -62,30 +62,6 @@ class KeyedConfig(BaseModel):
     """How long a delete marker is kept after its key's last ordered delete (``order_by`` or Debezium): while it
     is, a change of the key older than the delete does not bring the key back. The maintenance DAG removes older
     markers (``tidemark.batch.spark.delete_markers.expire``)."""
-
-
-@dataclass(frozen=True)
-class KeyedSpec:
-    """What the Spark job needs of ``keyed`` (travels in the frozen plan as a dict)."""
-
-    keys: tuple[str, ...]
-    order_by: tuple[str, ...] = ()
-    delete_field: str | None = None
-    delete_values: tuple[str, ...] = ()
-    envelope: str = "none"
-    columns: tuple[str, ...] = field(default_factory=tuple)
-    """Extra output columns of the envelope (``CDC_COLUMNS`` for Debezium)."""
-
-    @property
-    def by_kafka_position(self) -> bool:
-        return not self.order_by and self.envelope == "none"
-
-    def to_dict(self) -> dict:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> KeyedSpec:
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
 
 
 def spec(config: KeyedConfig) -> KeyedSpec:

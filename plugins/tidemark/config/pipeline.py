@@ -29,7 +29,8 @@ from tidemark.config.transforms import TransformSql
 from tidemark.config.value_settings import check_value_settings, reads_registry
 from tidemark.config.value_types import Count, Duration, Flag
 from tidemark.errors import ConfigError
-from tidemark.formats.records import BATCH_COLUMNS, DATE_COLUMN, KAFKA_COLUMNS, RecordFormat, parse_field_type
+from tidemark.formats.record_format import RecordFormat
+from tidemark.formats.records import BATCH_COLUMNS, DATE_COLUMN, KAFKA_COLUMNS, parse_field_type
 
 NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$"
 
@@ -300,7 +301,7 @@ class PipelineConfig(BaseModel):
     def record_format(self) -> RecordFormat:
         fields = tuple(parse_field_type(n, t) for n, t in (self.value_schema or {}).items())
         return RecordFormat(self.value_format, fields, self.max_value_bytes, self.on_bad_record,
-                            keyed=spec(self.keyed).to_dict() if self.keyed else None, transform=self.transform,
+                            keyed=spec(self.keyed) if self.keyed else None, transform=self.transform,
                             schema_changes=self.schema_changes)
 
     @property

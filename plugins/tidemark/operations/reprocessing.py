@@ -38,7 +38,7 @@ from tidemark.batch.prepare import freeze_schemas
 from tidemark.batch.schemas import batch_format
 from tidemark.config.pipeline import PipelineConfig
 from tidemark.errors import ConfigError, PipelineBusyError
-from tidemark.formats.records import RecordFormat
+from tidemark.formats.record_format import RecordFormat
 from tidemark.formats.schema_registry import SchemaSource
 from tidemark.kafka.offsets import OffsetRange, TopicPartition, describe_ranges
 from tidemark.ledger.state import KIND_REPROCESS
@@ -64,26 +64,28 @@ class ReprocessPlan:
     """Per partition, the offsets whose dead letters are selected."""
     selected: dict[str, int] = field(default_factory=dict)
     """Per partition (``topic:partition``), the dead letters selected when the entry was reserved."""
-    record_format: dict = field(default_factory=lambda: RecordFormat().to_dict())
+    record_format: RecordFormat = field(default_factory=RecordFormat)
     partition_by: list[str] = field(default_factory=list)
     owner: str | None = None
     reason: str | None = None
 
     @property
     def format(self) -> RecordFormat:
-        return RecordFormat.from_dict(self.record_format)
+        return self.record_format
 
     @property
     def app_id(self) -> str:
         return REPROCESS_APP_PREFIX + self.pipeline
 
     def to_json(self) -> str:
-        return json.dumps(dict(self.__dict__, ranges=[r.to_dict() for r in self.ranges]), sort_keys=True)
+        return json.dumps(dict(self.__dict__, ranges=[r.to_dict() for r in self.ranges],
+                               record_format=self.record_format.to_dict()), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> ReprocessPlan:
         data = json.loads(text)
         data["ranges"] = [OffsetRange.from_dict(r) for r in data["ranges"]]
+        data["record_format"] = RecordFormat.from_dict(data["record_format"])
         return cls(**data)
 
     def selection(self) -> str:
@@ -139,7 +141,7 @@ def plan_of(config: PipelineConfig, ledger: Ledger, rows: list[LedgerRow], fmt: 
     first = rows[0]
     return ReprocessPlan(config.name, first.batch_id, config.table_uri, config.dead_letter_uri, ledger.uri,
                          [r.range for r in rows], {str(r.tp): int(r.dead_letter_count or 0) for r in rows},
-                         fmt.to_dict(), list(config.partition_by), first.dag_run_id, first.reason)
+                         fmt, list(config.partition_by), first.dag_run_id, first.reason)
 
 
 def reserve(config: PipelineConfig, ledger: Ledger, schemas: SchemaSource | None, *, batch_id: int | None,

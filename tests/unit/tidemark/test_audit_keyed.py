@@ -14,7 +14,8 @@ from tidemark.audit import keyed_sample
 from tidemark.audit.keyed_sample import key_difference, merge_pieces, retained_pieces, verify_keys
 from tidemark.audit.live_table import AuditReport, verdict
 from tidemark.config.pipeline import parse_pipeline
-from tidemark.formats.records import RecordFormat, parse_field_type
+from tidemark.formats.record_format import RecordFormat
+from tidemark.formats.records import parse_field_type
 from tidemark.kafka.offsets import TopicPartition as TP
 from tidemark.ledger.state import COMMITTED, PLANNED, LedgerRow
 
@@ -123,7 +124,7 @@ def test_verify_keys_hands_spark_the_retained_offsets_and_reports_the_keys_that_
     check = checks[0]
     assert check.keyed and (check.sample_keys, [(r["partition"], r["start"], r["end"]) for r in check.ranges]) == (
         3, [(0, 5, 20), (1, 0, 4)])  # one read per partition: both batches decode alike
-    assert check.seed == random.Random(1).getrandbits(31) and check.format_of(1).keyed["keys"] == ["id"]
+    assert check.seed == random.Random(1).getrandbits(31) and check.format_of(1).keyed.keys == ("id",)
     assert sample == {"requested": 3, "verified": 3, "not_retained": 1, "values_compared": True, "keys_read": 7,
                       "mismatches": [
                           {"key": {"id": 1}, "topic": "t", "partition": 0, "offset": 12, "change": "upsert",

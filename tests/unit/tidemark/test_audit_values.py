@@ -11,9 +11,11 @@ import pytest
 from deltalake import write_deltalake
 
 from tidemark.audit.typed_sample import ValueCheck, batch_formats, build_check, describe, mismatches, needs_values
-from tidemark.batch.schemas import BatchSchemas, FrozenSchemas
+from tidemark.batch.schemas import BatchSchemas
 from tidemark.config.pipeline import parse_pipeline
-from tidemark.formats.records import RecordFormat, parse_field_type
+from tidemark.formats.frozen_schemas import FrozenSchemas
+from tidemark.formats.record_format import RecordFormat
+from tidemark.formats.records import parse_field_type
 from tidemark.ledger.store import COMMITTED, LedgerRow
 
 ORDER = {"type": "record", "name": "Order", "fields": [{"name": "order_id", "type": "long"}]}
@@ -66,7 +68,7 @@ def test_each_batch_decodes_with_its_frozen_schemas_and_a_batch_without_them_is_
                                                     "order_id": pa.array([1], pa.int64()), "region": ["eu"]}))
     config = pipeline(value_format="avro")
     formats, refused = batch_formats(config, [committed(1, 0, 0, 5, frozen=v1), committed(2, 0, 5, 9)], None)
-    assert [f.name for f in formats[1].fields] == ["order_id"] and formats[1].avro["reader_id"] == 1
+    assert [f.name for f in formats[1].fields] == ["order_id"] and formats[1].avro.reader_id == 1
     assert list(refused) == [2] and "needs the schemas frozen with the batch" in refused[2]
 
 

@@ -10,12 +10,14 @@ import json
 import pytest
 
 from tests.unit.tidemark.avro_samples import V1, debezium_envelope
-from tidemark.batch.schemas import BatchSchemas, FrozenSchemas, batch_format
+from tidemark.batch.schemas import BatchSchemas, batch_format
 from tidemark.config.pipeline import parse_pipeline
 from tidemark.errors import ConfigError, SchemaRegistryError
 from tidemark.formats import avro_schemas
 from tidemark.formats.debezium import avro_envelope
-from tidemark.formats.records import Field, output_columns
+from tidemark.formats.frozen_schemas import FrozenSchemas
+from tidemark.formats.record_format import output_columns
+from tidemark.formats.records import Field
 
 ID = {"name": "id", "type": "int"}
 NAME = {"name": "name", "type": ["null", "string"], "default": None}
@@ -115,12 +117,12 @@ def test_debeziums_time_types_are_read_as_dates_and_timestamps(monkeypatch, tmp_
     fmt = batch_format(config, _frozen(debezium_envelope(ID, *times)))
     assert {f.name: f.type for f in fmt.fields} == {"id": "int", "born": "date", "seen": "timestamp_ntz",
                                                     "old": "timestamp_ntz", "at": "string", "opens": "bigint"}
-    reader = json.loads(fmt.avro["reader"])  # what from_avro reads with: the same encoding, the logical types on
+    reader = json.loads(fmt.avro.reader)  # what from_avro reads with: the same encoding, the logical types on
     value = reader["fields"][0]["type"][1]
     assert [f["type"] for f in value["fields"]][1:3] == [
         ["null", {"type": "int", "connect.name": "io.debezium.time.Date", "logicalType": "date"}],
         {"type": "long", "connect.name": "io.debezium.time.MicroTimestamp", "logicalType": "local-timestamp-micros"}]
-    assert fmt.avro["writers"]["7"] == _frozen(debezium_envelope(ID, *times)).value.writers["7"]
+    assert fmt.avro.writers["7"] == _frozen(debezium_envelope(ID, *times)).value.writers["7"]
 
 
 def test_keys_that_are_not_fields_of_the_after_image_are_refused_at_plan_time(monkeypatch, tmp_path):

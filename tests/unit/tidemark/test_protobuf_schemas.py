@@ -170,9 +170,9 @@ def test_the_batch_format_carries_the_frozen_schemas_and_checks_the_keyed_block(
     config = parse_pipeline({"name": "orders", "topics": ["orders"], "table": "orders",
                              "value_format": "protobuf"}, "t")
     fmt = batch_format(config, frozen)
-    assert fmt.value_format == "protobuf" and fmt.protobuf == frozen.protobuf.to_dict()
+    assert fmt.value_format == "protobuf" and fmt.protobuf == frozen.protobuf
     assert fmt.fields[0] == Field("order_id", "bigint", False) and fmt.can_reject
-    assert base64.b64decode(fmt.protobuf["descriptors"]["11"])
+    assert base64.b64decode(fmt.protobuf.descriptors["11"])
     with pytest.raises(SchemaRegistryError, match=r"Protobuf values need the schemas frozen with the batch"):
         batch_format(config, None)
     for block in ({"keys": ["order_id"]}, {"keys": ["order_id"], "envelope": "debezium"}):

@@ -10,7 +10,6 @@ import pytest
 from tests.unit.tidemark.avro_samples import ORDER_ID, V1, V2, V3_NO_DEFAULT, record
 from tidemark.batch.schemas import (
     Decision,
-    FrozenSchemas,
     SchemaChanges,
     check_changes,
     compare,
@@ -20,6 +19,7 @@ from tidemark.batch.schemas import (
     subject_of,
 )
 from tidemark.errors import ConfigError, SchemaChangeError, SchemaRegistryError, is_transient
+from tidemark.formats.frozen_schemas import FrozenSchemas
 from tidemark.formats.records import Field
 from tidemark.formats.schema_registry import RegisteredSchema
 

@@ -9,7 +9,7 @@ from tidemark.batch.schemas import fit_transform_output
 from tidemark.config.pipeline import parse_pipeline
 from tidemark.config.transforms import check_sql, missing_coordinates
 from tidemark.errors import ConfigError, TransformError
-from tidemark.formats.records import RecordFormat
+from tidemark.formats.record_format import RecordFormat
 
 pytestmark = pytest.mark.unit
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tidemark.batch.spark.merge import ordering_columns
-from tidemark.config.keyed_tables import CDC_COLUMNS, KeyedSpec
+from tidemark.config.keyed_tables import CDC_COLUMNS
+from tidemark.formats.record_format import KeyedSpec
 from tidemark_spark.audit_keys import sampled
 
 pytestmark = pytest.mark.unit

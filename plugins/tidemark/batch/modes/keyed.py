@@ -48,10 +48,9 @@ def write_keyed(spark, rows, plan: BatchPlan, store: ObjectStore | None = None) 
     ``tidemark.batch.spark.tally.OBSERVED_PARTITIONS`` partitions, is cached and counted first instead, as for
     re-reads."""
     from tidemark.batch.spark import delete_markers, merge
-    from tidemark.config.keyed_tables import KeyedSpec
-    from tidemark.formats.records import output_columns
+    from tidemark.formats.record_format import output_columns
 
-    spec, fmt = KeyedSpec.from_dict(plan.format.keyed or {}), plan.format
+    spec, fmt = plan.format.keyed, plan.format
     columns, add_columns, widen = output_columns(fmt, plan.partition_by), fmt.add_columns, fmt.widen
     if fmt.transform:  # checked before the read
         columns, add_columns, widen = keyed_transform.check(spark, rows, plan, spec, store)

@@ -10,8 +10,8 @@ import datetime as dt
 
 from tidemark.batch.plan import BatchPlan
 from tidemark.batch.read_checks import kafka_errors
-from tidemark.config.keyed_tables import KeyedSpec
 from tidemark.errors import TransformError
+from tidemark.formats.record_format import KeyedSpec
 from tidemark.storage import ObjectStore
 
 

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from tidemark.batch.plan import BatchPlan
 from tidemark.batch.tables import Tally
-from tidemark.formats.records import DATE_COLUMN, DEAD_LETTER_COLUMNS, output_columns
+from tidemark.formats.record_format import output_columns
+from tidemark.formats.records import DATE_COLUMN, DEAD_LETTER_COLUMNS
 from tidemark.kafka.client import java_client_properties
 from tidemark.kafka.offsets import TopicPartition, spark_kafka_options, spark_min_partitions
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from tidemark import storage
 from tidemark.batch.spark.merge import MARK, with_marks
-from tidemark.config.keyed_tables import KeyedSpec
+from tidemark.formats.record_format import KeyedSpec
 from tidemark.storage import ObjectStore
 
 if TYPE_CHECKING:

@@ -18,10 +18,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from tidemark.batch.spark.exact_values import json_field, json_read_type
-from tidemark.config.keyed_tables import DEBEZIUM_OPS, KeyedSpec
+from tidemark.config.keyed_tables import DEBEZIUM_OPS
 from tidemark.errors import KeyOrderingError
 from tidemark.formats.debezium import avro_envelope
-from tidemark.formats.records import RecordFormat
+from tidemark.formats.record_format import KeyedSpec, RecordFormat
 from tidemark.kafka.offsets import TopicPartition
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ def shape(fmt: RecordFormat, fields: dict[str, Column], errors: list[Column]) ->
     record whose key fields or ordering fields are null is bad, naming the field."""
     from pyspark.sql import functions as F
 
-    spec = KeyedSpec.from_dict(fmt.keyed or {})
+    spec = fmt.keyed
     tombstone = F.col("value").isNull()
     errors = [F.when(~tombstone, e) for e in errors]  # a tombstone is a delete, not a bad value
     types = {f.name: f.type for f in fmt.fields}
@@ -121,7 +121,7 @@ def debezium_avro(rows: DataFrame, fmt: RecordFormat, decoded: Column) -> tuple[
     did not is the Avro decoder's error, not repeated here)."""
     from pyspark.sql import functions as F
 
-    envelope = avro_envelope(json.loads((fmt.avro or {})["reader"]))
+    envelope = avro_envelope(json.loads(fmt.avro.reader))
     e = F.col("_parsed")
     image = _image(e)
     position = F.coalesce(*[e["source"][n].cast("bigint") for n in envelope.position])
@@ -144,7 +144,7 @@ def _debezium_changes(fmt: RecordFormat, e: Column, fields: dict[str, Column], p
     nor is a value that did not decode (``decoded`` false: its decoder says why)."""
     from pyspark.sql import functions as F
 
-    spec = KeyedSpec.from_dict(fmt.keyed or {})
+    spec = fmt.keyed
     tombstone = F.col("value").isNull()
     unread = tombstone if decoded is None else tombstone | ~decoded
     image = _image(e)

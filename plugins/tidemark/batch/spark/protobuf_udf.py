@@ -20,6 +20,8 @@ from tidemark.formats.protobuf_types import Array, Leaf, Map, Shape, Struct
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
+    from tidemark.formats.protobuf_schemas import FrozenProtobuf
+
 _LEAVES = {"int": "int32", "bigint": "int64", "float": "float32", "double": "float64", "boolean": "bool_",
            "string": "string", "binary": "binary"}
 _DECODERS: dict[str, tuple] = {}
@@ -64,14 +66,12 @@ def decode_values(frozen_json: str, values):
     return pa.array(decoded, type=kind)
 
 
-def decoded(frozen: dict, column: str = "value") -> Column:
+def decoded(frozen: FrozenProtobuf, column: str = "value") -> Column:
     """The ``{row, error}`` struct of each record's value (the reader message's fields, and why it is bad)."""
     from pyspark.sql import functions as F
     from pyspark.sql.functions import arrow_udf
 
-    from tidemark.formats.protobuf_schemas import FrozenProtobuf
-
-    row = ",".join(f"`{f.name}`:{f.type}" for f in FrozenProtobuf.from_dict(frozen).fields())
-    decode = arrow_udf(functools.partial(decode_values, json.dumps(frozen, sort_keys=True)),
+    row = ",".join(f"`{f.name}`:{f.type}" for f in frozen.fields())
+    decode = arrow_udf(functools.partial(decode_values, json.dumps(frozen.to_dict(), sort_keys=True)),
                        f"struct<row:struct<{row}>,error:string>")
     return decode(F.col(column))

@@ -10,10 +10,12 @@ from typing import TYPE_CHECKING
 
 from tidemark.batch.spark import merge, protobuf_udf
 from tidemark.batch.spark.exact_values import Converted, exact_cast, json_field, json_read_type
-from tidemark.formats.records import RecordFormat
+from tidemark.formats.record_format import RecordFormat
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
+
+    from tidemark.formats.frozen_schemas import FrozenSchemas
 
 
 _CORRUPT = "__tidemark_corrupt"
@@ -99,7 +101,7 @@ def _id_is(column: str, schema_id: int) -> Column:
     return F.substring(column, 2, 4) == _id_bytes(schema_id)
 
 
-def _avro_decoded(frozen: dict, column: str = "value") -> Column:
+def _avro_decoded(frozen: FrozenSchemas, column: str = "value") -> Column:
     """The value (or key) decoded with the writer schema of its own schema id, resolved into the
     reader schema (Spark's ``from_avro`` with ``avroSchema``): one branch per readable id. A record
     reader schema gets the ``_DECODED`` marker field."""
@@ -108,20 +110,20 @@ def _avro_decoded(frozen: dict, column: str = "value") -> Column:
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro
 
-    reader = json.loads(frozen["reader"])
+    reader = json.loads(frozen.reader)
     if isinstance(reader, dict) and reader.get("type") == "record":
         reader["fields"] = [*reader["fields"], {"name": _DECODED, "type": "boolean", "default": True}]
     options = {"mode": "PERMISSIVE", "avroSchema": json.dumps(reader)}
     body = F.expr(f"substring({column}, 6)")
     decoded = None
-    for sid, writer in sorted(frozen["writers"].items()):
+    for sid, writer in sorted(frozen.writers.items()):
         branch = from_avro(body, writer, options)
         decoded = (F.when(_id_is(column, int(sid)), branch) if decoded is None
                    else decoded.when(_id_is(column, int(sid)), branch))
     return decoded if decoded is not None else F.lit(None)
 
 
-def _avro_error(frozen: dict, column: str = "value", parsed: str = "_parsed") -> Column:
+def _avro_error(frozen: FrozenSchemas, column: str = "value", parsed: str = "_parsed") -> Column:
     """Why an Avro value (or key) is bad (null when it is good), checked in order: the header, the
     schema id (frozen at plan time: unknown, or not readable into the reader schema), then the body.
     A null key is no error (records without a key); a null value is (a tombstone)."""
@@ -131,14 +133,14 @@ def _avro_error(frozen: dict, column: str = "value", parsed: str = "_parsed") ->
 
     error = _wire_header_error(frozen, column, "value is null (a tombstone), not an Avro record")
     label, schema_id = "" if column == "value" else f"{column}: ", _schema_id(column)
-    reader = json.loads(frozen["reader"])
+    reader = json.loads(frozen.reader)
     failed = (F.col(parsed)[_DECODED].isNull() if isinstance(reader, dict) and reader.get("type") == "record"
               else F.col(parsed).isNull())  # a primitive reader: null means the body did not decode
     return error.when(failed, F.concat(
         F.lit(f"{label}the Avro body does not decode with schema id "), schema_id.cast("string")))
 
 
-def _wire_header_error(frozen: dict, column: str, null_value: str) -> Column:
+def _wire_header_error(frozen: FrozenSchemas, column: str, null_value: str) -> Column:
     """Why a value (or key) in the Confluent wire format is bad by its header (an open ``when`` chain, null when the
     header is good), checked in order: null (``null_value`` for a value; no error for a key), shorter than the
     header, the magic byte, the schema id (frozen at plan time: not readable into the reader, or unknown)."""
@@ -156,20 +158,20 @@ def _wire_header_error(frozen: dict, column: str, null_value: str) -> Column:
                                            F.lit(" bytes is shorter than the 5-byte Confluent header")))
              .when(F.substring(column, 1, 1) != F.expr("X'00'"), F.concat(
                  F.lit(f"{label}magic byte is "), magic, F.lit(", not 0: not the Confluent wire format"))))
-    for sid, reason in sorted(frozen["unreadable"].items()):
+    for sid, reason in sorted(frozen.unreadable.items()):
         error = error.when(header_id == _id_bytes(int(sid)), F.lit(label + reason))
-    known = [_id_bytes(int(sid)) for sid in frozen["writers"]]
+    known = [_id_bytes(int(sid)) for sid in frozen.writers]
     error = error.when(~header_id.isin(*known) if known else F.lit(True), F.concat(
         F.lit(f"{label}schema id "), schema_id.cast("string"),
-        F.lit(f" is not a version of subject '{frozen['subject']}' in the Schema Registry (as of plan time)")))
+        F.lit(f" is not a version of subject '{frozen.subject}' in the Schema Registry (as of plan time)")))
     return error
 
 
-def _without_marker(column: Column, frozen: dict) -> Column:
+def _without_marker(column: Column, frozen: FrozenSchemas) -> Column:
     """A decoded record without the ``_DECODED`` marker field."""
     import json
 
-    reader = json.loads(frozen["reader"])
+    reader = json.loads(frozen.reader)
     if not (isinstance(reader, dict) and reader.get("type") == "record"):
         return column
     return column.dropFields(_DECODED)
@@ -216,7 +218,7 @@ def _decode_value(rows: DataFrame, fmt: RecordFormat, errors: list[Column]) -> t
     ``errors`` why a value is bad; and the columns a Debezium envelope adds."""
     from pyspark.sql import functions as F
 
-    debezium = (fmt.keyed or {}).get("envelope") == "debezium"
+    debezium = fmt.keyed is not None and fmt.keyed.envelope == "debezium"
     if fmt.value_format == "json" and debezium:
         rows, fields, changes, extra = merge.debezium_json(rows, fmt)
         errors += changes
@@ -232,17 +234,17 @@ def _decode_value(rows: DataFrame, fmt: RecordFormat, errors: list[Column]) -> t
                                                     "JSON object"), body) if fmt.json_schemas else body)
         return rows, {name: c.value for name, c in converted.items()}, {}
     if fmt.value_format == "avro" and debezium:  # Debezium's own tombstone is no bad value: it changes nothing
-        rows = rows.withColumn("_parsed", _avro_decoded(fmt.avro or {}))
-        errors.append(F.when(F.col("value").isNotNull(), _avro_error(fmt.avro or {})))
+        rows = rows.withColumn("_parsed", _avro_decoded(fmt.avro))
+        errors.append(F.when(F.col("value").isNotNull(), _avro_error(fmt.avro)))
         rows, fields, changes, extra = merge.debezium_avro(rows, fmt, F.col("_parsed")[_DECODED].isNotNull())
         errors += changes
         return rows, fields, extra
     if fmt.value_format == "avro":
-        rows = rows.withColumn("_parsed", _avro_decoded(fmt.avro or {}))
-        errors.append(_avro_error(fmt.avro or {}))
+        rows = rows.withColumn("_parsed", _avro_decoded(fmt.avro))
+        errors.append(_avro_error(fmt.avro))
         return rows, {f.name: F.col("_parsed")[f.name] for f in fmt.fields}, {}
     if fmt.value_format == "protobuf":  # one Arrow UDF: the reader message's fields and why a record is bad
-        rows = rows.withColumn("_parsed", protobuf_udf.decoded(fmt.protobuf or {}))
+        rows = rows.withColumn("_parsed", protobuf_udf.decoded(fmt.protobuf))
         errors.append(F.col("_parsed")["error"])
         return rows, {f.name: F.col("_parsed")["row"][f.name] for f in fmt.fields}, {}
     return rows, {}, {}

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 from tidemark.config.transforms import BATCH_COLUMNS, COORDINATES, VIEW, missing_coordinates
 from tidemark.errors import TransformError
-from tidemark.formats.records import DATE_COLUMN, RecordFormat, output_columns
+from tidemark.formats.record_format import RecordFormat, output_columns
+from tidemark.formats.records import DATE_COLUMN
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -41,8 +42,8 @@ def spark_message(exc: BaseException) -> str:
 
 def records_view(rows: DataFrame, fmt: RecordFormat, partition_by: list[str]) -> DataFrame:
     """The good records as the transform sees them: the columns the pipeline would write without it
-    (``tidemark.formats.records.output_columns``: ``kafka_date`` too when it partitions the table); the coordinates
-    tagged."""
+    (``tidemark.formats.record_format.output_columns``: ``kafka_date`` too when it partitions the table); the
+    coordinates tagged."""
     from pyspark.sql import functions as F
 
     good = rows.where("error IS NULL") if "error" in rows.columns else rows

@@ -32,7 +32,7 @@ def test_what_shapes_the_output_is_frozen_and_a_pending_batch_gets_it_back_whate
     ranges = [OffsetRange("o", 0, 0, 5)]
     planned = pipeline()
     plan = BatchPlan("orders", 1, planned.table_uri, ledger.uri, ranges, owner="a run",
-                     record_format=planned.record_format.to_dict(), isolation_level=planned.isolation_level)
+                     record_format=planned.record_format, isolation_level=planned.isolation_level)
     assert set(json.loads(plan.frozen())) == {"record_format", "partition_by", "isolation_level"}
     ledger.append(planned_rows("orders", 1, ranges, "a run", frozen_plan=plan.frozen()),
                   expected=ledger.state("orders").fingerprint)
@@ -43,12 +43,12 @@ def test_what_shapes_the_output_is_frozen_and_a_pending_batch_gets_it_back_whate
     assert (again.batch_id, again.ranges, again.owner, again.recovered) == (1, ranges, "a run", True)
     assert (again.record_format, again.isolation_level, again.partition_by) == (
         plan.record_format, "read_committed", [])
-    assert again.format.transform == "SELECT * FROM records WHERE id > 0" and again.format.keyed["keys"] == ["id"]
+    assert again.format.transform == "SELECT * FROM records WHERE id > 0" and again.format.keyed.keys == ("id",)
 
     # nothing of it written: planned again over the same ranges with the file as it is (recover refreezes it)
     fixed = pending_plan(edited, ledger, ledger.state("orders"), written=False)
     assert (fixed.batch_id, fixed.ranges, fixed.isolation_level, fixed.partition_by) == (
         1, ranges, "read_uncommitted", ["name"])
-    assert fixed.format.transform == "SELECT * FROM records" and fixed.format.keyed["keys"] == ["name"]
+    assert fixed.format.transform == "SELECT * FROM records" and fixed.format.keyed.keys == ("name",)
     assert changed_settings(plan.frozen(), fixed.frozen()) == [
         "isolation_level", "partition_by", "record_format.keyed", "record_format.transform"]
