@@ -130,7 +130,7 @@ bench-read-path: setup ## Spark's V1 Kafka relation vs the V2 scan Tidemark read
 	scripts/with_broker.sh bench $${BENCH_KAFKA_PORT:-19292} .venv/bin/python -m bench.read_path
 
 bench-cds: setup ## the ingest job with and without class-data sharing, batches of 10,000 and 2M records (BENCH_CDS_SIZES), taking turns; bench/results/class_data.json
-	scripts/with_broker.sh bench $${BENCH_KAFKA_PORT:-19292} .venv/bin/python -m bench.class_data
+	scripts/with_broker.sh bench $${BENCH_KAFKA_PORT:-19292} .venv/bin/python -m bench.class_data_sharing
 
 bench-json: setup ## JSON values with a declared schema (BENCH_JSON_RECORDS=1000000, 0.1% poison): Tidemark vs AvailableNow and a plain batch with from_json; bench/results/typed_json.json
 	scripts/with_broker.sh bench $${BENCH_KAFKA_PORT:-19292} .venv/bin/python -m bench.typed_json
@@ -166,10 +166,10 @@ bench-fleet: setup ## a fleet of 50 pipelines x 10,000 records (BENCH_FLEET_PIPE
 	scripts/bench_fleet.sh
 
 bench-demo: setup ## make demo's two DAG runs as on a fresh clone (a new class-data folder, Airflow home and lake; a private broker): each run's seconds and whether its ingest task waited for a class-data archive; bench/results/demo.json
-	scripts/with_broker.sh bench $${BENCH_KAFKA_PORT:-19292} .venv/bin/python -m bench.demo
+	scripts/with_broker.sh bench $${BENCH_KAFKA_PORT:-19292} .venv/bin/python -m bench.demo_runs
 
 bench-page: setup ## the Tidemark page's response time as the ledger grows to 10,000 batches; bench/results/console.json
-	scripts/with_broker.sh bench $${BENCH_KAFKA_PORT:-19292} .venv/bin/python -m bench.console
+	scripts/with_broker.sh bench $${BENCH_KAFKA_PORT:-19292} .venv/bin/python -m bench.console_latency
 
 bench-keyed: setup ## a keyed table: 2M changes over 200,000 keys into 1M rows (BENCH_KEYED_CHANGES, BENCH_KEYED_KEYS, BENCH_KEYED_TABLE_ROWS), Tidemark's MERGE batch vs AvailableNow with an idempotent foreachBatch MERGE, a replay of the whole range, the same changes into 5M rows (BENCH_KEYED_BIG_ROWS); a private broker on BENCH_KEYED_KAFKA_PORT (19492); BENCH_KEYED_RESUME=1 continues a stopped run; bench/results/keyed.json
 	scripts/bench_keyed.sh

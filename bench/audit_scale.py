@@ -25,7 +25,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from bench import machine
-from bench.settings import save_result
+from bench.knobs import save_result
 
 log = logging.getLogger("bench")
 PARTITIONS = 8

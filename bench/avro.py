@@ -22,7 +22,7 @@ import random
 import time
 
 from bench import data
-from bench.settings import BenchSettings
+from bench.knobs import BenchSettings
 from bench.typed import POISON_EVERY, Backlog, ValueFormat, available_now, main, plain_batch
 from devkit import localstack
 

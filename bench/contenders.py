@@ -9,8 +9,8 @@ import time
 from dataclasses import dataclass, field
 
 from bench import stack
+from bench.knobs import BIN, ROOT, BenchSettings
 from bench.measure import Measurement, check, run_measured
-from bench.settings import BIN, ROOT, BenchSettings
 
 log = logging.getLogger("bench")
 JOBS = ROOT / "bench" / "jobs"

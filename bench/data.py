@@ -11,7 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from bench.settings import ROOT, BenchSettings
+from bench.knobs import ROOT, BenchSettings
 
 log = logging.getLogger("bench")
 KAFKA_SH = str(ROOT / "scripts" / "kafka.sh")

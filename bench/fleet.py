@@ -50,9 +50,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from bench import contenders, data, machine, stack
-from bench.airflow_stack import Airflow, epoch, seconds_between
+from bench.airflow_services import Airflow, epoch, seconds_between
+from bench.knobs import ROOT, BenchSettings, save_result
 from bench.measure import TreesSampler
-from bench.settings import ROOT, BenchSettings, save_result
 from bench.summary import FLEET_TARGET_SPEEDUP
 from devkit import localstack
 

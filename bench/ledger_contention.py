@@ -26,7 +26,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from bench import machine
-from bench.settings import save_result
+from bench.knobs import save_result
 from tidemark.kafka.offsets import OffsetRange, TopicPartition
 from tidemark.ledger.store import COMMITTED, SCHEMA, Ledger, planned_rows
 

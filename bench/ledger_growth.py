@@ -23,7 +23,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from bench import data, stack
-from bench.settings import BenchSettings
+from bench.knobs import BenchSettings
 from tidemark.config.pipeline import PipelineConfig
 from tidemark.kafka.client import KafkaOffsets
 from tidemark.kafka.offsets import OffsetRange

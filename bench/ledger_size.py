@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.settings import save_result
+from bench.knobs import save_result
 from tidemark.kafka.offsets import OffsetRange
 from tidemark.ledger.store import COMMITTED, COMPACT_AFTER_FILES, Ledger, LedgerRow, planned_rows
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psutil
 
-from bench.settings import ROOT
+from bench.knobs import ROOT
 
 
 def _cpu_model() -> str:

@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from bench import machine
-from bench.settings import save_result
+from bench.knobs import save_result
 
 log = logging.getLogger("bench")
 PIPELINE = "small_files"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.settings import ROOT
+from bench.knobs import ROOT
 
 DOC = ROOT / "docs" / "BENCHMARKS.md"
 

@@ -32,8 +32,8 @@ import psutil
 
 from bench import data, machine, stack
 from bench.contenders import JOBS
+from bench.knobs import BIN, BenchSettings
 from bench.measure import check, run_measured
-from bench.settings import BIN, BenchSettings
 
 log = logging.getLogger("bench")
 RATE = 50

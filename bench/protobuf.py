@@ -37,7 +37,7 @@ import uuid
 from pathlib import Path
 
 from bench import avro, contenders, data, machine, page, stack
-from bench.settings import RESULTS, ROOT, BenchSettings, _int, save_result
+from bench.knobs import RESULTS, ROOT, BenchSettings, _int, save_result
 from bench.typed import POISON_EVERY, Backlog, check_same_values
 from devkit import localstack
 

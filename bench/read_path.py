@@ -6,7 +6,7 @@ A batch read of Kafka goes to Spark's V1 relation by default (``spark.sql.source
 lists ``kafka``), whose scan turns every record into a JVM ``Row`` and back; Structured Streaming,
 and Tidemark since this was measured, read through the V2 scan. The backlog is BENCH_RECORDS (default
 2,000,000) events of BENCH_RECORD_BYTES on BENCH_PARTITIONS partitions; one spark-submit
-(bench/jobs/read_path.py, Tidemark's command up to the script) takes turns, BENCH_REPEATS rounds
+(bench/jobs/read_path_job.py, Tidemark's command up to the script) takes turns, BENCH_REPEATS rounds
 (default 3; after one warm-up round): each path into a noop sink and into a fresh Delta table. Taking
 turns in one JVM leaves out the JVM start, which is the same for both and the largest source of spread
 between processes.
@@ -23,7 +23,7 @@ import subprocess
 import uuid
 
 from bench import data, machine, stack
-from bench.settings import ROOT, BenchSettings, save_result
+from bench.knobs import ROOT, BenchSettings, save_result
 
 log = logging.getLogger("bench")
 
@@ -36,7 +36,7 @@ def main() -> None:
     topic = f"bench_read_path_{uuid.uuid4().hex[:6]}"
     data.produce_backlog(settings, topic)
     started = dt.datetime.now(dt.UTC)
-    command = [*stack.spark_submit_base(settings, "bench-read-path"), str(ROOT / "bench" / "jobs" / "read_path.py"),
+    command = [*stack.spark_submit_base(settings, "bench-read-path"), str(ROOT / "bench" / "jobs" / "read_path_job.py"),
                "--topic", topic, "--records", str(settings.records), "--work", str(settings.work / "read_path"),
                "--rounds", str(settings.repeats)]
     done = subprocess.run(command, env=stack.spark_env(settings), capture_output=True, text=True, check=False)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 import re
 
-from bench import demo
-from bench.settings import RESULTS, ROOT, save_result
+from bench import demo_runs
+from bench.knobs import RESULTS, ROOT, save_result
 from bench.summary import part, side_parts, summarize
 
 DOC = ROOT / "docs" / "BENCHMARKS.md"
@@ -435,7 +435,7 @@ def class_data(part_: dict) -> str:
     return _section(
         "The JVM's start: class-data sharing", f"{part_['date']}: the Tidemark job (plan call + spark-submit, "
         f"`{part_['master']}`) on batches of each size, {part_['rounds']} rounds taking turns between sharing off "
-        "(`TIDEMARK_CDS_DIR=off`) and on, medians (`bench/class_data.py`). "
+        "(`TIDEMARK_CDS_DIR=off`) and on, medians (`bench/class_data_sharing.py`). "
         + ("The first job on a fresh host starts the trainer, which writes the archive "
            f"({part_['archive_mb']} MB) beside it" if any("archive_ready_seconds" in r for r in part_.get("runs", []))
            else f"The first job on a fresh host writes the archive ({part_['archive_mb']} MB) as its JVM exits (the "
@@ -489,7 +489,7 @@ def markdown(results: dict) -> str:
                          ("object_storage", object_storage), ("console", console), ("tls", tls),
                          ("ledger_contention", ledger_contention), ("fleet", fleet), ("audit", audit),
                          ("read_path", read_path), ("class_data", class_data),
-                         ("maintenance", maintenance), ("ledger_size", ledger_size), ("demo", demo.section)):
+                         ("maintenance", maintenance), ("ledger_size", ledger_size), ("demo", demo_runs.section)):
         if found := part(results, name):
             parts.append(render(found))
     for name, title in (("typed_json", "JSON with a declared schema"), ("typed_json_clean", "JSON with no poison"),

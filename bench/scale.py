@@ -18,7 +18,7 @@ import statistics
 import time
 
 from bench import data, machine, stack
-from bench.settings import BenchSettings
+from bench.knobs import BenchSettings
 
 log = logging.getLogger("bench")
 

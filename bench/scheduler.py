@@ -18,9 +18,9 @@ from __future__ import annotations
 import logging
 
 from bench import contenders, stack
-from bench.airflow_stack import Airflow
+from bench.airflow_services import Airflow
+from bench.knobs import BenchSettings
 from bench.measure import TreeSampler
-from bench.settings import BenchSettings
 
 log = logging.getLogger("bench")
 

@@ -18,7 +18,7 @@ import statistics
 import uuid
 
 from bench import data, machine, stack
-from bench.settings import BenchSettings
+from bench.knobs import BenchSettings
 from devkit import localstack
 from tidemark.config.pipeline import PipelineConfig
 

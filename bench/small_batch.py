@@ -21,7 +21,7 @@ import statistics
 import uuid
 
 from bench import data, machine, stack
-from bench.settings import BenchSettings, save_result
+from bench.knobs import BenchSettings, save_result
 from devkit import localstack
 
 log = logging.getLogger("bench")

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import yaml
 
+from bench.knobs import BIN, ROOT, BenchSettings
 from bench.measure import Measurement, check, run_measured
-from bench.settings import BIN, ROOT, BenchSettings
 from tidemark import storage
 from tidemark.batch.job_settings import KAFKA_ENV_VAR
 from tidemark.batch.plan import BatchPlan
@@ -240,7 +240,7 @@ def run_alone(run, result_file: str) -> None:
     work folder, RUN(settings), its results to bench/results/RESULT_FILE and its summary printed."""
     import logging
 
-    from bench.settings import save_result
+    from bench.knobs import save_result
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     settings = BenchSettings.from_env()

@@ -8,9 +8,9 @@ import json
 import statistics
 from collections.abc import Iterable
 
-from bench import demo
+from bench import demo_runs
 from bench.contenders import AVAILABLE_NOW, CONSUMER_PERF, CONTENDERS, LABELS, PLAIN_BATCH, TIDEMARK_DAG, TIDEMARK_JOB
-from bench.settings import RESULTS
+from bench.knobs import RESULTS
 
 METRICS = ("records_per_second", "mb_per_second", "seconds", "peak_tree_rss_mb", "peak_jvm_rss_mb")
 BASELINES = {"available_now": AVAILABLE_NOW, "plain_batch": PLAIN_BATCH, "consumer_perf": CONSUMER_PERF}
@@ -217,7 +217,7 @@ def _targets(summary: dict, results: dict) -> list[dict]:
                        f"that at {small['pipelines']} x {small['batches_each']}", contention["scale_ratio"],
                        contention["scale_ratio"] <= 2)
     out += _fleet_targets(part(results, "fleet"))
-    out += demo.targets(part(results, "demo"))
+    out += demo_runs.targets(part(results, "demo"))
     if (audit := part(results, "audit")) and len(audit["sizes"]) > 1:
         small, large = audit["sizes"][0], audit["sizes"][-1]
         growth = round(large["peak_rss_mb"] / small["peak_rss_mb"], 2)

@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 
 from bench import contenders, machine, page, stack
-from bench.settings import RESULTS, ROOT, BenchSettings, _int, save_result
+from bench.knobs import RESULTS, ROOT, BenchSettings, _int, save_result
 from bench.typed_json import produce_json
 from devkit import localstack
 from tidemark import settings as tidemark_settings

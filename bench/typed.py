@@ -6,7 +6,7 @@ spark-submit base:
 
 - tidemark_<format>: the `tidemark run` path (the plan call, then the ingest job's spark-submit) of a
   pipeline with that ``value_format``; every bad record a dead letter, with its reason;
-- the baselines: bench/jobs/typed.py, Structured Streaming AvailableNow or one plain Spark batch read,
+- the baselines: bench/jobs/typed_baselines.py, Structured Streaming AvailableNow or one plain Spark batch read,
   decoding the same schema into the same typed columns; the poison kept as rows of nulls.
 
 BENCH_<FORMAT>_CONTENDERS (comma-separated) runs some of them only; BENCH_<FORMAT>_RECORDS sizes the
@@ -32,19 +32,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import contenders, machine, stack
+from bench.knobs import ROOT, BenchSettings, _int, save_result
 from bench.measure import Measurement, check, run_measured
-from bench.settings import ROOT, BenchSettings, _int, save_result
 from devkit import localstack
 
 log = logging.getLogger("bench")
-JOB = str(ROOT / "bench" / "jobs" / "typed.py")
+JOB = str(ROOT / "bench" / "jobs" / "typed_baselines.py")
 POISON_EVERY = _int("BENCH_POISON_EVERY", 1000)
 """One record in BENCH_POISON_EVERY is poison (default 1,000); 0: none, the results go to <format>_clean.json."""
 
 
 @dataclass(frozen=True)
 class Baseline:
-    """A Spark baseline: bench/jobs/typed.py with this decoder, as AvailableNow when ``streaming``."""
+    """A Spark baseline: bench/jobs/typed_baselines.py with this decoder, as AvailableNow when ``streaming``."""
 
     name: str
     label: str

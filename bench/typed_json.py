@@ -17,7 +17,7 @@ import random
 import time
 
 from bench import data
-from bench.settings import BenchSettings
+from bench.knobs import BenchSettings
 from bench.typed import POISON_EVERY, Backlog, ValueFormat, available_now, main, plain_batch
 from tidemark.formats.record_format import RecordFormat
 from tidemark.formats.records import parse_field_type

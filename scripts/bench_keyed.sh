@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# `make bench-keyed`: bench/keyed.py (a keyed table: Tidemark's MERGE batch vs AvailableNow with an idempotent
+# `make bench-keyed`: bench/keyed_changes.py (a keyed table: Tidemark's MERGE batch vs AvailableNow with an idempotent
 # foreachBatch MERGE, a replay of the whole range, 1M vs 5M rows) against a private broker on
 # BENCH_KEYED_KAFKA_PORT (19492), its data in .cache/kafka-bench-keyed, stopped afterwards whatever happens.
 # BENCH_KEYED_RESUME=1 continues a run that was stopped midway: the broker starts again on the topics it kept
-# and bench/keyed.py keeps what the stopped run finished (its work folder, .cache/bench-keyed). Without it
+# and bench/keyed_changes.py keeps what the stopped run finished (its work folder, .cache/bench-keyed). Without it
 # the broker's data and the work folder are wiped first.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -17,4 +17,4 @@ if [ "${BENCH_KEYED_RESUME:-0}" != 1 ]; then
 fi
 scripts/kafka.sh up
 trap 'scripts/kafka.sh down >/dev/null 2>&1 || true' EXIT
-.venv/bin/python -m bench.keyed
+.venv/bin/python -m bench.keyed_changes

@@ -29,7 +29,7 @@ BOOTSTRAP = f"127.0.0.1:{os.environ.get('KAFKA_PORT', '9092')}"
 OVER_TLS = os.environ.get("KAFKA_SECURITY", "plaintext") == "sasl_ssl"
 PIPELINE = "orders"
 LOGS = Path(os.environ.get("TIDEMARK_DEMO_LOGS", ROOT / ".cache" / ("demo-sasl_ssl/logs" if OVER_TLS else "demo")))
-"""Where each DAG run's log goes (TIDEMARK_DEMO_LOGS: elsewhere, for bench/demo.py)."""
+"""Where each DAG run's log goes (TIDEMARK_DEMO_LOGS: elsewhere, for bench/demo_runs.py)."""
 
 
 def say(text: str) -> None:

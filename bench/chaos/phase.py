@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 
-from bench.chaos import stack
+from bench.chaos import chaos_stack
 
 PHASES = ("plan", "read", "output commit", "dead letters", "ledger commit", "finalize", "waiting")
 
@@ -40,23 +40,23 @@ def ingest_step(text: str, pipeline: str, ui_port: int) -> tuple[str, str]:
     if re.search(r"batch \d+ committed to |already in the output table|was already in ", text):
         return "ledger commit", "output committed"
     if re.search(r"batch \d+: reading \d+ offsets", text):
-        progress = stack.spark_app_progress(pipeline, ui_port)
+        progress = chaos_stack.spark_app_progress(pipeline, ui_port)
         if progress and not progress["active"] and progress["complete"]:
             return "output commit", "stages done, Delta commit"
         return "read", "reading"
     return "read", "job start"
 
 
-def run_phase(airflow: stack.Airflow, pipeline: str, run_id: str, ui_port: int) -> dict:
+def run_phase(airflow: chaos_stack.Airflow, pipeline: str, run_id: str, ui_port: int) -> dict:
     """The run's phase now, with the task, its try and the worker running it."""
     tasks = airflow.tasks(pipeline, run_id)
     plan, ingest = tasks.get("plan", {}), tasks.get("ingest", {})
     if plan.get("state") == "running":
-        where = stack.task_log(pipeline, run_id, "plan", plan["try_number"])
+        where = chaos_stack.task_log(pipeline, run_id, "plan", plan["try_number"])
         return {"phase": "plan", "step": "plan", "task": "plan", "try": plan["try_number"],
                 "worker": where[0] if where else None}
     if ingest.get("state") == "running":
-        where = stack.task_log(pipeline, run_id, "ingest", ingest["try_number"])
+        where = chaos_stack.task_log(pipeline, run_id, "ingest", ingest["try_number"])
         text = where[1].read_text(errors="replace") if where else ""
         phase, step = ingest_step(text, pipeline, ui_port)
         return {"phase": phase, "step": step, "task": "ingest", "try": ingest["try_number"],

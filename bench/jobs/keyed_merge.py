@@ -1,4 +1,4 @@
-"""The keyed-table baseline (bench/keyed.py): Structured Streaming with Trigger.AvailableNow and a
+"""The keyed-table baseline (bench/keyed_changes.py): Structured Streaming with Trigger.AvailableNow and a
 ``foreachBatch`` that MERGEs each micro-batch into an existing keyed Delta table, made idempotent the way
 Delta advises for DML (delta-io/delta#1555): the SQL confs ``spark.databricks.delta.write.txnAppId`` and
 ``spark.databricks.delta.write.txnVersion`` set per micro-batch, the batch id as the version (DataFrame
@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 
 from bench.jobs.common import session, source_options
-from bench.jobs.typed import kafka_rows
+from bench.jobs.typed_baselines import kafka_rows
 from tidemark.formats.records import BATCH_COLUMNS, KAFKA_COLUMNS
 
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"

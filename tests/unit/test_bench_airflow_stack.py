@@ -10,8 +10,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from bench.airflow_stack import SCRIPT, Airflow
-from bench.settings import BenchSettings
+from bench.airflow_services import SCRIPT, Airflow
+from bench.knobs import BenchSettings
 
 
 def launcher_line(tmp_path: Path, **env: str) -> str:

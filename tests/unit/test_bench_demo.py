@@ -1,9 +1,9 @@
-"""bench/demo.py reads a DAG run's figures from `airflow dags test`'s log: the run, its ingest task, how long the task
-went on after its Spark JVM's last line, and whether the JVM was asked for a class-data archive."""
+"""bench/demo_runs.py reads a DAG run's figures from `airflow dags test`'s log: the run, its ingest task, how long the
+task went on after its Spark JVM's last line, and whether the JVM was asked for a class-data archive."""
 
 from __future__ import annotations
 
-from bench.demo import read_run, targets
+from bench.demo_runs import read_run, targets
 
 LOG = """\
 2026-11-28T14:47:43.945024 [info     ] Filling up the DagBag

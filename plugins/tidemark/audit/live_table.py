@@ -83,7 +83,7 @@ DAMAGE_KINDS = {  # the report's attribute -> the words ``tidemark audit --help`
     "deleted_keys_present": "keys held although their newest change still in Kafka is a delete (keyed tables)",
 }
 """Every kind of damage the audit reports: ``AuditReport.ok`` is true when none is found, and the CLI's help
-names each (``tests/unit/tidemark/test_audit.py`` holds the two to this table)."""
+names each (``tests/unit/tidemark/test_live_table.py`` holds the two to this table)."""
 
 
 @dataclass

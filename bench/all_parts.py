@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from bench import contenders, data, ledger_growth, machine, profile_raw, report, scale, scheduler, skew, stack, summary
 from bench.contenders import Result
-from bench.settings import RESULTS, BenchSettings, save_result
+from bench.knobs import RESULTS, BenchSettings, save_result
 
 log = logging.getLogger("bench")
 

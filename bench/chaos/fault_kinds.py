@@ -12,7 +12,7 @@ import random
 import threading
 import time
 
-from bench.chaos import stack
+from bench.chaos import chaos_stack
 
 KINDS = ("celery_worker", "spark_driver", "spark_worker", "s3", "postgres", "kafka_broker")
 NEEDS_TASK = {"celery_worker": ("plan", "ingest"), "spark_driver": ("ingest",)}  # else: any run in flight
@@ -31,7 +31,7 @@ def _outage(component: str, restart, *args) -> None:
         try:
             restart(*args)
         except Exception as exc:
-            stack.log(f"{component} did not come back: {exc}")
+            chaos_stack.log(f"{component} did not come back: {exc}")
         finally:
             _down.discard(component)
     threading.Thread(target=run, daemon=True).start()
@@ -41,21 +41,21 @@ def celery_worker(target: dict) -> str | None:
     """kill -9 of the Celery worker running the target's task, its whole session (the task's supervisor,
     the task, its Spark driver); it is started again after 2-10 s, in the background."""
     worker = target.get("worker")
-    if worker is None or f"celery-{worker}" in _down or not stack.worker_processes(worker):
+    if worker is None or f"celery-{worker}" in _down or not chaos_stack.worker_processes(worker):
         return None
-    killed = stack.kill_worker(worker)
+    killed = chaos_stack.kill_worker(worker)
     outage = random.uniform(2, 10)
 
     def back():
         time.sleep(outage)
-        stack.start_worker(worker)
+        chaos_stack.start_worker(worker)
     _outage(f"celery-{worker}", back)
     return f"worker-{worker}: {killed} processes killed, restarted after {outage:.0f} s"
 
 
 def spark_driver(target: dict) -> str | None:
     """kill -9 of the target run's Spark driver (the spark-submit JVM in the ingest task)."""
-    drivers = stack.spark_drivers(target["pipeline"])
+    drivers = chaos_stack.spark_drivers(target["pipeline"])
     for process in drivers:
         try:
             process.kill()
@@ -70,11 +70,11 @@ _spark_workers_down: set[int] = set()
 def spark_worker(target: dict) -> str | None:
     """kill -9 of a Spark standalone worker (its process group: the Worker JVM and its executors); it is
     started again after 3-15 s in the background. Never both workers at once."""
-    up = [w for w in stack.SPARK_WORKERS if w not in _spark_workers_down]
-    if len(up) < len(stack.SPARK_WORKERS):
+    up = [w for w in chaos_stack.SPARK_WORKERS if w not in _spark_workers_down]
+    if len(up) < len(chaos_stack.SPARK_WORKERS):
         return None
     worker = random.choice(up)
-    if not stack.kill_spark_worker(worker):
+    if not chaos_stack.kill_spark_worker(worker):
         return None
     _spark_workers_down.add(worker)
     outage = random.uniform(3, 15)
@@ -82,7 +82,7 @@ def spark_worker(target: dict) -> str | None:
     def back():
         try:
             time.sleep(outage)
-            stack.start_spark_worker(worker)
+            chaos_stack.start_spark_worker(worker)
         finally:
             _spark_workers_down.discard(worker)
     _outage(f"spark-{worker}", back)
@@ -94,12 +94,12 @@ def s3(target: dict) -> str | None:
     (connections refused), then listening again."""
     if "s3" in _down:
         return None
-    stack.kill_proxy()
+    chaos_stack.kill_proxy()
     outage = random.uniform(1, 12)
 
     def back():
         time.sleep(outage)
-        stack.start_proxy()
+        chaos_stack.start_proxy()
     _outage("s3", back)
     return f"S3 endpoint down {outage:.1f} s"
 
@@ -110,13 +110,13 @@ def postgres(target: dict) -> str | None:
     if "postgres" in _down:
         return None
     pause = random.uniform(1, 8)
-    stack.script("postgres.sh", "down", timeout=120)
+    chaos_stack.script("postgres.sh", "down", timeout=120)
 
     def back():
         time.sleep(pause)
-        stack.script("postgres.sh", "up", timeout=300)
+        chaos_stack.script("postgres.sh", "up", timeout=300)
         time.sleep(5)  # the services notice the restart (or exit) within their heartbeats
-        stack.revive()
+        chaos_stack.revive()
     _outage("postgres", back)
     return f"PostgreSQL stopped, up again {pause:.0f} s later"
 
@@ -148,7 +148,7 @@ def kafka_broker(target: dict) -> str | None:
             while _alive(pid) and time.monotonic() - started < 30:
                 time.sleep(0.2)
             time.sleep(pause)
-            stack.script("kafka.sh", "up", timeout=300)
+            chaos_stack.script("kafka.sh", "up", timeout=300)
         finally:
             kafka_lock.release()
     _outage("kafka", back)

@@ -1,6 +1,6 @@
 """`make bench-cds`: the ingest job with and without class-data sharing (tidemark_spark.class_data).
 
-    scripts/with_broker.sh bench 19292 .venv/bin/python -m bench.class_data
+    scripts/with_broker.sh bench 19292 .venv/bin/python -m bench.class_data_sharing
 
 One topic of twice the largest size (BENCH_CDS_SIZES, default 10,000 and 2,000,000 events of
 BENCH_RECORD_BYTES on BENCH_PARTITIONS partitions). Per size, each batch a fresh pipeline capped at the
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from bench import data, machine, stack
-from bench.settings import BenchSettings
+from bench.knobs import BenchSettings
 from tidemark_spark import class_data
 
 log = logging.getLogger("bench")

@@ -19,7 +19,7 @@ import os
 import time
 
 from bench import ledger_growth, machine, stack
-from bench.settings import RESULTS, BenchSettings
+from bench.knobs import RESULTS, BenchSettings
 from tidemark.ledger.store import Ledger, planned_rows
 
 log = logging.getLogger("bench")

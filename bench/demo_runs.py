@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from bench import machine
-from bench.settings import ROOT, save_result
+from bench.knobs import ROOT, save_result
 
 log = logging.getLogger("bench")
 STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+)Z?\s")
@@ -92,8 +92,8 @@ def section(part_: dict) -> str:
     written = (f"The trainer that the first run started wrote its archive ({archive['mb']} MB) "
                f"{archive['written_seconds_after_demo_start']} s after the demo started, while the second run ran."
                if archive else "The trainer had written no archive when the wait ended.")
-    return (f"## The demo's first runs\n\n{part_['date']}: `make bench-demo` (bench/demo.py), `scripts/demo.sh` on a "
-            f"fresh private broker with a new class-data folder, Airflow home and lake, as on a fresh clone "
+    return (f"## The demo's first runs\n\n{part_['date']}: `make bench-demo` (bench/demo_runs.py), `scripts/demo.sh` "
+            f"on a fresh private broker with a new class-data folder, Airflow home and lake, as on a fresh clone "
             f"({part_['demo_seconds']} s in all, the broker's start and Airflow's migration included), then a third "
             f"run of 500 records once the archive was there. From each run's log: the DAG run, its ingest task, how "
             f"long the task went on after its Spark JVM's last line (a JVM that writes a class-data archive as it "

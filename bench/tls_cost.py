@@ -21,8 +21,8 @@ import subprocess
 import uuid
 
 from bench import data, machine, stack
+from bench.knobs import ROOT, BenchSettings, save_result
 from bench.measure import check, run_measured
-from bench.settings import ROOT, BenchSettings, save_result
 from tidemark.batch.job_settings import KAFKA_ENV_VAR
 
 log = logging.getLogger("bench")

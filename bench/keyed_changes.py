@@ -46,7 +46,7 @@ Every Spark job runs with Spark's event log on (both contenders alike; BENCH_KEY
 results keep the driver's actions (root SQL executions) with their wall time, Delta's MERGE metrics
 (``executionTimeMs``, ``scanTimeMs``, ``rewriteTimeMs``, rows copied) and Tidemark's phases from its log lines,
 so that where the time goes is measured. The load average at the start and the end of each part goes into
-the results: the machine is shared. Results: bench/results/keyed.json; ``python -m bench.keyed --page``
+the results: the machine is shared. Results: bench/results/keyed.json; ``python -m bench.keyed_changes --page``
 writes its section and Targets rows into docs/BENCHMARKS.md from them (bench/report.py writes the page
 without them).
 """
@@ -71,9 +71,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import contenders, machine, page, stack
+from bench.knobs import RESULTS, ROOT, BenchSettings, _int, save_result
 from bench.measure import check, run_measured
 from bench.profile_raw import add_task
-from bench.settings import RESULTS, ROOT, BenchSettings, _int, save_result
 
 log = logging.getLogger("bench")
 JOB = str(ROOT / "bench" / "jobs" / "keyed_merge.py")
@@ -721,7 +721,7 @@ class Run:
         before, version = row_hashes(p1.table_uri, with_bookkeeping=True), table_version(p1.table_uri)
         self.table_state("small", "unknown")
         PipelineRun.open(p1, EnvironmentResolver()).reset(ResetRequest(
-            "to-earliest", execute=True, reason="bench/keyed.py: a replay of the whole range", owner="bench"))
+            "to-earliest", execute=True, reason="bench/keyed_changes.py: a replay of the whole range", owner="bench"))
         offsets = self.sizes.table_rows + self.sizes.changes
         log.info("the replay of the whole range (%d offsets) ...", offsets)
         replay = run_tidemark(self.settings, self.sizes, p1, offsets, "the replay")
@@ -928,7 +928,7 @@ def section(part: dict) -> str:
     mix = b["mix"]
     shares = mix["shares"]
     parts = [TITLE, (
-        f"`make bench-keyed` (bench/keyed.py): {s['changes']:,} changes over {mix['keys']:,} keys "
+        f"`make bench-keyed` (bench/keyed_changes.py): {s['changes']:,} changes over {mix['keys']:,} keys "
         f"({mix['keys_held_by_the_table']:,} of them rows of the table, {mix['new_keys']:,} new) into a keyed table "
         f"of {s['table_rows']:,} rows (`keyed: {{keys: [id], delete_field: op, delete_values: [delete]}}`, ordered "
         f"by the Kafka position), {s['partitions']} partitions, `{s['master']}`, driver memory {s['driver_memory']}. "

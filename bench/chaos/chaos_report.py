@@ -8,7 +8,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bench.chaos import faults, phase
+from bench.chaos import fault_kinds, phase
 
 
 def build(run, checks: dict, audits: dict, wanted: int, soak_seconds: float, wall_seconds: float) -> dict:
@@ -40,9 +40,9 @@ def build(run, checks: dict, audits: dict, wanted: int, soak_seconds: float, wal
             "heartbeat_timeout_s": int(os.environ.get("AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT", "300")),
         },
         "faults": {"injected": len(events), "by_phase": {p: by_phase.get(p, 0) for p in phase.PHASES},
-                   "by_kind": {k: by_kind.get(k, 0) for k in faults.KINDS},
+                   "by_kind": {k: by_kind.get(k, 0) for k in fault_kinds.KINDS},
                    "by_kind_and_phase": {k: dict(Counter(e["phase"] for e in events if e["kind"] == k))
-                                         for k in faults.KINDS},
+                                         for k in fault_kinds.KINDS},
                    "events": events},
         "runs": {"total": len(runs), "succeeded": sum(r["state"] == "success" for r in runs),
                  "failed": sum(r["state"] == "failed" for r in runs),
@@ -79,7 +79,7 @@ def chart(results: dict, path: Path) -> None:
     phases = [p for p in phase.PHASES if f["by_phase"].get(p)] or list(phase.PHASES)
     fig, (left, right) = plt.subplots(1, 2, figsize=(14, 5.5))
     bottom = [0] * len(phases)
-    for kind in faults.KINDS:
+    for kind in fault_kinds.KINDS:
         heights = [f["by_kind_and_phase"].get(kind, {}).get(p, 0) for p in phases]
         if any(heights):
             left.bar(phases, heights, bottom=bottom, label=kind.replace("_", " "))
@@ -88,7 +88,7 @@ def chart(results: dict, path: Path) -> None:
     left.set_title(f"{f['injected']} faults by phase of the run they hit (stacked by kind)")
     left.legend(fontsize=8)
     left.tick_params(axis="x", labelrotation=20)
-    kinds = [k for k in faults.KINDS]
+    kinds = [k for k in fault_kinds.KINDS]
     right.barh([k.replace("_", " ") for k in kinds], [f["by_kind"][k] for k in kinds], color="#1f77b4")
     right.invert_yaxis()
     t, r = results["exactly_once"]["totals"], results["runs"]

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import yaml
 
-from bench.chaos import faults, phase, stack
-from bench.chaos.stack import log
+from bench.chaos import chaos_stack, fault_kinds, phase
+from bench.chaos.chaos_stack import log
 from devkit import localstack
 
 UI_BASE = int(os.environ.get("CHAOS_SPARK_UI_BASE", "32400"))
@@ -62,7 +62,7 @@ def produce(p: Pipeline) -> int:
     from kafka import KafkaProducer
 
     count = random.randint(200, 3000)
-    with faults.kafka_lock:
+    with fault_kinds.kafka_lock:
         producer = KafkaProducer(bootstrap_servers=localstack.bootstrap(), acks="all", retries=0)
         try:
             for i in range(p.sent, p.sent + count):
@@ -80,7 +80,7 @@ def produce(p: Pipeline) -> int:
 
 
 class Soak:
-    def __init__(self, airflow: stack.Airflow, pipelines: list[Pipeline], faults_wanted: int, deadline: float,
+    def __init__(self, airflow: chaos_stack.Airflow, pipelines: list[Pipeline], faults_wanted: int, deadline: float,
                  kinds: tuple[str, ...], end: float) -> None:
         """Faults until ``deadline`` (monotonic); runs and the drain until ``end``, then the audit, whatever
         is still running (the result then says it was not drained)."""
@@ -155,7 +155,7 @@ class Soak:
                 where = phase.run_phase(self.airflow, p.name, run_id, p.ui_port)
             except Exception:
                 continue
-            if kind in faults.NEEDS_TASK and where["task"] not in faults.NEEDS_TASK[kind]:
+            if kind in fault_kinds.NEEDS_TASK and where["task"] not in fault_kinds.NEEDS_TASK[kind]:
                 continue
             if kind in KILLS and self.kills[run_id] >= KILLS_PER_RUN:
                 continue
@@ -166,7 +166,7 @@ class Soak:
         """A kind and a phase to aim at, drawn at random; the fault lands as soon as a run is in that phase,
         or, after a random patience (CHAOS_GAP seconds), on whatever a run is doing then."""
         kind = random.choice(self.kinds)
-        aim = random.choice(faults.AIMS.get(kind, phase.PHASES[:6]))
+        aim = random.choice(fault_kinds.AIMS.get(kind, phase.PHASES[:6]))
         patience = time.monotonic() + random.uniform(*GAP)
         target = None
         while target is None and not self.stop_faults.is_set() and time.monotonic() < patience + 60:
@@ -183,7 +183,7 @@ class Soak:
             return None
         at = time.monotonic() - self.started
         others = [c["phase"] for c in candidates if c["pipeline"] != target["pipeline"]]
-        detail = faults.INJECT[kind](target)
+        detail = fault_kinds.INJECT[kind](target)
         if detail is None:
             return None
         if kind in KILLS:

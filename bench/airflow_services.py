@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.settings import ROOT, BenchSettings
+from bench.knobs import ROOT, BenchSettings
 from devkit import localstack
 
 log = logging.getLogger("bench")
