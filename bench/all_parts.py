@@ -95,23 +95,9 @@ def _kept(results: dict, previous: dict, keys: tuple[str, ...]) -> None:
             results.setdefault("kept_from", {})[key] = origin
 
 
-def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="[bench %(asctime)s] %(message)s", datefmt="%H:%M:%S")
-    for noisy in ("kafka", "py4j", "deltalake", "tidemark", "httpx"):  # the benchmark logs what it measures
-        logging.getLogger(noisy).setLevel(logging.ERROR)
-    settings = BenchSettings.from_env()
-    skip = set(filter(None, os.environ.get("BENCH_SKIP", "").split(",")))
-    previous = _previous()
-    started = time.monotonic()
-    stack.reset_work(settings)
-    stack.configure_environment(settings)
-    results: dict = {"started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                     "machine": machine.describe(), "load_at_start": machine.load(),
-                     "settings": {"records": settings.records, "record_bytes": settings.record_bytes,
-                                  "partitions": settings.partitions, "repeats": settings.repeats,
-                                  "master": settings.master, "driver_memory": settings.driver_memory,
-                                  "megabytes": round(settings.megabytes, 1)}}
-    log.info("machine: %s", results["machine"])
+def _run_parts(settings: BenchSettings, results: dict, previous: dict, skip: set[str]) -> None:
+    """The parts `make bench` runs in this process, each saved as it ends; a part in BENCH_SKIP keeps the result
+    of the run before."""
     topic = None
     if "contenders" not in skip:
         log.info("migrating the benchmark's Airflow database in %s", settings.airflow_home)
@@ -150,6 +136,24 @@ def main() -> None:
         log.info("%s ...", name)
         results[name] = part.run(settings)
         save(results)
+
+
+def main() -> None:
+    stack.log_as("bench", "httpx")
+    settings = BenchSettings.from_env()
+    skip = set(filter(None, os.environ.get("BENCH_SKIP", "").split(",")))
+    previous = _previous()
+    started = time.monotonic()
+    stack.reset_work(settings)
+    stack.configure_environment(settings)
+    results: dict = {"started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                     "machine": machine.describe(), "load_at_start": machine.load(),
+                     "settings": {"records": settings.records, "record_bytes": settings.record_bytes,
+                                  "partitions": settings.partitions, "repeats": settings.repeats,
+                                  "master": settings.master, "driver_memory": settings.driver_memory,
+                                  "megabytes": round(settings.megabytes, 1)}}
+    log.info("machine: %s", results["machine"])
+    _run_parts(settings, results, previous, skip)
     # the parts that run as programs of their own, from their result files (as bench.report folds them in)
     results["parts"] = summary.side_parts()
     results["load_at_end"] = machine.load()

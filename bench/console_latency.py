@@ -67,9 +67,7 @@ def protocol_ledger(uri: str, topic: str, topic_id: str, ends: dict[int, int], b
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="[bench %(asctime)s] %(message)s", datefmt="%H:%M:%S")
-    for noisy in ("kafka", "deltalake", "tidemark", "httpx", "httpx2"):
-        logging.getLogger(noisy).setLevel(logging.ERROR)
+    stack.log_as("bench", "httpx", "httpx2")
     settings = BenchSettings.from_env()
     stack.reset_work(settings)
     stack.configure_environment(settings)

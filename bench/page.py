@@ -3,9 +3,11 @@ does not write (the keyed table's, the transform's): written after it, from the 
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from pathlib import Path
 
-from bench.knobs import ROOT
+from bench.knobs import RESULTS, ROOT
 
 DOC = ROOT / "docs" / "BENCHMARKS.md"
 
@@ -30,3 +32,16 @@ def write_part(title: str, section: str, target_prefix: str, targets: list[dict]
     lines[last + 1:last + 1] = [f"| {t['target']} | {t['measured']} | {'yes' if t['met'] else '**no**'} |"
                                 for t in targets]
     doc.write_text("\n".join(lines))
+
+
+def write_stored(result_file: str, what: str, title: str, section: Callable[[dict], str], target_prefix: str,
+                 targets: Callable[[dict], list[dict]]) -> None:
+    """``python -m bench.<part> --page``: the part's section and Targets rows from its stored result
+    (bench/results/RESULT_FILE), or a word that there is none."""
+    stored = RESULTS / result_file
+    if not stored.exists():
+        print(f"no {stored}: docs/BENCHMARKS.md left without a {what} section")
+        return
+    out = json.loads(stored.read_text())
+    write_part(title, section(out), target_prefix, targets(out))
+    print(f"wrote the {what} section into {DOC}")

@@ -21,13 +21,11 @@ the Targets row into docs/BENCHMARKS.md from the stored results.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import importlib.resources
 import io
 import json
 import logging
-import os
 import random
 import re
 import statistics
@@ -37,7 +35,7 @@ import uuid
 from pathlib import Path
 
 from bench import avro, contenders, data, machine, page, stack
-from bench.knobs import RESULTS, ROOT, BenchSettings, _int, save_result
+from bench.knobs import BenchSettings, _int, save_result
 from bench.typed import POISON_EVERY, Backlog, check_same_values
 from devkit import localstack
 
@@ -327,25 +325,15 @@ def targets(out: dict) -> list[dict]:
 
 
 def write_page() -> None:
-    stored = RESULTS / "protobuf.json"
-    if not stored.exists():
-        print(f"no {stored}: docs/BENCHMARKS.md left without a Protobuf section")
-        return
-    out = json.loads(stored.read_text())
-    page.write_part(TITLE, section(out), TARGET_PREFIX, targets(out))
-    print(f"wrote the Protobuf section into {page.DOC}")
+    page.write_stored("protobuf.json", "Protobuf", TITLE, section, TARGET_PREFIX, targets)
 
 
 def main() -> None:
     if "--page" in sys.argv[1:]:
         write_page()
         return
-    logging.basicConfig(level=logging.INFO, format="[bench-protobuf %(asctime)s] %(message)s", datefmt="%H:%M:%S")
-    for noisy in ("kafka", "py4j", "deltalake", "tidemark"):
-        logging.getLogger(noisy).setLevel(logging.ERROR)
-    work = Path(os.environ.get("BENCH_PROTOBUF_WORK", str(ROOT / ".cache" / "bench-protobuf")))
-    settings = dataclasses.replace(BenchSettings.from_env(), records=_int("BENCH_PROTOBUF_RECORDS", 300_000),
-                                   work=work)
+    stack.log_as("bench-protobuf")
+    settings = stack.own_settings("protobuf", records=_int("BENCH_PROTOBUF_RECORDS", 300_000))
     stack.reset_work(settings)
     stack.configure_environment(settings)
     stack.train_class_data(settings)

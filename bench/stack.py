@@ -6,7 +6,9 @@ baselines share. The other modules call these functions, never the core's run wi
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 import os
 import shutil
 import sqlite3
@@ -233,6 +235,24 @@ def fresh_folder(path: Path) -> Path:
     shutil.rmtree(path, ignore_errors=True)
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
+
+
+QUIET = ("kafka", "py4j", "deltalake", "tidemark")
+"""The libraries a benchmark drives, kept to their errors: the benchmark logs what it measures."""
+
+
+def log_as(name: str, *also_quiet: str) -> None:
+    """A benchmark program's log: its name and the time on every line, the libraries it drives quiet."""
+    logging.basicConfig(level=logging.INFO, format=f"[{name} %(asctime)s] %(message)s", datefmt="%H:%M:%S")
+    for noisy in (*QUIET, *also_quiet):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+
+
+def own_settings(key: str, **changes) -> BenchSettings:
+    """The settings of a part run as a program of its own: its work folder (``BENCH_<KEY>_WORK``, by default
+    .cache/bench-<key>) and ``changes`` over the common knobs."""
+    work = Path(os.environ.get(f"BENCH_{key.upper()}_WORK", str(ROOT / ".cache" / f"bench-{key}")))
+    return dataclasses.replace(BenchSettings.from_env(), work=work, **changes)
 
 
 def run_alone(run, result_file: str) -> None:

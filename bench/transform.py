@@ -10,19 +10,16 @@ and output + dead letters + filtered add up to the backlog. Results: bench/resul
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import json
 import logging
-import os
 import statistics
 import sys
 import time
 import uuid
-from pathlib import Path
 
 from bench import contenders, machine, page, stack
-from bench.knobs import RESULTS, ROOT, BenchSettings, _int, save_result
+from bench.knobs import BenchSettings, _int, save_result
 from bench.typed_json import produce_json
 from devkit import localstack
 from tidemark import settings as tidemark_settings
@@ -102,20 +99,10 @@ def targets(out: dict) -> list[dict]:
 
 def main() -> None:
     if "--page" in sys.argv[1:]:
-        stored = RESULTS / "transform.json"
-        if not stored.exists():
-            print(f"no {stored}: docs/BENCHMARKS.md left without a transform section")
-            return
-        out = json.loads(stored.read_text())
-        page.write_part(TITLE, section(out), TARGET_PREFIX, targets(out))
-        print(f"wrote the transform section into {page.DOC}")
+        page.write_stored("transform.json", "transform", TITLE, section, TARGET_PREFIX, targets)
         return
-    logging.basicConfig(level=logging.INFO, format="[bench-transform %(asctime)s] %(message)s", datefmt="%H:%M:%S")
-    for noisy in ("kafka", "py4j", "deltalake", "tidemark"):
-        logging.getLogger(noisy).setLevel(logging.ERROR)
-    work = Path(os.environ.get("BENCH_TRANSFORM_WORK", str(ROOT / ".cache" / "bench-transform")))
-    settings = dataclasses.replace(BenchSettings.from_env(), records=_int("BENCH_TRANSFORM_RECORDS", 1_000_000),
-                                   work=work)
+    stack.log_as("bench-transform")
+    settings = stack.own_settings("transform", records=_int("BENCH_TRANSFORM_RECORDS", 1_000_000))
     stack.reset_work(settings)
     stack.configure_environment(settings)
     stack.train_class_data(settings)

@@ -18,7 +18,6 @@ Throughput counts every record of the topic, poison included.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import json
 import logging
@@ -29,7 +28,6 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from bench import contenders, machine, stack
 from bench.knobs import ROOT, BenchSettings, _int, save_result
@@ -239,13 +237,9 @@ def summarize(runs: list[dict], fmt: ValueFormat, backlog: Backlog) -> dict:
 
 
 def main(fmt: ValueFormat, default_records: int = 1_000_000) -> None:
-    logging.basicConfig(level=logging.INFO, format=f"[bench-{fmt.key} %(asctime)s] %(message)s", datefmt="%H:%M:%S")
-    for noisy in ("kafka", "py4j", "deltalake", "tidemark"):
-        logging.getLogger(noisy).setLevel(logging.ERROR)
+    stack.log_as(f"bench-{fmt.key}")
     knob = f"BENCH_{fmt.key.upper()}"
-    work = Path(os.environ.get(f"{knob}_WORK", str(ROOT / ".cache" / f"bench-{fmt.key}")))
-    settings = dataclasses.replace(BenchSettings.from_env(), records=_int(f"{knob}_RECORDS", default_records),
-                                   work=work)
+    settings = stack.own_settings(fmt.key, records=_int(f"{knob}_RECORDS", default_records))
     names = chosen(f"{knob}_CONTENDERS", tuple(fmt.labels))
     stack.reset_work(settings)
     stack.configure_environment(settings)
