@@ -4,7 +4,8 @@ dead letters not (the driver died in between). The next run finishes the batch a
 letters read with the planned isolation level, so an aborted transaction's bad record stays out, and the output
 as the planned transform filtered it. The batch after it follows the file as edited. A batch of which nothing was
 written is planned again with the file as it is (the fix of a transform that failed it takes effect):
-``test_transforms.py``'s refused transforms, each fixed and run again over the same pending batch."""
+``test_transforms.py``'s refused transforms, each fixed and run again over the same pending batch. A keyed
+batch merges by the keys it was planned with, whatever the file says by the time its job runs."""
 
 from __future__ import annotations
 
@@ -96,3 +97,22 @@ def test_a_half_written_batch_is_finished_as_planned_after_its_pipeline_file_cha
     assert [r["order_id"] for r in helpers.query(edited.table_uri, ids)] == [0, 3, 4, 200]
     assert dead_letters(edited.dead_letter_uri) == 2
     assert ledger_rows(topic)[-1] == (2, 0, 3, 1, 0)
+
+
+def test_a_keyed_batch_merges_by_the_keys_it_was_planned_with(kafka_bootstrap, spark, lake, tmp_path):
+    """The keys are part of the frozen batch: edited between plan and ingest, the batch still merges by the keys
+    it was planned with (two orders of one country stay two rows), and the next batch is planned with the new."""
+    folder = tmp_path / "pipelines"
+    folder.mkdir()
+    topic = helpers.create_topic(helpers.unique("frozen-keys"), partitions=1)
+    write(folder, topic, keyed={"keys": ["order_id"]})
+    helpers.produce_values(topic, [order(1, country="fr"), order(2, country="fr")], partition=0)
+    plan = prepare_batch(find_pipeline(topic, folder), props(), owner="a run")
+    write(folder, topic, keyed={"keys": ["country"]})  # edited before the job runs
+    edited = find_pipeline(topic, folder)
+    execute_batch(spark, plan, props())
+    rows = helpers.query(edited.table_uri, "SELECT order_id, country FROM t ORDER BY order_id")
+    assert [(r["order_id"], r["country"]) for r in rows] == [(1, "fr"), (2, "fr")]  # merged by order_id
+    helpers.produce_values(topic, [order(3, country="fr")], partition=0)
+    following = prepare_batch(edited, props(), owner="a run")
+    assert (following.batch_id, following.format.keyed.keys) == (2, ("country",))
