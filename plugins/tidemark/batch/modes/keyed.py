@@ -70,15 +70,15 @@ def write_keyed(spark, rows, plan: BatchPlan, store: ObjectStore | None = None) 
         newest = merge.newest_changes(changes, spec, applied)
         if not spec.by_kafka_position:  # an upsert older than a delete the table remembers changes nothing
             newest = delete_markers.against_markers(spark, newest, spec, plan.table_uri, store)
-        newest = newest.persist()  # read by the check and the MERGE
+        newest = newest.persist()  # read by the markers and the MERGE
+        with kafka_errors(plan):  # one job: the read (tallied on the way, in one pass), reduced and cached
+            moved = merge.materialize(newest, spec)
         if one_pass:
-            tallies, bad = _reduced_and_tallied(plan, rows, newest, observed)
+            tallies, bad = _tallied(plan, rows, observed)
         exists = storage.open_table(plan.table_uri, store) is not None
         if widen and exists:
             _widen_keyed(spark, plan, widen)
-        if spec.by_kafka_position:
-            with kafka_errors(plan):
-                merge.check_one_partition_per_key(newest, spec, plan.pipeline)
+        merge.refuse_key_on_two_partitions(moved, plan.pipeline)
         metadata = plan.commit_metadata({tp: t.records - t.bad for tp, t in tallies.items()}, filtered)
         if not spec.by_kafka_position:  # before the commit point: a retry of the frozen batch writes them again
             with kafka_errors(plan):
@@ -117,12 +117,11 @@ def _merge_newest(spark, plan: BatchPlan, spec, newest, columns: list[str], meta
                                            f"at the same moment; the next run finds the batch or reads it again")
 
 
-def _reduced_and_tallied(plan: BatchPlan, rows, newest, observed) -> tuple[dict[TopicPartition, Tally], int]:
-    """Compute the newest changes (cached) in the one pass over Kafka that also tallies the batch per partition
-    (``tidemark.batch.spark.tally.observe_by_partition``), then check the tallies as ``cached_and_counted`` does, before
+def _tallied(plan: BatchPlan, rows, observed) -> tuple[dict[TopicPartition, Tally], int]:
+    """The tallies per partition of the one pass over Kafka that computed the newest changes
+    (``tidemark.batch.spark.tally.observe_by_partition``), checked as ``cached_and_counted`` checks them, before
     anything is written. Returns them and the number of bad records."""
     with kafka_errors(plan):
-        newest.count()
         counted = observed()
         if counted is None:  # the counts came back empty (seen when every change was already applied: a replay)
             log.info("pipeline '%s': batch %d: Spark returned no counts with the pass; the batch is counted by "

@@ -251,13 +251,26 @@ def with_marks(newest: DataFrame, spec: KeyedSpec, mark: Column) -> DataFrame:
                              .otherwise(F.col(OP)))
 
 
-def check_one_partition_per_key(newest: DataFrame, spec: KeyedSpec, pipeline: str) -> None:
+def materialize(newest: DataFrame, spec: KeyedSpec) -> dict | None:
+    """Compute the (cached) newest changes in one Spark job, the batch's one pass over Kafka, and under the default
+    ordering (Kafka position) find in the same job a key that is on two partitions within the batch (``_partitions``).
+    Returns that key, or None; ``refuse_key_on_two_partitions`` turns it into the batch's error."""
+    from pyspark.sql import functions as F
+
+    if not spec.by_kafka_position:
+        newest.count()
+        return None
+    key = F.struct(*[F.col(f"`{k}`") for k in spec.keys])
+    found = newest.agg(F.first(F.when(F.col("_partitions") > 1, key), ignorenulls=True).alias("key")).collect()[0]
+    return found["key"].asDict() if found["key"] is not None else None
+
+
+def refuse_key_on_two_partitions(key: dict | None, pipeline: str) -> None:
     """Under the default ordering (Kafka position), a key must stay on one partition: refuse the batch (nothing
-    written) when a key is on two partitions within it. A key whose row in the table came from another partition
-    is refused by the MERGE itself (``_moved_clause``), which joins the two anyway."""
-    within = newest.where("_partitions > 1").select(*spec.keys).limit(1).collect()
-    if within:
-        raise KeyOrderingError(_two_partitions(pipeline, within[0].asDict(), "within this batch"), pipeline=pipeline)
+    written) when a key is on two partitions within it (``materialize`` found it). A key whose row in the table
+    came from another partition is refused by the MERGE itself (``_moved_clause``), which joins the two anyway."""
+    if key is not None:
+        raise KeyOrderingError(_two_partitions(pipeline, key, "within this batch"), pipeline=pipeline)
 
 
 def _moved_clause(spec: KeyedSpec) -> str:
