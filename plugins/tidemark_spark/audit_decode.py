@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     from tidemark_spark.ingest_job import REMOTE_ENV_VAR, build_session, connect_session
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="audit_values.py", description="Compare sampled ranges with Kafka.")
+    parser = argparse.ArgumentParser(prog="audit_decode.py", description="Compare sampled ranges with Kafka.")
     parser.add_argument("--check", required=True, help="the sampled ranges and their formats (JSON)")
     parser.add_argument("--result", required=True, help="where to write the answer (JSON)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)

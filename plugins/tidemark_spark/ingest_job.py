@@ -1,6 +1,6 @@
 """Tidemark's ingest job: parse arguments -> build the session -> call the core.
 
-    spark-submit --jars <Kafka source, Delta> --py-files <tidemark core> .../tidemark_spark/ingest.py \
+    spark-submit --jars <Kafka source, Delta> --py-files <tidemark core> .../tidemark_spark/ingest_job.py \
         --plan '<frozen plan JSON>'
 
 Kafka client properties (which may hold credentials) and the object-store settings come from the
@@ -14,7 +14,7 @@ The warm path: with TIDEMARK_SPARK_REMOTE set (a Spark Connect URL, ``sc://host:
 kept off the command line because it may hold a token), the same script runs under a plain Python
 interpreter and talks to a long-running Spark Connect server instead of starting a JVM:
 
-    TIDEMARK_SPARK_REMOTE=sc://127.0.0.1:15002 python .../tidemark_spark/ingest.py --plan '<JSON>'
+    TIDEMARK_SPARK_REMOTE=sc://127.0.0.1:15002 python .../tidemark_spark/ingest_job.py --plan '<JSON>'
 
 The protocol steps, the markers and the crash points are the same; only the JVM is shared.
 """

@@ -23,7 +23,7 @@ from tidemark_spark import class_data
 _CHECKOUT = Path(__file__).resolve().parents[2]
 _CHECKOUT_SCRIPT = _CHECKOUT / "spark_jobs" / "ingest.py"
 INGEST_SCRIPT = str(_CHECKOUT_SCRIPT if _CHECKOUT_SCRIPT.is_file() and (_CHECKOUT / "pyproject.toml").is_file()
-                    else Path(__file__).resolve().parent / "ingest.py")
+                    else Path(__file__).resolve().parent / "ingest_job.py")
 """The job script spark-submit runs: the repository's ``spark_jobs/ingest.py`` in a checkout (and in the
 Docker image), else, in a wheel install that has no ``spark_jobs/``, the installed module beside this one.
 Either runs ``tidemark_spark.ingest_job.run_and_exit``."""

@@ -139,7 +139,7 @@ def test_the_package_is_installed_not_linked_and_nothing_is_borrowed(host, reque
                 and not p.startswith(str(venv))]
     assert not borrowed, f"{host} imports from outside itself: {borrowed}"
     assert where["core"].startswith(str(venv)) and where["script"].startswith(str(venv)), where
-    assert Path(where["script"]).name == "ingest.py" and Path(where["script"]).exists()
+    assert Path(where["script"]).name == "ingest_job.py" and Path(where["script"]).exists()
     # the Spark extra is what brings spark-submit; the Airflow host has the Connect client only
     assert where["pyspark_client"], where
     assert where["pyspark"] == (host == "spark_host"), where

@@ -170,9 +170,9 @@ def test_optimize_beside_keyed_merge_batches_keeps_every_key_once(kafka_bootstra
 
     held = helpers.gate_udf(gate, waiting=waiting)  # the MERGE's source waits for the OPTIMIZE to commit
 
-    merge = merge.merge
+    original = merge.merge
     with monkeypatch.context() as patched:
-        patched.setattr(merge, "merge", lambda session, newest, *a, **k: merge(
+        patched.setattr(merge, "merge", lambda session, newest, *a, **k: original(
             session, newest.where(held(F.col("kafka_offset"))), *a, **k))
         patched.setattr(spark.sparkContext, "pythonExec", sys.executable)
         produce(topic, ref, [change(1, "u1", 100), change(2, "TOMBSTONE"), change(20, "new", 1)], partition=0)
