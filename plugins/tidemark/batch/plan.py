@@ -85,7 +85,8 @@ class BatchPlan(HasRanges):
     def from_json(cls, text: str) -> BatchPlan:
         data = json.loads(text)
         data["ranges"] = [OffsetRange.from_dict(r) for r in data["ranges"]]
-        data["record_format"] = RecordFormat.from_dict(data.get("record_format") or RecordFormat().to_dict())
+        data["record_format"] = RecordFormat.from_dict(data["record_format"]) if data.get("record_format") \
+            else RecordFormat()
         if "run_id" in data:  # a plan frozen by release 0.2, still in flight after an upgrade
             data["owner"] = data.pop("run_id")
         return cls(**data)

@@ -39,14 +39,14 @@ class Keyed(WriteMode):
 
 
 def write_keyed(spark, rows, plan: BatchPlan, store: ObjectStore | None = None) -> dict[TopicPartition, Tally]:
-    """A keyed table (``tidemark.config.keyed_tables``): one pass over Kafka reduces the batch to the newest change per
-    key (cached: the check and the MERGE read it) while it counts good and bad records per partition, which are
-    checked before anything is written; changes at offsets the table already applied (below the ledger's high
-    water) are skipped, so a re-read changes nothing. Then one MERGE, then the dead letters, read again from Kafka
-    (recovery completes them after a kill, as for values written in one pass). The MERGE commit carries the marker
-    and the counts, which finalize reads back after a crash. A transformed batch, or one of more than
-    ``tidemark.batch.spark.tally.OBSERVED_PARTITIONS`` partitions, is cached and counted first instead, as for
-    re-reads."""
+    """A keyed table (``tidemark.config.keyed_tables``): one pass over Kafka reduces the batch to the newest change
+    per key (cached, in the same job that checks each key stays on one partition; the MERGE reads it) while it
+    counts good and bad records per partition, which are checked before anything is written; changes at offsets
+    the table already applied (below the ledger's high water) are skipped, so a re-read changes nothing. Then one
+    MERGE, then the dead letters, read again from Kafka (recovery completes them after a kill, as for values
+    written in one pass). The MERGE commit carries the marker and the counts, which finalize reads back after a
+    crash. A transformed batch, or one of more than ``tidemark.batch.spark.tally.OBSERVED_PARTITIONS``
+    partitions, is cached and counted first instead, as for re-reads."""
     from tidemark.batch.spark import delete_markers, merge
     from tidemark.formats.record_format import output_columns
 
@@ -108,7 +108,7 @@ def _merge_newest(spark, plan: BatchPlan, spec, newest, columns: list[str], meta
     with kafka_errors(plan):
         if exists:
             merge.merge(spark, newest, spec, plan.table_uri, columns, app_id=plan.pipeline,
-                              version=plan.batch_id, metadata=metadata, add_columns=add_columns)
+                        version=plan.batch_id, metadata=metadata, add_columns=add_columns)
         else:
             batch_io.append_marked(newest.where(f"{merge.OP} = 'u'").select(*columns), plan.table_uri,
                                    app_id=plan.pipeline, version=plan.batch_id, metadata=metadata,
