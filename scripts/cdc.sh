@@ -7,7 +7,8 @@
 # Environment:
 #   KAFKA_PORT (9092)              the broker the connector writes to (127.0.0.1:KAFKA_PORT)
 #   CDC_PG_PORT (15432)            PostgreSQL on 127.0.0.1
-#   CDC_HOME (.cache/cdc-<CDC_PG_PORT>)  PostgreSQL's data (pgdata/), Connect's offsets file, configs,
+#   CDC_HOME (.cache/cdc-<CDC_PG_PORT>; as root under a private folder, /tmp/tidemark-cdc-<port>-<n>)
+#                                  PostgreSQL's data (pgdata/), Connect's offsets file, configs,
 #                                  logs (logs/: postgres.log, connect.log, connect.out), pid
 #   CDC_CONNECT_PORT (18083)       Kafka Connect's REST API on 127.0.0.1
 #   CDC_CONNECT_HEAP (384m)        the worker's heap
@@ -39,7 +40,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib/service.sh"
 kafka_port=${KAFKA_PORT:-9092}
 pg_port=${CDC_PG_PORT:-15432}
-home=${CDC_HOME:-$root/.cache/cdc-$pg_port}
+home=${CDC_HOME:-$(service_owned_home "$root/.cache/cdc-$pg_port" "cdc-$pg_port")}
 connect_port=${CDC_CONNECT_PORT:-18083}
 heap=${CDC_CONNECT_HEAP:-384m}
 user=${CDC_PG_USER:-debezium}

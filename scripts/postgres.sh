@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A private PostgreSQL cluster for Airflow's metadata DB, under .cache/ (no system service touched).
 #   scripts/postgres.sh up | down | status | url
-# Environment: PG_PORT (5433), PG_HOME (.cache/postgres-<port>: data, socket, log), PG_USER/PG_PASSWORD/
+# Environment: PG_PORT (5433), PG_HOME (.cache/postgres-<port>, or as root under a private folder
+# /tmp/tidemark-postgres-<port>-<n>: data, socket, log), PG_USER/PG_PASSWORD/
 # PG_DB (airflow/airflow/airflow: a local default on 127.0.0.1, not a secret).
 # Debian's `postgresql` is installed with apt-get when no server binaries are found. PostgreSQL refuses
 # to run as root, so as root the cluster runs as the unprivileged user `nobody` and owns only PG_HOME.
@@ -9,7 +10,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib/service.sh"
 port=${PG_PORT:-5433}
-home=${PG_HOME:-$root/.cache/postgres-$port}
+home=${PG_HOME:-$(service_owned_home "$root/.cache/postgres-$port" "postgres-$port")}
 user=${PG_USER:-airflow}
 password=${PG_PASSWORD:-airflow}
 db=${PG_DB:-airflow}

@@ -20,6 +20,18 @@ show_logs=() members=() sessions=
 
 service_pid() { cat "${1:-$pidfile}" 2>/dev/null; }
 
+service_owned_home() {  # service_owned_home DEFAULT NAME: where a server run as `nobody` keeps its files
+  # DEFAULT, unless we are root and `nobody` cannot traverse to DEFAULT's folder (a checkout under a private
+  # folder, such as one `mktemp -d` made): then a folder under /tmp named after NAME and this checkout, the same on
+  # every call, so that `down` and `status` find what `up` started. A folder the user set is used as given.
+  local default=$1 parent
+  parent=$(dirname "$default")
+  mkdir -p "$parent"
+  if [ "$(id -u)" != 0 ] || runuser -u nobody -- test -x "$parent" 2>/dev/null; then echo "$default"; return; fi
+  echo "/tmp/tidemark-$2-$(printf %s "$root" | cksum | cut -d' ' -f1)"
+}
+
+
 service_alive() {  # service_alive [PIDFILE]: its process (with sessions=1: any of its process group) is alive
   local pid
   pid=$(service_pid "${1:-$pidfile}") && [ -n "$pid" ] || return 1
