@@ -70,7 +70,7 @@ def write_keyed(spark, rows, plan: BatchPlan, store: ObjectStore | None = None) 
         newest = merge.newest_changes(changes, spec, applied)
         if not spec.by_kafka_position:  # an upsert older than a delete the table remembers changes nothing
             newest = delete_markers.against_markers(spark, newest, spec, plan.table_uri, store)
-        newest = newest.persist()  # read by the markers and the MERGE
+        newest = merge.cached(spark, newest)  # read by the markers and the MERGE
         with kafka_errors(plan):  # one job: the read (tallied on the way, in one pass), reduced and cached
             moved = merge.materialize(newest, spec)
         if one_pass:

@@ -12,6 +12,7 @@ tables*).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import Mapping
@@ -221,9 +222,16 @@ def newest_changes(rows: DataFrame, spec: KeyedSpec, applied: Mapping[TopicParti
     position = [F.col(c).desc() for c in ("kafka_offset", "kafka_partition", "kafka_topic")]
     by_key = Window.partitionBy(*spec.keys)
     if spec.by_kafka_position:
-        window = by_key.orderBy(*[o.desc() for o in order], *position)  # a total order: recomputing gives the same
-        newest = good.withColumn("_n", F.row_number().over(window)).withColumn("_partitions", F.size(F.collect_set(
-            F.struct("kafka_topic", "kafka_partition")).over(by_key)))
+        # Two steps, the first the newest change of each key on each partition: a filter on a row number alone lets
+        # Spark keep only that row of each key in each task before the shuffle (its window group limit), so the
+        # shuffle carries about one row per key, not every change. The second ranks those few rows per key (a total
+        # order: recomputing gives the same) and counts them: more than one is a key on two partitions.
+        on_partition = Window.partitionBy(*spec.keys, "kafka_topic", "kafka_partition").orderBy(
+            F.col("kafka_offset").desc())
+        per_partition = good.withColumn("_n", F.row_number().over(on_partition)).where("_n = 1").drop("_n")
+        window = by_key.orderBy(*[o.desc() for o in order], *position)
+        newest = (per_partition.withColumn("_n", F.row_number().over(window))
+                  .withColumn("_partitions", F.count(F.lit(1)).over(by_key)))
         return newest.where("_n = 1").drop("_n")
     tombstone = (F.col(OP) == "d") & order[0].isNull()
     if spec.order_by:  # Debezium's tombstones change nothing (``s``, dropped above): no generations there
@@ -249,6 +257,35 @@ def with_marks(newest: DataFrame, spec: KeyedSpec, mark: Column) -> DataFrame:
     stale = (F.col(OP) == "u") & mark.isNotNull() & (ordering_struct(spec) < mark)
     return newest.withColumn(OP, F.when(stale, F.when(F.col(RESET), F.lit("d")).otherwise(F.lit("s")))
                              .otherwise(F.col(OP)))
+
+
+CACHE_CONFS = {"spark.sql.optimizer.canChangeCachedPlanOutputPartitioning": "true"}
+"""While the newest changes are cached: Spark's adaptive execution may coalesce the cached plan's shuffle partitions
+(off by default for a cached plan). Some 200,000 newest changes then make 2 cached partitions, not 200: every later
+read of them (the MERGE reads them three times) runs 2 tasks instead of 200, which cost 14 s of a 2,000,000-change
+batch's MERGE (docs/BENCHMARKS.md, *Keyed tables*)."""
+
+
+@contextlib.contextmanager
+def session_confs(spark, confs: Mapping[str, str]):
+    """Spark SQL confs set for the block and put back afterwards (unset when they were not set)."""
+    before = {k: spark.conf.get(k, None) for k in confs}
+    for k, v in confs.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
+def cached(spark, newest: DataFrame) -> DataFrame:
+    """The newest changes persisted (``CACHE_CONFS``); the caller unpersists them."""
+    with session_confs(spark, CACHE_CONFS):
+        return newest.persist()
 
 
 def materialize(newest: DataFrame, spec: KeyedSpec) -> dict | None:
@@ -384,15 +421,8 @@ def merge(spark, newest: DataFrame, spec: KeyedSpec, table_uri: str, columns: li
     sql = _merge_sql(table_uri, view, spec, columns, add_columns)
     confs = {TXN_APP_ID: app_id, TXN_VERSION: str(version), USER_METADATA: metadata,
              "spark.databricks.delta.schema.autoMerge.enabled": "true" if add_columns else "false"}
-    before = {k: spark.conf.get(k, None) for k in confs}
-    for k, v in confs.items():
-        spark.conf.set(k, v)
     try:
-        _merge_retrying(spark, sql, table_uri, app_id, version)
+        with session_confs(spark, confs):
+            _merge_retrying(spark, sql, table_uri, app_id, version)
     finally:
-        for k, v in before.items():
-            if v is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, v)
         spark.catalog.dropTempView(view)
