@@ -10,19 +10,23 @@ from pathlib import Path
 from bench.knobs import RESULTS, ROOT
 
 DOC = ROOT / "docs" / "BENCHMARKS.md"
+CLOSING = "\nParts not run the last time keep their results"
+"""The closing note of the page (bench/report.py): a part's section goes before it, and a section replaced in place
+ends there when it is the last one."""
 
 
 def write_part(title: str, section: str, target_prefix: str, targets: list[dict], doc: Path = DOC) -> None:
-    """docs/BENCHMARKS.md with the part's ``section`` (starting with ``title``; replacing an earlier one, else
-    before the closing note, else at the end) and its ``targets`` (``target``, ``measured``, ``met``) at the end
-    of the Targets table, replacing earlier rows that start with ``target_prefix``."""
+    """docs/BENCHMARKS.md with the part's ``section`` (starting with ``title``; replacing an earlier one up to the
+    next section or the closing note, else before the closing note, else at the end) and its ``targets``
+    (``target``, ``measured``, ``met``) at the end of the Targets table, replacing earlier rows that start with
+    ``target_prefix``."""
     text = doc.read_text()
     if title in text:
         start = text.index(title)
-        end = text.find("\n## ", start + len(title))
-        text = text[:start] + section + ("\n" + text[end:] if end != -1 else "\n")
+        ends = [i for i in (text.find("\n## ", start + len(title)), text.find(CLOSING, start)) if i != -1]
+        text = text[:start] + section + ("\n" + text[min(ends):] if ends else "\n")
     else:
-        anchor = text.find("\nParts not run the last time keep their results")
+        anchor = text.find(CLOSING)
         text = (text.rstrip("\n") + "\n\n" + section + "\n") if anchor == -1 else \
             (text[:anchor] + "\n" + section + "\n" + text[anchor:])
     lines = [line for line in text.split("\n") if not line.startswith(target_prefix)]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import TYPE_CHECKING
 
-from tidemark.batch.spark import merge, protobuf_udf
+from tidemark.batch.spark import change_events, protobuf_udf
 from tidemark.batch.spark.exact_values import Converted, exact_cast, json_field, json_read_type
 from tidemark.formats.record_format import RecordFormat
 
@@ -209,7 +209,7 @@ def to_rows(raw: DataFrame, fmt: RecordFormat, batch_id: int, ingested_at: dt.da
         errors.append(F.when(cast.bad, cast.message))
         fields[name] = cast.value
     if fmt.keyed and not extra:  # a keyed table's operation (Debezium's came with its envelope)
-        fields, errors, extra = merge.shape(fmt, fields, errors)
+        fields, errors, extra = change_events.shape(fmt, fields, errors)
     return _with_error(rows, {**fields, **extra}, errors, fmt)
 
 
@@ -220,7 +220,7 @@ def _decode_value(rows: DataFrame, fmt: RecordFormat, errors: list[Column]) -> t
 
     debezium = fmt.keyed is not None and fmt.keyed.envelope == "debezium"
     if fmt.value_format == "json" and debezium:
-        rows, fields, changes, extra = merge.debezium_json(rows, fmt)
+        rows, fields, changes, extra = change_events.debezium_json(rows, fmt)
         errors += changes
         return rows, fields, extra
     if fmt.value_format == "json":  # with a JSON Schema from the registry: the text after the wire format's header
@@ -236,7 +236,7 @@ def _decode_value(rows: DataFrame, fmt: RecordFormat, errors: list[Column]) -> t
     if fmt.value_format == "avro" and debezium:  # Debezium's own tombstone is no bad value: it changes nothing
         rows = rows.withColumn("_parsed", _avro_decoded(fmt.avro))
         errors.append(F.when(F.col("value").isNotNull(), _avro_error(fmt.avro)))
-        rows, fields, changes, extra = merge.debezium_avro(rows, fmt, F.col("_parsed")[_DECODED].isNotNull())
+        rows, fields, changes, extra = change_events.debezium_avro(rows, fmt, F.col("_parsed")[_DECODED].isNotNull())
         errors += changes
         return rows, fields, extra
     if fmt.value_format == "avro":
