@@ -236,6 +236,9 @@ class Run:
             if (found := stack.table_count(config.table_uri)) != rows:
                 raise RuntimeError(f"the {key} starting table holds {found:,} rows, expected {rows:,}")
             tables[key] = config.table_uri
+        if p5 is not None and "big_append" not in self.out["setup"]:
+            self.out["setup"]["big_append"] = self.append_of(p5)
+            self.keep()
         shutil.rmtree(self.saved, ignore_errors=True)
         self.saved.mkdir(parents=True)
         for name, uri in tables.items():
@@ -244,6 +247,20 @@ class Run:
         self.state["tables"] = tables
         self.state["tables_state"] = {name: "saved" for name in tables}
         self.mark("setup")
+
+    def append_of(self, p5) -> dict:
+        """The big table's rows (inserts only: each key once) written by a plain pipeline's first batch over the same
+        topics, before the changes are produced: what the keyed table's first batch (``setup.big_table``, its
+        reduction to the newest change per key, then an append) is compared with. Its table is dropped after."""
+        config = stack.add_pipeline(self.settings, "bench_keyed_append", p5.topics[0], topics=list(p5.topics),
+                                    value_format="json", value_schema=VALUE_SCHEMA)
+        log.info("an append of the same %d rows by a plain pipeline ...", self.sizes.big_rows)
+        row = run_tidemark(self.settings, self.sizes, config, self.sizes.big_rows,
+                           f"the append of the same {self.sizes.big_rows:,} rows")
+        if (found := stack.table_count(config.table_uri)) != self.sizes.big_rows:
+            raise RuntimeError(f"the plain pipeline's table holds {found:,} rows, expected {self.sizes.big_rows:,}")
+        stack.remove_pipeline(self.settings, config)
+        return row
 
     def produce_changes(self, topic: str) -> None:
         from bench import data
