@@ -59,8 +59,8 @@ import sys
 
 from bench import stack
 from bench.keyed_data import DOC, PARTS, RESULT_FILE, Sizes
-from bench.keyed_report import summarize, write_page
-from bench.keyed_runs import Run, merged
+from bench.keyed_report import merged, summarize, write_page
+from bench.keyed_runs import Run
 from bench.knobs import RESULTS, save_result
 
 log = logging.getLogger("bench")

@@ -1,15 +1,18 @@
-"""The section and Targets rows of `make bench-keyed` in docs/BENCHMARKS.md, from bench/results/keyed.json."""
+"""The results of `make bench-keyed`: a run merged with the stored ones (bench/results/keyed.json), their summary, and
+the section and Targets rows of docs/BENCHMARKS.md."""
 
 from __future__ import annotations
 
 import collections
+import json
 import logging
 import re
 import statistics
 from pathlib import Path
 
 from bench import page
-from bench.keyed_data import DOC, LABELS, NOW, TARGET_PREFIX, TIDEMARK, TITLE
+from bench.keyed_data import DOC, LABELS, NOW, PARTS, RESULT_FILE, TARGET_PREFIX, TIDEMARK, TITLE
+from bench.knobs import RESULTS
 
 log = logging.getLogger("bench")
 
@@ -288,3 +291,27 @@ def _grown(part: dict, m: dict, g: dict) -> list[str]:
 def write_page(part: dict, doc: Path = DOC) -> None:
     """docs/BENCHMARKS.md with this part's section and Targets rows (bench/page.py)."""
     page.write_part(TITLE, section(part), TARGET_PREFIX, part["summary"]["targets"], doc)
+
+
+def merged(new: dict, parts: tuple[str, ...]) -> dict:
+    """``new`` over the results already in bench/results/keyed.json when those are of the same sizes: the parts
+    not run this time keep theirs."""
+    path = RESULTS / RESULT_FILE
+    if set(parts) == set(PARTS) or not path.exists():
+        return new
+    old = json.loads(path.read_text())
+    same = ("changes", "keys", "table_rows", "big_rows", "partitions", "master", "driver_memory")
+    if any(old.get("settings", {}).get(k) != new["settings"].get(k) for k in same):
+        log.warning("bench/results/keyed.json holds other sizes: the parts not run this time are left out")
+        return new
+    out = {**old, **{k: v for k, v in new.items() if k not in ("parts", "setup")}}
+    keys = {"compare": ("runs", "reference"), "replay": ("replay",), "growth": ("growth",)}
+    for part in PARTS:
+        if part not in parts:
+            for key in keys[part]:
+                if key in old:
+                    out[key] = old[key]
+    out["parts"] = {**old.get("parts", {}), **new.get("parts", {})}
+    out["setup"] = {**old.get("setup", {}), **new.get("setup", {})}
+    out["settings"]["parts"] = sorted(set(old["settings"].get("parts", PARTS)) | set(parts))
+    return out

@@ -19,8 +19,6 @@ from bench.keyed_data import (
     KEYED_PHASES,
     LABELS,
     NOW,
-    PARTS,
-    RESULT_FILE,
     TIDEMARK,
     VALUE_SCHEMA,
     Changes,
@@ -39,7 +37,7 @@ from bench.keyed_tables_check import (
     table_version,
     with_event_log,
 )
-from bench.knobs import RESULTS, BenchSettings
+from bench.knobs import BenchSettings
 from bench.measure import check, run_measured
 
 log = logging.getLogger("bench")
@@ -377,27 +375,3 @@ class Run:
                       "settings": {**dataclasses.asdict(self.sizes), "partitions": s.partitions, "master": s.master,
                                    "driver_memory": s.driver_memory, "value_schema": VALUE_SCHEMA, "keyed": KEYED,
                                    "parts": list(self.parts)}}
-
-
-def merged(new: dict, parts: tuple[str, ...]) -> dict:
-    """``new`` over the results already in bench/results/keyed.json when those are of the same sizes: the parts
-    not run this time keep theirs."""
-    path = RESULTS / RESULT_FILE
-    if set(parts) == set(PARTS) or not path.exists():
-        return new
-    old = json.loads(path.read_text())
-    same = ("changes", "keys", "table_rows", "big_rows", "partitions", "master", "driver_memory")
-    if any(old.get("settings", {}).get(k) != new["settings"].get(k) for k in same):
-        log.warning("bench/results/keyed.json holds other sizes: the parts not run this time are left out")
-        return new
-    out = {**old, **{k: v for k, v in new.items() if k not in ("parts", "setup")}}
-    keys = {"compare": ("runs", "reference"), "replay": ("replay",), "growth": ("growth",)}
-    for part in PARTS:
-        if part not in parts:
-            for key in keys[part]:
-                if key in old:
-                    out[key] = old[key]
-    out["parts"] = {**old.get("parts", {}), **new.get("parts", {})}
-    out["setup"] = {**old.get("setup", {}), **new.get("setup", {})}
-    out["settings"]["parts"] = sorted(set(old["settings"].get("parts", PARTS)) | set(parts))
-    return out
