@@ -286,20 +286,24 @@ def _output_findings(builder, ranges: str, limit: int, transformed: bool = False
     return found
 
 
-def _duplicate_keys(builder, keys: list[str], limit: int) -> tuple[list[dict], int]:
-    """Keys held by more than one row of a keyed table (the first ``limit``, and how many)."""
+def _duplicate_keys(builder, keys: list[str], limit: int, history: bool = False) -> tuple[list[dict], int]:
+    """Keys held by more than one row of a keyed table (a history table: by more than one current version) (the
+    first ``limit``, and how many)."""
     columns = ", ".join(f'"{k}"' for k in keys)
-    grouped = f"WITH k AS (SELECT {columns}, COUNT(*) AS rows FROM output GROUP BY {columns} HAVING COUNT(*) > 1)"
+    where = "WHERE is_current " if history else ""
+    grouped = (f"WITH k AS (SELECT {columns}, COUNT(*) AS rows FROM output {where}GROUP BY {columns} "
+               f"HAVING COUNT(*) > 1)")
     return (_rows(builder, f"{grouped} SELECT * FROM k LIMIT {int(limit)}"),
             int(_rows(builder, f"{grouped} SELECT COUNT(*) AS n FROM k")[0]["n"]))
 
 
 def audit_tables(pipeline: str, table_uri: str, dead_letter_uri: str, ledger_uri: str,
                  store: ObjectStore | None = None, limit: int = DAMAGE_LIMIT, keys: list[str] | None = None,
-                 transformed: bool = False) -> AuditReport:
+                 transformed: bool = False, history: bool = False) -> AuditReport:
     """Check the output at ``table_uri`` (and the dead letters) against the pipeline's ledger rows; for a keyed
-    table (``keys``), also that no key is held twice; for a ``transformed`` pipeline (one with a SQL transform),
-    the output's records are counted by coordinate, and a coordinate is damage when rows of two batches hold it."""
+    table (``keys``), also that no key is held twice (a ``history`` table: no key has two current versions); for a
+    ``transformed`` pipeline (one with a SQL transform), the output's records are counted by coordinate, and a
+    coordinate is damage when rows of two batches hold it."""
     from deltalake import QueryBuilder
 
     rows = Ledger(ledger_uri, store).rows(pipeline)
@@ -312,7 +316,7 @@ def audit_tables(pipeline: str, table_uri: str, dead_letter_uri: str, ledger_uri
         builder = QueryBuilder().register("ledger", ledger).register("output", output)
         found = _output_findings(builder, ranges, limit, transformed)
         if keys:
-            found.duplicate_keys, found.duplicate_key_rows = _duplicate_keys(builder, keys, limit)
+            found.duplicate_keys, found.duplicate_key_rows = _duplicate_keys(builder, keys, limit, history)
         dead = storage.open_table(dead_letter_uri, store)
         if dead is not None:
             builder.register("dead", dead)

@@ -33,7 +33,7 @@ from tidemark.batch.schemas import BatchSchemas, batch_format
 from tidemark.config.pipeline import PipelineConfig
 from tidemark.errors import TidemarkError
 from tidemark.formats.record_format import RecordFormat, output_columns
-from tidemark.formats.records import BATCH_COLUMNS, DATE_COLUMN
+from tidemark.formats.records import BATCH_COLUMNS, DATE_COLUMN, HISTORY_COLUMNS
 from tidemark.kafka.offsets import OffsetRange
 from tidemark.ledger.state import COMMITTED, KIND_REPROCESS, LedgerRow
 from tidemark.storage import ObjectStore
@@ -41,9 +41,11 @@ from tidemark.storage import ObjectStore
 META_COLUMNS = ("kafka_timestamp", "kafka_key", "kafka_headers")
 """Compared for every record, first in each list of compared columns."""
 DEAD_LETTER_COMPARED = (*META_COLUMNS, "value")
-NOT_PAYLOAD = {"kafka_topic", "kafka_partition", "kafka_offset", *META_COLUMNS, *BATCH_COLUMNS, DATE_COLUMN}
+NOT_PAYLOAD = {"kafka_topic", "kafka_partition", "kafka_offset", *META_COLUMNS, *BATCH_COLUMNS, DATE_COLUMN,
+               *HISTORY_COLUMNS}
 """Output columns that are not payload: the coordinates (the join), the metadata (compared apart), and what
-the batch adds (its id, the time, the date partition), which the record did not carry."""
+the batch adds (its id, the time, the date partition; a history table's interval), which the record did not
+carry."""
 DETAIL_LIMIT = 10
 """At most this many differing records are described per range (all are counted)."""
 OUTPUT, DEAD = "output", "dead letters"

@@ -29,7 +29,7 @@ from tidemark.formats import avro_resolution, avro_schemas, debezium, json_schem
 from tidemark.formats.frozen_schemas import FrozenSchemas
 from tidemark.formats.protobuf_schemas import FrozenProtobuf
 from tidemark.formats.record_format import RecordFormat
-from tidemark.formats.records import BATCH_COLUMNS, DATE_COLUMN, KAFKA_COLUMNS, RESERVED_COLUMNS, Field
+from tidemark.formats.records import BATCH_COLUMNS, DATE_COLUMN, HISTORY_COLUMNS, KAFKA_COLUMNS, RESERVED_COLUMNS, Field
 from tidemark.formats.schema_registry import SchemaSource
 from tidemark.formats.type_changes import is_widening, normalize_type, widening_hint
 
@@ -312,7 +312,9 @@ def batch_format(config: PipelineConfig, frozen: BatchSchemas | None, store=None
                                       pipeline=config.name)
     columns = None if config.transform else table_columns(config.table_uri, store)  # ditto
     add_columns, casts, widen = False, {}, {}
-    envelope = set(base.keyed.columns if base.keyed else ())  # a keyed table's own columns (Debezium's cdc_*)
+    # a keyed table's own columns: Debezium's cdc_*, a history table's valid_from, valid_to and is_current
+    envelope = set(base.keyed.columns if base.keyed else ()) | set(
+        HISTORY_COLUMNS if base.keyed and base.keyed.keeps_history else ())
     if columns is not None:
         columns = {n: t for n, t in columns.items() if n not in envelope}
         checked = [*fields, *([Field(KEY_COLUMN, key_type, False)] if key_type else [])]

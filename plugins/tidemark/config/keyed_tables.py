@@ -10,6 +10,7 @@ A ``keyed`` block names the key columns and, optionally, the ordering and how a 
       delete_values: [d, delete]
       envelope: debezium         # optional: values are Debezium change events (the row is ``after``)
       delete_retention: 7d       # optional: how long a delete that carries an ordering is remembered
+      history: scd2              # optional: keep every version of a key (valid_from, valid_to, is_current)
 
 The protocol (docs/DESIGN.md, *Keyed tables*): a batch's changes are reduced to the newest per key and
 applied with one Delta MERGE carrying the batch's marker; changes at offsets the table already applied
@@ -26,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tidemark.config.value_types import Duration
 from tidemark.formats.record_format import KeyedSpec
-from tidemark.formats.records import RESERVED_COLUMNS
+from tidemark.formats.records import HISTORY_COLUMNS, RESERVED_COLUMNS
 
 CDC_COLUMNS = ("cdc_op", "cdc_position", "cdc_ts_ms")
 """What a Debezium change event adds to its row: the operation (c, u, r) and its ordering (``source.lsn``
@@ -63,10 +64,16 @@ class KeyedConfig(BaseModel):
     is, a change of the key older than the delete does not bring the key back. The maintenance DAG removes older
     markers (``tidemark.batch.spark.delete_markers.expire``)."""
 
+    history: Literal["none", "scd2"] = "none"
+    """``scd2``: the table keeps every version of a key (a slowly changing dimension of type 2), each with
+    ``valid_from`` and ``valid_to`` from the ordering and ``is_current``, instead of the newest alone
+    (``tidemark.batch.spark.versions``). Needs an ordering: one ``order_by`` field (deletes by ``delete_field``),
+    or Debezium's."""
+
 
 def spec(config: KeyedConfig) -> KeyedSpec:
     return KeyedSpec(tuple(config.keys), tuple(config.order_by), config.delete_field, tuple(config.delete_values),
-                     config.envelope, CDC_COLUMNS if config.envelope == "debezium" else ())
+                     config.envelope, CDC_COLUMNS if config.envelope == "debezium" else (), config.history)
 
 
 def check(config: KeyedConfig, fields: Iterable[str], source: str = "value_schema") -> None:
@@ -88,10 +95,26 @@ def check(config: KeyedConfig, fields: Iterable[str], source: str = "value_schem
     clash = [n for n in (*config.keys, *config.order_by) if n.lower() in RESERVED_COLUMNS]
     if clash:
         raise ValueError(f"keyed: {', '.join(clash)} is a column Tidemark adds, not a field of the value")
+    _check_history(config, names, source)
     taken = sorted(n for n in names if n.lower() in CDC_COLUMNS)
     if config.envelope == "debezium" and taken:
         raise ValueError(f"the {source} has a field {', '.join(repr(n) for n in taken)}, a column that envelope "
                          f"'debezium' adds ({', '.join(CDC_COLUMNS)}): rename it")
+
+
+def _check_history(config: KeyedConfig, names: set[str], source: str) -> None:
+    """``history: scd2`` needs one ordering value per version (its ``valid_from``) and its own columns free."""
+    if config.history == "none":
+        return
+    if config.envelope != "debezium" and len(config.order_by) != 1:
+        raise ValueError(f"keyed.history: {config.history} takes each version's valid_from and valid_to from the "
+                         f"ordering: name one field that orders the changes (keyed.order_by: [updated_at], say), "
+                         f"or use envelope: debezium" + (f", not {len(config.order_by)} fields" if config.order_by
+                                                           else ""))
+    taken = sorted(n for n in names if n.lower() in HISTORY_COLUMNS)
+    if taken:
+        raise ValueError(f"the {source} has a field {', '.join(repr(n) for n in taken)}, a column that keyed.history "
+                         f"adds ({', '.join(HISTORY_COLUMNS)}): rename it")
 
 
 def check_pipeline(keyed: KeyedConfig | None, value_format: str, fields: Iterable[str],

@@ -10,7 +10,7 @@ from typing import Literal
 
 from tidemark.formats.frozen_schemas import FrozenSchemas
 from tidemark.formats.protobuf_schemas import FrozenProtobuf
-from tidemark.formats.records import BATCH_COLUMNS, DATE_COLUMN, KAFKA_COLUMNS, Field
+from tidemark.formats.records import BATCH_COLUMNS, DATE_COLUMN, HISTORY_COLUMNS, KAFKA_COLUMNS, Field
 
 
 @dataclass(frozen=True)
@@ -24,10 +24,16 @@ class KeyedSpec:
     envelope: str = "none"
     columns: tuple[str, ...] = field(default_factory=tuple)
     """Extra output columns of the envelope (``CDC_COLUMNS`` for Debezium)."""
+    history: str = "none"
+    """``scd2``: every version of a key is kept (``tidemark.batch.spark.versions``), not the newest alone."""
 
     @property
     def by_kafka_position(self) -> bool:
         return not self.order_by and self.envelope == "none"
+
+    @property
+    def keeps_history(self) -> bool:
+        return self.history != "none"
 
     def to_dict(self) -> dict:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
@@ -101,7 +107,7 @@ def output_columns(fmt: RecordFormat, partition_by: list[str] | tuple[str, ...] 
     JSON fields), the batch id and ingestion time, and ``kafka_date`` when it partitions the table."""
     payload = ["value"] if fmt.value_format == "raw" else [f.name for f in fmt.fields]
     if fmt.keyed:
-        payload += list(fmt.keyed.columns)
+        payload += list(fmt.keyed.columns) + (list(HISTORY_COLUMNS) if fmt.keyed.keeps_history else [])
     if fmt.key_type:
         payload = ["key", *payload]
     derived = [DATE_COLUMN] if DATE_COLUMN in partition_by else []

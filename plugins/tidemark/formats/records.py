@@ -42,4 +42,7 @@ DATE_COLUMN = "kafka_date"
 """Derived output column (the UTC date of ``kafka_timestamp``), present when it partitions the table."""
 KAFKA_COLUMNS = ["kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key", "kafka_headers"]
 BATCH_COLUMNS = ["ingest_batch_id", "ingested_at"]
+HISTORY_COLUMNS = ("valid_from", "valid_to", "is_current")
+"""What a history table (``keyed.history: scd2``) adds to each version: the interval in which it was the key's row,
+by the ordering (``valid_to`` null while current), and whether it is the key's row now."""
 DEAD_LETTER_COLUMNS = ["pipeline", *KAFKA_COLUMNS, "value", "error", *BATCH_COLUMNS]

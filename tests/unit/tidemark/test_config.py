@@ -81,6 +81,14 @@ BROKEN = {
     "keyed_protobuf": r"keyed needs value_format: json \(with an inline value_schema\) or avro, not 'protobuf'",
     "keyed_registry_json": r"keyed needs a JSON value's schema inline \(value_schema\): a keyed table does not take a "
                            r"JSON Schema from the Schema Registry \(value_subject: a-value\) yet",
+    "history_two_orderings": r"keyed.history: scd2 takes each version's valid_from and valid_to from the ordering: "
+                             r"name one field that orders the changes .*, not 2 fields$",
+    "history_without_ordering": r"keyed.history: scd2 takes .* or use envelope: debezium$",
+    "history_column_taken": r"the value_schema has a field 'valid_from', a column that keyed.history adds "
+                            r"\(valid_from, valid_to, is_current\): rename it",
+    "history_with_transform": r"a transform feeding a history table is not supported: remove the transform, or keep "
+                              r"history: none",
+    "history_unknown": r"'keyed.history': Input should be 'none' or 'scd2'",
     # strict values (issue 42): a wrong type is a wrong pipeline, not a value read some other way
     "bool_cap": r"'max_offsets_per_run': Input should be a valid integer, not true \(a boolean\)$",
     "quoted_retries": r"'retries': Input should be a valid integer, not '3' \(a string\): write a whole number without "

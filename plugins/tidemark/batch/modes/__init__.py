@@ -6,6 +6,7 @@ here; ``execute_batch`` and ``finalize_batch`` do not change.
 ==================  ===========================================================================================
 mode                writes
 ==================  ===========================================================================================
+history             every version of a key (keyed.history), one MERGE on key and ordering
 keyed               the newest change per key, one MERGE (a transform feeding it is a step of this mode)
 transform           the SELECT's rows, counted by coordinate (re-reads deduplicated first)
 append with dedupe  re-reads (backfills, replays): records already written are skipped, the rest counted first
@@ -20,13 +21,14 @@ from tidemark.batch.modes.append import Append
 from tidemark.batch.modes.base import Counted, WriteMode
 from tidemark.batch.modes.checked_append import CheckedAppend
 from tidemark.batch.modes.deduped_append import DedupedAppend
+from tidemark.batch.modes.history import History
 from tidemark.batch.modes.keyed import Keyed
 from tidemark.batch.modes.transformed import Transformed
 from tidemark.batch.plan import BatchPlan
 
 __all__ = ["MODES", "Counted", "WriteMode", "mode_for"]
 
-MODES: list[WriteMode] = [Keyed(), Transformed(), DedupedAppend(), CheckedAppend(), Append()]
+MODES: list[WriteMode] = [History(), Keyed(), Transformed(), DedupedAppend(), CheckedAppend(), Append()]
 """The registered modes, the more specific first."""
 
 

@@ -25,96 +25,126 @@ log = logging.getLogger(__name__)
 
 
 class Keyed(WriteMode):
+    """The newest change per key, one MERGE. Its steps (``reduced``, ``materialize``, ``remember``, ``commit``) are
+    the strategy a history table (``tidemark.batch.modes.history``) replaces; the skeleton (``write_keyed``: one pass,
+    the tallies checked before anything is written, the widening, the dead letters after the commit) is shared."""
+
     name = "keyed"
 
     def applies(self, plan: BatchPlan) -> bool:
-        return bool(plan.format.keyed)
+        return bool(plan.format.keyed) and not plan.format.keyed.keeps_history
 
     def write(self, spark, rows, plan: BatchPlan, properties: Mapping[str, str],
               store: ObjectStore | None) -> Counted:
-        return Counted(tallies=write_keyed(spark, rows, plan, store))
+        return Counted(tallies=self.write_keyed(spark, rows, plan, store))
 
     def finalize(self, plan: BatchPlan, counted: Counted, store: ObjectStore | None) -> bool:
         return finalize_keyed(plan, counted.tallies, store)
 
+    def reduced(self, spark, changes, plan: BatchPlan, applied: Mapping[TopicPartition, int], columns: list[str],
+                store: ObjectStore | None):
+        """The batch's changes as its commit applies them: the newest per key (then made harmless where older than
+        the table's delete markers), before the cache."""
+        from tidemark.batch.spark import delete_markers, merge
 
-def write_keyed(spark, rows, plan: BatchPlan, store: ObjectStore | None = None) -> dict[TopicPartition, Tally]:
-    """A keyed table (``tidemark.config.keyed_tables``): one pass over Kafka reduces the batch to the newest change
-    per key (cached, in the same job that checks each key stays on one partition; the MERGE reads it) while it
-    counts good and bad records per partition, which are checked before anything is written; changes at offsets
-    the table already applied (below the ledger's high water) are skipped, so a re-read changes nothing. Then one
-    MERGE, then the dead letters, read again from Kafka (recovery completes them after a kill, as for values
-    written in one pass). The MERGE commit carries the marker and the counts, which finalize reads back after a
-    crash. A transformed batch, or one of more than ``tidemark.batch.spark.tally.OBSERVED_PARTITIONS``
-    partitions, is cached and counted first instead, as for re-reads."""
-    from tidemark.batch.spark import delete_markers, merge
-    from tidemark.formats.record_format import output_columns
-
-    spec, fmt = plan.format.keyed, plan.format
-    columns, add_columns, widen = output_columns(fmt, plan.partition_by), fmt.add_columns, fmt.widen
-    if fmt.transform:  # checked before the read
-        columns, add_columns, widen = keyed_transform.check(spark, rows, plan, spec, store)
-    # One pass: the read tallied while it is reduced to the newest change per key, nothing of it cached but
-    # that. A transform counts what it filters from the cached batch, and many partitions would cost too many
-    # aggregates per record: the batch is then cached and tallied first.
-    one_pass = not fmt.transform and len(plan.ranges) <= tally.OBSERVED_PARTITIONS
-    tallies, bad, filtered, newest = {}, 0, None, None
-    if not one_pass:
-        rows, tallies, bad = cached_and_counted(rows, plan)
-    try:
-        applied = Ledger(plan.ledger_uri, store).state(plan.pipeline).high_water
-        if one_pass:
-            changes, observed = tally.observe_by_partition(rows, plan)
-        else:
-            changes, filtered = (keyed_transform.changes(spark, rows, plan, spec) if fmt.transform else (rows, None))
+        spec = plan.format.keyed
         newest = merge.newest_changes(changes, spec, applied)
         if not spec.by_kafka_position:  # an upsert older than a delete the table remembers changes nothing
             newest = delete_markers.against_markers(spark, newest, spec, plan.table_uri, store)
-        newest = merge.cached(spark, newest)  # read by the markers and the MERGE
-        with kafka_errors(plan):  # one job: the read (tallied on the way, in one pass), reduced and cached
-            moved = merge.materialize(newest, spec)
-        if one_pass:
-            tallies, bad = _tallied(plan, rows, observed)
-        exists = storage.open_table(plan.table_uri, store) is not None
-        if widen and exists:
-            _widen_keyed(spark, plan, widen)
-        merge.refuse_key_on_two_partitions(moved, plan.pipeline)
-        metadata = plan.commit_metadata({tp: t.records - t.bad for tp, t in tallies.items()}, filtered)
-        if not spec.by_kafka_position:  # before the commit point: a retry of the frozen batch writes them again
-            with kafka_errors(plan):
-                delete_markers.remember(spark, newest, spec, plan.table_uri, plan.batch_id, store)
-        _merge_newest(spark, plan, spec, newest, columns, metadata, add_columns=add_columns, exists=exists)
-        log.info("pipeline '%s': batch %d merged into %s (%d records read, %d bad)", plan.pipeline, plan.batch_id,
-                 plan.table_uri, sum(t.records for t in tallies.values()), bad)
-        fault_injection.crash_point(fault_injection.AFTER_OUTPUT_COMMIT)
-        if bad:  # after the MERGE, as for a transform: a MERGE that refuses the batch leaves nothing written
-            with kafka_errors(plan):  # from the cached batch, or (one pass) a second read of Kafka
-                batch_io.write_dead_letters(rows, plan)
-        fault_injection.crash_point(fault_injection.AFTER_DEAD_LETTERS)
-    finally:
+        return newest
+
+    def materialize(self, reduced, plan: BatchPlan) -> dict | None:
+        """Compute the cached changes in one Spark job (the batch's one pass over Kafka); a key found on two
+        partitions under the Kafka position's ordering, refused once the tallies are checked."""
+        from tidemark.batch.spark import merge
+
+        return merge.materialize(reduced, plan.format.keyed)
+
+    def remember(self, spark, reduced, plan: BatchPlan, store: ObjectStore | None) -> None:
+        """What the table must remember beyond its rows, before the commit point: the delete markers."""
+        from tidemark.batch.spark import delete_markers
+
+        if not plan.format.keyed.by_kafka_position:  # a retry of the frozen batch writes them again
+            delete_markers.remember(spark, reduced, plan.format.keyed, plan.table_uri, plan.batch_id, store)
+
+    def commit(self, spark, plan: BatchPlan, reduced, columns: list[str], metadata: str, *, add_columns: bool,
+               exists: bool) -> None:
+        """The one commit of a keyed batch, with its marker: a MERGE of the newest changes, or, for the batch that
+        creates the table, an append of its newest upserts (as a MERGE into nothing would)."""
+        from tidemark.batch.spark import merge
+
+        with kafka_errors(plan):
+            if exists:
+                merge.merge(spark, reduced, plan.format.keyed, plan.table_uri, columns, app_id=plan.pipeline,
+                            version=plan.batch_id, metadata=metadata, add_columns=add_columns)
+            else:
+                create_table(plan, reduced.where(f"{merge.OP} = 'u'").select(*columns), metadata)
+
+    def write_keyed(self, spark, rows, plan: BatchPlan, store: ObjectStore | None = None
+                    ) -> dict[TopicPartition, Tally]:
+        """One pass over Kafka reduces the batch (``reduced``: cached, in the same job that checks each key stays on
+        one partition; the commit reads it) while it counts good and bad records per partition, which are checked
+        before anything is written; changes at offsets the table already applied (below the ledger's high water)
+        are skipped, so a re-read changes nothing. Then ``remember``, the one commit, then the dead letters, read
+        again from Kafka (recovery completes them after a kill, as for values written in one pass). The commit
+        carries the marker and the counts, which finalize reads back after a crash. A transformed batch, or one of
+        more than ``tidemark.batch.spark.tally.OBSERVED_PARTITIONS`` partitions, is cached and counted first
+        instead, as for re-reads."""
+        from tidemark.batch.spark import merge
+        from tidemark.formats.record_format import output_columns
+
+        spec, fmt = plan.format.keyed, plan.format
+        columns, add_columns, widen = output_columns(fmt, plan.partition_by), fmt.add_columns, fmt.widen
+        if fmt.transform:  # checked before the read
+            columns, add_columns, widen = keyed_transform.check(spark, rows, plan, spec, store)
+        # One pass: the read tallied while it is reduced, nothing of it cached but that. A transform counts what it
+        # filters from the cached batch, and many partitions would cost too many aggregates per record: the batch
+        # is then cached and tallied first.
+        one_pass = not fmt.transform and len(plan.ranges) <= tally.OBSERVED_PARTITIONS
+        tallies, bad, filtered, reduced = {}, 0, None, None
         if not one_pass:
-            rows.unpersist()
-        if newest is not None:
-            newest.unpersist()
-    return tallies
+            rows, tallies, bad = cached_and_counted(rows, plan)
+        try:
+            applied = Ledger(plan.ledger_uri, store).state(plan.pipeline).high_water
+            if one_pass:
+                changes, observed = tally.observe_by_partition(rows, plan)
+            else:
+                changes, filtered = (keyed_transform.changes(spark, rows, plan, spec) if fmt.transform
+                                     else (rows, None))
+            reduced = merge.cached(spark, self.reduced(spark, changes, plan, applied, columns, store))
+            with kafka_errors(plan):  # one job: the read (tallied on the way, in one pass), reduced and cached
+                moved = self.materialize(reduced, plan)
+            if one_pass:
+                tallies, bad = _tallied(plan, rows, observed)
+            exists = storage.open_table(plan.table_uri, store) is not None
+            if widen and exists:
+                _widen_keyed(spark, plan, widen)
+            merge.refuse_key_on_two_partitions(moved, plan.pipeline)
+            metadata = plan.commit_metadata({tp: t.records - t.bad for tp, t in tallies.items()}, filtered)
+            with kafka_errors(plan):
+                self.remember(spark, reduced, plan, store)
+            self.commit(spark, plan, reduced, columns, metadata, add_columns=add_columns, exists=exists)
+            log.info("pipeline '%s': batch %d merged into %s (%d records read, %d bad)", plan.pipeline,
+                     plan.batch_id, plan.table_uri, sum(t.records for t in tallies.values()), bad)
+            fault_injection.crash_point(fault_injection.AFTER_OUTPUT_COMMIT)
+            if bad:  # after the commit, as for a transform: a MERGE that refuses the batch leaves nothing written
+                with kafka_errors(plan):  # from the cached batch, or (one pass) a second read of Kafka
+                    batch_io.write_dead_letters(rows, plan)
+            fault_injection.crash_point(fault_injection.AFTER_DEAD_LETTERS)
+        finally:
+            if not one_pass:
+                rows.unpersist()
+            if reduced is not None:
+                reduced.unpersist()
+        return tallies
 
 
-def _merge_newest(spark, plan: BatchPlan, spec, newest, columns: list[str], metadata: str, *, add_columns: bool,
-                  exists: bool) -> None:
-    """The one commit of a keyed batch, with its marker: a MERGE of the newest changes, or, for the batch that
-    creates the table, an append of its newest upserts (as a MERGE into nothing would)."""
-    from tidemark.batch.spark import merge
-
-    with kafka_errors(plan):
-        if exists:
-            merge.merge(spark, newest, spec, plan.table_uri, columns, app_id=plan.pipeline,
-                        version=plan.batch_id, metadata=metadata, add_columns=add_columns)
-        else:
-            batch_io.append_marked(newest.where(f"{merge.OP} = 'u'").select(*columns), plan.table_uri,
-                                   app_id=plan.pipeline, version=plan.batch_id, metadata=metadata,
-                                   pipeline=plan.pipeline, partition_by=plan.partition_by,
-                                   refused=f"batch {plan.batch_id}: another writer created {plan.table_uri} "
-                                           f"at the same moment; the next run finds the batch or reads it again")
+def create_table(plan: BatchPlan, rows, metadata: str) -> None:
+    """The commit of the batch that creates a keyed table: an append of ``rows`` with the batch's marker."""
+    batch_io.append_marked(rows, plan.table_uri, app_id=plan.pipeline, version=plan.batch_id, metadata=metadata,
+                           pipeline=plan.pipeline, partition_by=plan.partition_by,
+                           refused=f"batch {plan.batch_id}: another writer created {plan.table_uri} at the same "
+                                   f"moment; the next run finds the batch or reads it again")
 
 
 def _tallied(plan: BatchPlan, rows, observed) -> tuple[dict[TopicPartition, Tally], int]:

@@ -70,6 +70,10 @@ def shape(fmt: RecordFormat, fields: dict[str, Column], errors: list[Column]) ->
     for o in spec.order_by:
         errors.append(F.when(~tombstone & fields[o].isNull(), F.lit(
             f"ordering field '{o}' is missing or null: the change cannot be ordered")))
+    if spec.keeps_history:  # a version's valid_to comes from the next change's ordering, which a tombstone lacks
+        errors.append(F.when(tombstone, F.lit(
+            "a tombstone (null value) carries no ordering, and a history table (keyed.history) closes a version at "
+            "the ordering of the delete: send deletes with the ordering field and keyed.delete_field instead")))
     return fields, errors, {OP: op}
 
 

@@ -62,6 +62,18 @@ def _newer(spec: KeyedSpec, resets: bool = True) -> str:
     return f"(s.{RESET} OR {newer})" if resets and not spec.by_kafka_position else newer
 
 
+def unapplied(rows: DataFrame, applied: Mapping[TopicPartition, int]) -> DataFrame:
+    """The good changes (``OP`` not ``s``) at offsets the table has not applied: at or above each partition's high
+    water (``applied``), so a re-read changes nothing."""
+    from pyspark.sql import functions as F
+
+    good = rows.where(F.col("error").isNull() & (F.col(OP) != "s")).drop("error")
+    for tp, high in applied.items():
+        good = good.where(~((F.col("kafka_topic") == tp.topic) & (F.col("kafka_partition") == tp.partition)
+                            & (F.col("kafka_offset") < high)))
+    return good
+
+
 def newest_changes(rows: DataFrame, spec: KeyedSpec, applied: Mapping[TopicPartition, int]) -> DataFrame:
     """The batch's good changes at offsets the table has not applied (at or above each partition's high water),
     reduced to the newest per key (docs/DESIGN.md, *Keyed tables*, *Tombstones and delete markers*).
@@ -81,10 +93,7 @@ def newest_changes(rows: DataFrame, spec: KeyedSpec, applied: Mapping[TopicParti
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    good = rows.where(F.col("error").isNull() & (F.col(OP) != "s")).drop("error")
-    for tp, high in applied.items():
-        good = good.where(~((F.col("kafka_topic") == tp.topic) & (F.col("kafka_partition") == tp.partition)
-                            & (F.col("kafka_offset") < high)))
+    good = unapplied(rows, applied)
     order = [F.col(f"`{c}`") for c in ordering_columns(spec)]
     position = [F.col(c).desc() for c in ("kafka_offset", "kafka_partition", "kafka_topic")]
     by_key = Window.partitionBy(*spec.keys)
@@ -256,7 +265,7 @@ def _merge_sql(table_uri: str, view: str, spec: KeyedSpec, columns: list[str], a
             f"WHEN NOT MATCHED AND {upsert} THEN {insert}")
 
 
-def _add_columns(spark, newest: DataFrame, table_uri: str, columns: list[str]) -> None:
+def add_missing_columns(spark, newest: DataFrame, table_uri: str, columns: list[str]) -> None:
     """The changes' columns the table lacks, added by one ``ALTER TABLE ... ADD COLUMNS`` commit before the MERGE
     (without the batch's marker; it changes no value, as a widening before the MERGE does). A crash after it
     leaves the columns added and the batch not applied; the retry finds them and only MERGEs."""
@@ -277,19 +286,27 @@ def merge(spark, newest: DataFrame, spec: KeyedSpec, table_uri: str, columns: li
     ``metadata``; Delta skips it when the table's marker is at or above ``version``. Inserts and updates take
     every column; a delete removes the row. ``add_columns``: the changes have columns the table lacks, which
     the commit adds (schema evolution), unless a change resets its key (``RESET``), which the source of such a
-    MERGE cannot carry: the columns are then added first (``_add_columns``)."""
+    MERGE cannot carry: the columns are then added first (``add_missing_columns``)."""
     from pyspark.sql import functions as F
 
     if add_columns and not spec.by_kafka_position and newest.where(F.col(RESET)).limit(1).count():
-        _add_columns(spark, newest, table_uri, columns)
+        add_missing_columns(spark, newest, table_uri, columns)
         add_columns = False
     view = f"tidemark_changes_{abs(hash((app_id, version)))}"
     newest.select(*columns, OP, *([] if spec.by_kafka_position else [RESET])).createOrReplaceTempView(view)
     sql = _merge_sql(table_uri, view, spec, columns, add_columns)
-    confs = {TXN_APP_ID: app_id, TXN_VERSION: str(version), USER_METADATA: metadata,
-             "spark.databricks.delta.schema.autoMerge.enabled": "true" if add_columns else "false"}
     try:
-        with session_confs(spark, confs):
-            _merge_retrying(spark, sql, table_uri, app_id, version)
+        merge_sql_run(spark, sql, table_uri, app_id=app_id, version=version, metadata=metadata,
+                      add_columns=add_columns)
     finally:
         spark.catalog.dropTempView(view)
+
+
+def merge_sql_run(spark, sql: str, table_uri: str, *, app_id: str, version: int, metadata: str,
+                  add_columns: bool = False) -> None:
+    """Run a batch's MERGE statement with its marker and ``metadata`` in the commit (Delta's SQL confs, set for the
+    statement alone), again when it loses to a concurrent rewrite (``_merge_retrying``)."""
+    confs = {TXN_APP_ID: app_id, TXN_VERSION: str(version), USER_METADATA: metadata,
+             "spark.databricks.delta.schema.autoMerge.enabled": "true" if add_columns else "false"}
+    with session_confs(spark, confs):
+        _merge_retrying(spark, sql, table_uri, app_id, version)
