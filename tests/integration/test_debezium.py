@@ -72,6 +72,25 @@ def test_sql_changes_reach_the_keyed_table_through_debezium(debezium: Debezium, 
     assert audit_tables(table, config.table_uri, config.dead_letter_uri, settings.ledger_uri(), keys=["id"]).ok
     assert sum(r.record_count for r in Ledger(settings.ledger_uri()).rows(table) if r.kind == "batch") == 11 + 11
 
+    # The same events into a history table (keyed.history: scd2): every version the SQL above made, in order, each
+    # ending where the next change of its key (an update or a delete) starts; the current ones are PostgreSQL's rows.
+    history = parse_pipeline({"name": f"{table}_history", "topics": [topic], "table": f"{table}_history",
+                              "value_format": "json", "value_schema": config.value_schema,
+                              "keyed": {"keys": ["id"], "envelope": "debezium", "history": "scd2"}}, "test")
+    run(spark, history, props)
+    versions = helpers.query(history.table_uri, "SELECT id, name, cdc_op, valid_from, valid_to, is_current FROM t "
+                                                "ORDER BY id, cdc_position")
+    assert [(r["id"], r["name"], r["cdc_op"], r["is_current"]) for r in versions] == [
+        (1, "ada", "c", False), (1, "ada l", "u", False), (2, "bob", "c", False), (2, "bob again", "c", True),
+        (3, "cy", "c", False), (3, "cy 2", "u", True), (4, None, "c", True)]
+    by_key = {k: [r for r in versions if r["id"] == k] for k in (1, 2, 3)}
+    assert by_key[1][0]["valid_to"] == by_key[1][1]["valid_from"] and by_key[1][1]["valid_to"] is not None
+    assert by_key[2][0]["valid_to"] < by_key[2][1]["valid_from"]  # deleted, then inserted again: a gap
+    assert by_key[3][0]["valid_to"] == by_key[3][1]["valid_from"]
+    assert {r["id"]: r["name"] for r in versions if r["is_current"]} == {k: v[0] for k, v in expected.items()}
+    assert audit_tables(history.name, history.table_uri, history.dead_letter_uri, settings.ledger_uri(),
+                        keys=["id"], history=True).ok
+
 
 def test_avro_change_events_through_the_schema_registry(debezium: Debezium, schema_registry, spark, lake):
     """Debezium's Avro envelope (Apicurio's AvroConverter, Confluent wire format) decoded with the schemas frozen

@@ -35,10 +35,10 @@ def at(second: int) -> dt.datetime:
     return dt.datetime(2024, 5, 1, 10, 0, second)
 
 
-def history_pipeline(topic: str, **keyed):
+def history_pipeline(topic: str, fields: dict | None = None, **keyed):
     return parse_pipeline({"name": topic, "topics": [topic], "table": topic, "value_format": "json",
                            "value_schema": {"id": "bigint", "name": "string?", "updated_at": "timestamp",
-                                            "op": "string?"},
+                                            "op": "string?", **(fields or {})},
                            "keyed": {"keys": ["id"], "order_by": ["updated_at"], "delete_field": "op",
                                      "delete_values": ["delete"], "history": "scd2", **keyed}}, "test")
 
@@ -68,17 +68,21 @@ def test_versions_late_changes_deletes_and_replays(kafka_bootstrap, spark, lake)
 
     # A late change of key 1 (older than "b") splits "a"'s interval; key 2 is deleted at 30; key 3 is deleted before
     # it has a version, then a late upsert older than that delete arrives: a closed version.
+    # The batch is killed twice before it lands (below), and applied once.
     helpers.produce_pairs(topic, [change(1, "late", 15), change(2, None, 30, "delete"), change(3, None, 40, "delete"),
                                   change(3, "z", 35)], 0)
-    run(spark, config)
+    crash_twice_then_recover(spark, config)
     assert versions(config.table_uri) == [
         (1, "a", at(10), at(15), False), (1, "late", at(15), at(20), False), (1, "b", at(20), None, True),
         (2, "x", at(10), at(30), False), (3, "z", at(35), at(40), False)]
     assert ledger_changes(topic)[2] == (2, 2, 0)  # inserted "late" and "z"; "a" and "x" closed
 
     # A late delete of key 1 falls in "late"'s interval and closes it; a tombstone has no ordering: a dead letter.
+    # The file adds a field: the batch adds its column (null in the versions before it).
+    config = history_pipeline(topic, {"tier": "string?"})
     helpers.produce_pairs(topic, [change(1, None, 17, "delete"), (b"2", None), change(2, "x2", 50)], 0)
     run(spark, config)
+    assert helpers.query(config.table_uri, "SELECT COUNT(*) AS n FROM t WHERE tier IS NULL") == [{"n": 6}]
     assert versions(config.table_uri) == [
         (1, "a", at(10), at(15), False), (1, "late", at(15), at(17), False), (1, "b", at(20), None, True),
         (2, "x", at(10), at(30), False), (2, "x2", at(50), None, True), (3, "z", at(35), at(40), False)]
@@ -99,6 +103,31 @@ def test_versions_late_changes_deletes_and_replays(kafka_bootstrap, spark, lake)
     # The audit: one current row per live key, the current rows what a keyed table holds.
     report, _ = audit(spark, config, 3)
     assert report.ok, report.to_dict()
+
+
+def crash_twice_then_recover(spark, config) -> None:
+    """The batch's deletes are kept before its MERGE (the commit point), and finalize reads its counts from the
+    MERGE's commit: killed between the two, then between the MERGE and the ledger commit, the retries of the frozen
+    batch merge it once (the table's version moves by one)."""
+    import unittest.mock
+
+    def killed(*args, **kwargs):
+        raise RuntimeError("killed")
+
+    def attempt() -> None:
+        execute_batch(spark, prepare_batch(config, props(), owner="crash-test"), props())
+
+    version = helpers.table_version(config.table_uri)
+    with unittest.mock.patch.object(History, "commit", killed), pytest.raises(RuntimeError, match="killed"):
+        attempt()  # after the deletes were kept, before the MERGE
+    kept = spark.read.format("delta").load(versions_module.deletes_uri(config.table_uri))
+    assert kept.count() == 2 and helpers.table_version(config.table_uri) == version
+    with unittest.mock.patch.object(execute_module, "finalize_batch", killed), pytest.raises(RuntimeError):
+        attempt()  # the retry: after the MERGE, before the ledger commit
+    assert helpers.table_version(config.table_uri) == version + 1
+    attempt()  # the recovery: the marker makes the MERGE a no-op; finalize reads the counts from its commit
+    assert helpers.table_version(config.table_uri) == version + 1
+    assert Ledger(settings.ledger_uri()).state(config.name).pending_batch_id is None
 
 
 def test_debezium_change_events_keep_their_versions(kafka_bootstrap, spark, lake):
@@ -124,39 +153,3 @@ def test_debezium_change_events_keep_their_versions(kafka_bootstrap, spark, lake
     assert len(helpers.query(config.table_uri, "SELECT * FROM t")) == 2
     assert ledger_changes(topic)[2] == (0, 1, 0)  # its coordinates moved to the redelivered record
 
-
-def test_a_crash_before_or_after_the_merge_applies_the_batch_once(kafka_bootstrap, spark, lake, monkeypatch):
-    """The batch's deletes are kept before its MERGE (the commit point), and finalize reads its counts from the
-    MERGE's commit: a crash between the two, or between the MERGE and the ledger, leaves the retry of the frozen
-    batch the same versions, merged once."""
-    topic = helpers.create_topic(helpers.unique("history-crash"), partitions=1)
-    config = history_pipeline(topic)
-    helpers.produce_pairs(topic, [change(1, "a", 10), change(2, "x", 10)], 0)
-    run(spark, config)
-    helpers.produce_pairs(topic, [change(1, "b", 20), change(2, None, 30, "delete"), change(3, None, 40, "delete"),
-                                  change(1, "late", 15)], 0)
-    expected = [(1, "a", at(10), at(15), False), (1, "late", at(15), at(20), False), (1, "b", at(20), None, True),
-                (2, "x", at(10), at(30), False)]
-
-    def crash(*args, **kwargs):
-        raise RuntimeError("killed")
-
-    with monkeypatch.context() as patched:  # killed after the deletes were kept, before the MERGE
-        patched.setattr(History, "commit", crash)
-        with pytest.raises(RuntimeError, match="killed"):
-            execute_batch(spark, prepare_batch(config, props(), owner="crash-test"), props())
-    kept = spark.read.format("delta").load(versions_module.deletes_uri(config.table_uri))
-    assert sorted(r["id"] for r in kept.collect()) == [2, 3]
-    version = helpers.table_version(config.table_uri)
-    assert version == 0
-
-    with monkeypatch.context() as patched:  # the retry: killed after the MERGE, before the ledger commit
-        patched.setattr(execute_module, "finalize_batch", crash)
-        with pytest.raises(RuntimeError, match="killed"):
-            execute_batch(spark, prepare_batch(config, props(), owner="crash-test"), props())
-    assert versions(config.table_uri) == expected and helpers.table_version(config.table_uri) == 1
-
-    execute_batch(spark, prepare_batch(config, props(), owner="crash-test"), props())  # the recovery: the marker skips the MERGE
-    assert versions(config.table_uri) == expected and helpers.table_version(config.table_uri) == 1
-    assert ledger_changes(topic) == {1: (2, 0, 0), 2: (2, 2, 0)}  # "late" and "b" inserted; "a" and "x" closed
-    assert Ledger(settings.ledger_uri()).state(topic).pending_batch_id is None

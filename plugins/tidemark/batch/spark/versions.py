@@ -95,8 +95,10 @@ def history_source(spark, batch: DataFrame, spec: KeyedSpec, table_uri: str, col
     if storage.open_table(table_uri, store) is not None:
         touched = events.select(*[F.col(f"`{k}`") for k in keys]).distinct()
         held = spark.read.format("delta").load(storage.spark_uri(table_uri)).join(touched, keys, "left_semi")
-        events = events.unionByName(held.select(*[F.col(f"`{c}`") for c in events_columns], F.lit("u").alias(OP),
-                                                F.lit(0).alias(_SOURCE)))
+        present = set(held.columns)  # a column the batch adds is null in the versions before it
+        events = events.unionByName(held.select(*[F.col(f"`{c}`") for c in events_columns if c in present],
+                                                F.lit("u").alias(OP), F.lit(0).alias(_SOURCE)),
+                                    allowMissingColumns=True)
         if storage.open_table(deletes_uri(table_uri), store) is not None:
             kept = spark.read.format("delta").load(storage.spark_uri(deletes_uri(table_uri))).join(
                 touched, keys, "left_semi")
