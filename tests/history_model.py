@@ -18,8 +18,10 @@ batch after batch, and the key's rows are rebuilt from its events after each.
   changes nothing and is not bad.
 * **Rows.** One per upsert event, with its payload and coordinates (the columns of a keyed table:
   ``keyed_model.columns``), plus ``valid_from`` (the event's ``updated_at``; Debezium: ``source.ts_ms`` as a UTC
-  timestamp of millisecond precision, Spark's ``timestamp_millis``), ``valid_to`` (the same of the key's next
-  event by ordering, upsert or delete; null when there is none) and ``is_current`` (there is no next event). So a
+  timestamp of millisecond precision, Spark's ``timestamp_millis``; and never earlier than the time of an event
+  before it by the ordering: a ``ts_ms`` that went back takes the latest before it), ``valid_to`` (the same of the
+  key's next event by ordering, upsert or delete; null when there is none) and ``is_current`` (there is no next
+  event). So a
   key whose newest event is a delete has no current row; a late upsert splits the version it falls in (which
   then ends at it); a late delete closes the version it falls in.
 * **Ledger counts** per batch, on versions (identified by key and ordering): ``inserted`` absent before the
@@ -153,15 +155,18 @@ class HistoryModel:
         ordering."""
         events = self.events.get(key, {})
         orders = sorted(events)
+        times, latest = [], None  # each event's time: the latest of its own and those before it by the ordering
+        for order in orders:
+            latest = starts(self.mode, order) if latest is None else max(latest, starts(self.mode, order))
+            times.append(latest)
         rows = []
         for i, order in enumerate(orders):
             event = events[order]
             if event.change.kind != UPSERT:
                 continue
-            following = orders[i + 1] if i + 1 < len(orders) else None
-            rows.append((order, {**self._row(event), "valid_from": starts(self.mode, order),
-                                 "valid_to": None if following is None else starts(self.mode, following),
-                                 "is_current": following is None}))
+            following = i + 1 < len(orders)
+            rows.append((order, {**self._row(event), "valid_from": times[i],
+                                 "valid_to": times[i + 1] if following else None, "is_current": not following}))
         return rows
 
     def _row(self, event: Event) -> dict:

@@ -136,13 +136,23 @@ def test_debezium_change_events_keep_their_versions(kafka_bootstrap, spark, lake
                              "value_schema": {"id": "bigint", "name": "string?"},
                              "keyed": {"keys": ["id"], "envelope": "debezium", "history": "scd2"}}, "test")
     key = b'{"id": 1}'
+    # Key 2's second change has a source.ts_ms older than its first's (a clock step): its time is the first's.
+    went_back = json.dumps({"op": "u", "before": {"id": 2, "name": "x"}, "after": {"id": 2, "name": "y"},
+                            "source": {"lsn": 50, "ts_ms": 1714558800000 + 35}}).encode()
     helpers.produce_pairs(topic, [(key, debezium("r", None, {"id": 1, "name": "a"}, 10)),
                                   (key, debezium("u", {"id": 1, "name": "a"}, {"id": 1, "name": "b"}, 20)),
-                                  (key, debezium("d", {"id": 1, "name": "b"}, None, 30)), (key, None)], 0)
+                                  (key, debezium("d", {"id": 1, "name": "b"}, None, 30)), (key, None),
+                                  (b'{"id": 2}', debezium("c", None, {"id": 2, "name": "x"}, 40)),
+                                  (b'{"id": 2}', went_back)], 0)
     run(spark, config)
     ts = dt.datetime(2024, 5, 1, 10, 20)  # source.ts_ms = 1714558800000 + lsn
+    two = helpers.query(config.table_uri, "SELECT name, valid_from, valid_to, is_current FROM t WHERE id = 2 "
+                                          "ORDER BY cdc_position")
+    at_40 = ts + dt.timedelta(milliseconds=40)
+    assert [(r["name"], _naive(r["valid_from"]), _naive(r["valid_to"]), r["is_current"]) for r in two] == [
+        ("x", at_40, at_40, False), ("y", at_40, None, True)]
     rows = helpers.query(config.table_uri, "SELECT name, cdc_position, valid_from, valid_to, is_current FROM t "
-                                           "ORDER BY cdc_position")
+                                           "WHERE id = 1 ORDER BY cdc_position")
     assert [(r["name"], r["cdc_position"], _naive(r["valid_from"]), _naive(r["valid_to"]), r["is_current"])
             for r in rows] == [("a", 10, ts + dt.timedelta(milliseconds=10), ts + dt.timedelta(milliseconds=20), False),
                                ("b", 20, ts + dt.timedelta(milliseconds=20), ts + dt.timedelta(milliseconds=30), False)]
@@ -150,6 +160,6 @@ def test_debezium_change_events_keep_their_versions(kafka_bootstrap, spark, lake
     helpers.produce_pairs(topic, [(key, debezium("u", {"id": 1, "name": "a"}, {"id": 1, "name": "b"}, 20))], 0)
     plan = prepare_batch(config, props())
     execute_batch(spark, plan, props())
-    assert len(helpers.query(config.table_uri, "SELECT * FROM t")) == 2
+    assert len(helpers.query(config.table_uri, "SELECT * FROM t")) == 4
     assert ledger_changes(topic)[2] == (0, 1, 0)  # its coordinates moved to the redelivered record
 

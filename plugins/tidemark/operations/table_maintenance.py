@@ -114,9 +114,9 @@ def checkpoint(uri: str, store: ObjectStore | None, pipeline: str) -> int | None
 
 
 def maintain(config: PipelineConfig, ledger_uri: str, store: ObjectStore | None) -> dict:
-    """The maintenance DAG's task: OPTIMIZE (and Z-order) the output, compact the dead letters, VACUUM both
-    and the ledger when ``vacuum_retain`` is set, then checkpoint the three; a keyed table's delete markers older
-    than ``keyed.delete_retention`` are removed. Each step is idempotent, so a retry
+    """The maintenance DAG's task: OPTIMIZE (and Z-order) the output, compact the dead letters (and a history
+    table's kept deletes), VACUUM them and the ledger when ``vacuum_retain`` is set, then checkpoint each; a keyed
+    table's delete markers older than ``keyed.delete_retention`` are removed. Each step is idempotent, so a retry
     starts again from the top. Returns what was done, per table.
 
     The ledger is shared by every pipeline, so its VACUUM (table-wide) frees what any pipeline's ledger commits
@@ -128,8 +128,12 @@ def maintain(config: PipelineConfig, ledger_uri: str, store: ObjectStore | None)
         raise ConfigError("has no 'maintenance:' in its pipeline file; add one (optimize_every, and optionally "
                           "zorder_by and vacuum_retain) to maintain its tables", pipeline=config.name)
     report: dict = {"pipeline": config.name}
-    for name, uri, zorder in (("output", config.table_uri, settings.zorder_by),
-                              ("dead_letters", config.dead_letter_uri, ())):
+    tables = [("output", config.table_uri, settings.zorder_by), ("dead_letters", config.dead_letter_uri, ())]
+    if config.keyed is not None and config.keyed.history != "none":  # every delete is kept: a MERGE per batch
+        from tidemark.batch.spark.versions import deletes_uri
+
+        tables.append(("history_deletes", deletes_uri(config.table_uri), ()))
+    for name, uri, zorder in tables:
         done: dict = {"table": uri, "optimize": optimize(uri, store, config.name, zorder)}
         if settings.vacuum_retain is not None:
             done["vacuumed_files"] = len(vacuum(uri, store, config.name, settings.vacuum_retain))

@@ -175,6 +175,33 @@ def test_maintain_runs_every_step_and_skips_tables_that_do_not_exist_yet(tmp_pat
                                 "checkpoint_version": None}
 
 
+def test_maintain_compacts_a_history_tables_kept_deletes(tmp_path, monkeypatch):
+    """A history table keeps every delete beside it (``_tidemark_history_deletes``, a MERGE per batch that has
+    deletes): maintenance compacts, vacuums and checkpoints it like the output, and changes none of its rows."""
+    from tidemark.batch.spark.versions import deletes_uri
+    from tidemark.run import PipelineRun
+
+    monkeypatch.setenv("TIDEMARK_LAKE_ROOT", str(tmp_path))
+    config = parse_pipeline({**pipeline(optimize_every="24h", vacuum_retain="168h"), "value_format": "json",
+                             "value_schema": {"id": "bigint", "updated_at": "timestamp", "op": "string?"},
+                             "keyed": {"keys": ["id"], "order_by": ["updated_at"], "delete_field": "op",
+                                       "delete_values": ["delete"], "history": "scd2"}}, "t")
+    small_batches(config.table_uri, 2)
+    kept = deletes_uri(config.table_uri)
+    for batch in range(4):
+        write_deltalake(kept, pa.table({"id": [batch], "updated_at": [dt.datetime(2024, 5, 1, batch)],
+                                        "ingest_batch_id": [batch + 1]}), mode="append")
+    rows = DeltaTable(kept).to_pyarrow_table().sort_by("id")
+    report = PipelineRun(config, None, str(tmp_path / "_tidemark" / "offsets"), None).maintain()
+    assert report["history_deletes"]["table"] == kept
+    assert (report["history_deletes"]["optimize"]["files_before"], report["history_deletes"]["optimize"][
+        "files_after"]) == (4, 1)
+    assert report["history_deletes"]["checkpoint_version"] == DeltaTable(kept).version()
+    assert DeltaTable(kept).to_pyarrow_table().sort_by("id") == rows
+    assert "history_deletes" not in PipelineRun(parse_pipeline(pipeline(optimize_every="24h"), "t"), None,
+                                                str(tmp_path / "_tidemark" / "offsets"), None).maintain()
+
+
 def test_a_vacuum_of_the_ledger_frees_what_its_commits_left_and_changes_nothing_tidemark_reads(tmp_path):
     """Issue 42: each batch's commit flip rewrites its planned rows' file (and each compaction the pipeline's
     files); the ledger's VACUUM (by maintain, with vacuum_retain) deletes those once no version within the

@@ -35,7 +35,8 @@ class History(Keyed):
     def remember(self, spark, reduced, plan: BatchPlan, store: ObjectStore | None) -> None:
         from tidemark.batch.spark import versions
 
-        versions.remember_deletes(spark, reduced, plan.format.keyed, plan.table_uri, store)
+        versions.remember_deletes(spark, reduced, plan.format.keyed, plan.table_uri, plan.pipeline, plan.batch_id,
+                                  store)
 
     def commit(self, spark, plan: BatchPlan, reduced, columns: list[str], metadata: str, *, add_columns: bool,
                exists: bool) -> None:

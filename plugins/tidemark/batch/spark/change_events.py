@@ -144,6 +144,9 @@ def _debezium_changes(fmt: RecordFormat, e: Column, fields: dict[str, Column], p
                                           F.when(e["op"] == "d", F.lit("before")).otherwise(F.lit("after")),
                                           F.lit(" image")))
            .when(position.isNull(), F.lit("Debezium event without source.lsn or source.pos: no usable ordering")))
+    if spec.keeps_history:  # a version's valid_from and valid_to are times
+        why = why.when(e["source"]["ts_ms"].isNull(), F.lit(
+            "Debezium event without source.ts_ms: a history table (keyed.history) dates each version by it"))
     errors = [why]
     for k in spec.keys:
         errors.append(F.when(~unread & image.isNotNull() & fields[k].isNull(),

@@ -216,7 +216,7 @@ MERGE_ATTEMPTS = 5
 """How many times a MERGE that lost to a concurrent rewrite of its files (an OPTIMIZE) runs on the new version."""
 
 
-def _merge_retrying(spark, sql: str, table_uri: str, pipeline: str, version: int) -> None:
+def merge_retrying(spark, sql: str, table_uri: str, pipeline: str, version: int) -> None:
     """Run the MERGE; one that lost to a commit that removed or added files it read (an OPTIMIZE beside the batch)
     runs again on the table's new version: nothing of it was committed, and the marker makes a MERGE that some
     other run committed meanwhile a no-op."""
@@ -305,8 +305,8 @@ def merge(spark, newest: DataFrame, spec: KeyedSpec, table_uri: str, columns: li
 def merge_sql_run(spark, sql: str, table_uri: str, *, app_id: str, version: int, metadata: str,
                   add_columns: bool = False) -> None:
     """Run a batch's MERGE statement with its marker and ``metadata`` in the commit (Delta's SQL confs, set for the
-    statement alone), again when it loses to a concurrent rewrite (``_merge_retrying``)."""
+    statement alone), again when it loses to a concurrent rewrite (``merge_retrying``)."""
     confs = {TXN_APP_ID: app_id, TXN_VERSION: str(version), USER_METADATA: metadata,
              "spark.databricks.delta.schema.autoMerge.enabled": "true" if add_columns else "false"}
     with session_confs(spark, confs):
-        _merge_retrying(spark, sql, table_uri, app_id, version)
+        merge_retrying(spark, sql, table_uri, app_id, version)

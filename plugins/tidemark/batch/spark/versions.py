@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from tidemark import storage
 from tidemark.batch.spark.change_events import OP
-from tidemark.batch.spark.merge import merge_sql_run, ordering_columns, unapplied
+from tidemark.batch.spark.merge import merge_retrying, merge_sql_run, ordering_columns, unapplied
 from tidemark.formats.record_format import KeyedSpec
 from tidemark.formats.records import HISTORY_COLUMNS
 from tidemark.kafka.offsets import TopicPartition
@@ -112,24 +112,31 @@ def history_source(spark, batch: DataFrame, spec: KeyedSpec, table_uri: str, col
         same.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)))
     in_order = Window.partitionBy(*[F.col(f"`{k}`") for k in keys]).orderBy(
         *[F.col(f"`{c}`").asc() for c in ordering_columns(spec)])
-    winners = ranked.where("_n = 1")
-    versions = (winners.withColumn(VALID_TO, F.lead(valid_time(spec)).over(in_order))
+    # An event's time is the latest of its own and those before it by the ordering: Debezium's source.ts_ms need
+    # not grow with the position (a snapshot's reads, clock steps), and intervals that go back would overlap.
+    # Under order_by the time is the ordering itself, so the running maximum is the event's own.
+    winners = ranked.where("_n = 1").withColumn("_time", F.max(valid_time(spec)).over(
+        in_order.rowsBetween(Window.unboundedPreceding, Window.currentRow)))
+    versions = (winners.withColumn(VALID_TO, F.lead(F.col("_time")).over(in_order))
                 .withColumn(IS_CURRENT, F.lead(F.lit(True)).over(in_order).isNull())
-                .withColumn(VALID_FROM, valid_time(spec))
+                .withColumn(VALID_FROM, F.col("_time"))
                 .withColumn(OP, F.when(F.col(OP) == "d", F.when(F.col(_SOURCE) == 1, F.lit(REMEMBER)))
                             .otherwise(F.lit("u"))))
     replaced = (ranked.where((F.col("_n") > 1) & (F.col(_SOURCE) == 0) & (F.col(OP) == "u")
                              & (F.col("_winner") == "d"))
                 .withColumn(OP, F.lit("d")))
-    versions = versions.where(F.col(OP).isNotNull()).select(*[F.col(f"`{c}`") for c in columns], F.col(OP))
-    return versions.unionByName(replaced.select(*[F.col(f"`{c}`") for c in events_columns], F.col(OP)),
-                                allowMissingColumns=True)
+    versions = versions.where(F.col(OP).isNotNull()).select(*[F.col(f"`{c}`") for c in columns], F.col(OP),
+                                                             F.col(_SOURCE))
+    return versions.unionByName(replaced.select(*[F.col(f"`{c}`") for c in events_columns], F.col(OP),
+                                                F.col(_SOURCE)), allowMissingColumns=True)
 
 
-def remember_deletes(spark, source: DataFrame, spec: KeyedSpec, table_uri: str,
+def remember_deletes(spark, source: DataFrame, spec: KeyedSpec, table_uri: str, pipeline: str, batch_id: int,
                      store: ObjectStore | None = None) -> None:
     """Keep the batch's deletes (``REMEMBER`` rows of ``history_source``) in the deletes table: one MERGE on key and
-    ordering (or the append that creates it). Idempotent: the same batch keeps the same deletes again."""
+    ordering (or the append that creates it), run again on the new version when it loses to a concurrent rewrite
+    (the maintenance DAG's OPTIMIZE of the deletes table). Idempotent: the same batch keeps the same deletes
+    again."""
     from pyspark.sql import functions as F
 
     identity = _identity(spec)
@@ -144,9 +151,9 @@ def remember_deletes(spark, source: DataFrame, spec: KeyedSpec, table_uri: str,
     deletes.createOrReplaceTempView(view)
     on = " AND ".join(f"t.`{c}` <=> s.`{c}`" for c in identity)
     try:
-        spark.sql(f"MERGE INTO delta.`{uri}` AS t USING {view} AS s ON {on} "
-                  f"WHEN MATCHED AND s.ingest_batch_id > t.ingest_batch_id THEN UPDATE SET * "
-                  f"WHEN NOT MATCHED THEN INSERT *").collect()
+        merge_retrying(spark, f"MERGE INTO delta.`{uri}` AS t USING {view} AS s ON {on} "
+                              f"WHEN MATCHED AND s.ingest_batch_id > t.ingest_batch_id THEN UPDATE SET * "
+                              f"WHEN NOT MATCHED THEN INSERT *", uri, pipeline, batch_id)
     finally:
         spark.catalog.dropTempView(view)
 
@@ -159,10 +166,12 @@ def merge_history(spark, source: DataFrame, spec: KeyedSpec, table_uri: str, col
     from pyspark.sql import functions as F
 
     view = f"tidemark_history_{abs(hash((app_id, version)))}"
-    source.where(F.col(OP) != REMEMBER).select(*[F.col(f"`{c}`") for c in columns], F.col(OP)) \
+    source.where(F.col(OP) != REMEMBER).select(*[F.col(f"`{c}`") for c in columns], F.col(OP), F.col(_SOURCE)) \
         .createOrReplaceTempView(view)
     on = " AND ".join(f"t.`{c}` <=> s.`{c}`" for c in _identity(spec))
-    differs = " OR ".join(f"NOT (t.`{c}` <=> s.`{c}`)" for c in columns)
+    # A version the table held changes only its interval; one of the batch (a change at a held version's ordering:
+    # a redelivery, a correction) replaces it. No payload column is compared: a map column cannot be.
+    differs = " OR ".join([f"s.{_SOURCE} = 1", *[f"NOT (t.`{c}` <=> s.`{c}`)" for c in (VALID_TO, IS_CURRENT)]])
     sql = (f"MERGE INTO delta.`{table_uri}` AS t USING {view} AS s ON {on} "
            f"WHEN MATCHED AND s.{OP} = 'd' THEN DELETE "
            f"WHEN MATCHED AND s.{OP} = 'u' AND ({differs}) THEN UPDATE SET "
