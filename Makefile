@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export KAFKA_PORT ?= 9092
 
 .DEFAULT_GOAL := help
-.PHONY: help setup venv jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down storage-up storage-down registry-up registry-down demo test test-unit lint soak soak-keyed chaos bench bench-s3 bench-skew bench-scale bench-profile bench-read-path bench-cds bench-json bench-avro bench-small bench-tls bench-ledger bench-ledger-size bench-audit bench-maintenance bench-fleet bench-page bench-demo bench-keyed bench-transform bench-protobuf connect-up connect-down airflow airflow-down browser redis lock clean
+.PHONY: help setup venv jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down storage-up storage-down registry-up registry-down demo test test-unit lint soak soak-keyed soak-history chaos bench bench-s3 bench-skew bench-scale bench-profile bench-read-path bench-cds bench-json bench-avro bench-small bench-tls bench-ledger bench-ledger-size bench-audit bench-maintenance bench-fleet bench-page bench-demo bench-keyed bench-transform bench-protobuf connect-up connect-down airflow airflow-down browser redis lock clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -103,6 +103,9 @@ soak: setup ## kill -9 and concurrent-run trials with exactly-once checks (SOAK_
 
 soak-keyed: setup ## generated keyed-table cases against the reference model (tests/keyed_model.py) through a private broker, Spark and Delta: KEYED_CASES (500), KEYED_SEED (random, printed), KEYED_BATCHES (4), KEYED_SHRINK=1 to shrink a failure; prints count, seed and time (not in make test)
 	scripts/soak_keyed.sh
+
+soak-history: setup ## generated history-table cases (keyed.history: scd2) against the model of the versions (tests/history_model.py), as soak-keyed: HISTORY_CASES (200), HISTORY_SEED (random, printed), HISTORY_BATCHES (4), HISTORY_SHRINK=1 (not in make test)
+	scripts/soak_keyed.sh history
 
 chaos: setup redis ## CHAOS_FAULTS (100) random faults (Celery worker, Spark driver and worker, S3, PostgreSQL, Kafka) into DAG runs on the Celery stack, standalone Spark and S3; exactly-once checked; bench/results/chaos.json, docs/chaos.png (CHAOS_TIMEOUT=4500 s; not in make test)
 	scripts/chaos.sh
