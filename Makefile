@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export KAFKA_PORT ?= 9092
 
 .DEFAULT_GOAL := help
-.PHONY: help setup venv jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down storage-up storage-down registry-up registry-down demo test test-unit lint soak soak-keyed soak-history chaos bench bench-s3 bench-skew bench-scale bench-profile bench-read-path bench-cds bench-json bench-avro bench-small bench-tls bench-ledger bench-ledger-size bench-audit bench-maintenance bench-fleet bench-page bench-demo bench-keyed bench-transform bench-protobuf connect-up connect-down airflow airflow-down browser redis lock clean
+.PHONY: help setup venv jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down storage-up storage-down registry-up registry-down demo test test-unit lint soak soak-keyed soak-history chaos bench bench-s3 bench-skew bench-scale bench-profile bench-read-path bench-cds bench-json bench-avro bench-small bench-tls bench-ledger bench-ledger-size bench-audit bench-maintenance bench-fleet bench-page bench-demo bench-keyed bench-history bench-transform bench-protobuf connect-up connect-down airflow airflow-down browser redis lock clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -176,6 +176,9 @@ bench-page: setup ## the Tidemark page's response time as the ledger grows to 10
 
 bench-keyed: setup ## a keyed table: 2M changes over 200,000 keys into 1M rows (BENCH_KEYED_CHANGES, BENCH_KEYED_KEYS, BENCH_KEYED_TABLE_ROWS), Tidemark's MERGE batch vs AvailableNow with an idempotent foreachBatch MERGE, a replay of the whole range, the same changes into 5M rows (BENCH_KEYED_BIG_ROWS); a private broker on BENCH_KEYED_KAFKA_PORT (19492); BENCH_KEYED_RESUME=1 continues a stopped run; bench/results/keyed.json
 	scripts/bench_keyed.sh
+
+bench-history: setup ## a history table (keyed.history: scd2) against a plain keyed table on the same changes (BENCH_HISTORY_KEYS=200000, BENCH_HISTORY_CHANGES=1000000; private broker on 19492): bench/results/history.json, reported
+	scripts/bench_history.sh
 
 EXECUTOR ?= local
 LAUNCHER ?= connect

@@ -68,6 +68,7 @@ BENCH_RECORDS=50000 BENCH_REPEATS=1 make bench   # a quick look
 make bench-json  # or bench-avro, bench-small, bench-tls, bench-skew, bench-scale, bench-profile, bench-s3, bench-page,
                  # bench-read-path, bench-cds, bench-demo
 make bench-fleet                                 # a fleet of 50 pipelines: one scheduler tick vs AvailableNow
+make bench-history                               # a history table (keyed.history: scd2) against a keyed table
 .venv/bin/python -m bench.report                 # this page again from bench/results/
 ```
 Knobs: `BENCH_RECORDS`, `BENCH_RECORD_BYTES` (300), `BENCH_PARTITIONS` (8), `BENCH_REPEATS` (3),

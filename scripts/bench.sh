@@ -18,7 +18,9 @@
 # bench/results/transform.json (bench/transform.py: a derive-and-filter transform vs none; unless it names `transform`) and
 # bench/results/protobuf.json (scripts/bench_protobuf.sh: the same records as Avro and as Protobuf, a private Schema
 # Registry; unless it names `protobuf`), whose sections and Targets rows `python -m bench.transform --page`,
-# `python -m bench.protobuf --page` and `python -m bench.keyed_changes --page` write into docs/BENCHMARKS.md after bench.report.
+# `python -m bench.protobuf --page`, `python -m bench.keyed_changes --page` and `python -m bench.history_cost --page` write
+# into docs/BENCHMARKS.md after bench.report; bench/results/history.json (scripts/bench_history.sh: a history table
+# against a keyed table on the same changes; unless BENCH_SKIP names `history`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 skipped() { case ",${BENCH_SKIP:-}," in *,"$1",*) return 0 ;; esac; return 1; }
@@ -65,6 +67,9 @@ fi
 if ! skipped keyed; then  # a keyed table: MERGE vs AvailableNow, a replay, 1M vs 5M rows: bench/results/keyed.json
   scripts/bench_keyed.sh
 fi
+if ! skipped history; then  # a history table against a keyed table on the same changes: bench/results/history.json
+  scripts/bench_history.sh
+fi
 if ! skipped demo; then  # make demo's two DAG runs on a fresh class-data folder: bench/results/demo.json
   scripts/with_broker.sh bench "${BENCH_KAFKA_PORT:-19292}" .venv/bin/python -m bench.demo_runs
 fi
@@ -75,4 +80,5 @@ fi
 # in afterwards.
 .venv/bin/python -m bench.transform --page
 .venv/bin/python -m bench.protobuf --page
-exec .venv/bin/python -m bench.keyed_changes --page
+.venv/bin/python -m bench.keyed_changes --page
+exec .venv/bin/python -m bench.history_cost --page
