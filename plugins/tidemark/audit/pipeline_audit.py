@@ -32,7 +32,7 @@ def audit_pipeline(config: PipelineConfig, kafka_properties: Callable[[], Mappin
                           f"{verify_sample}' from the command line or the audit DAG.", pipeline=config.name)
     report = audit_tables(config.name, config.table_uri, config.dead_letter_uri, ledger_uri, store,
                           keys=config.keyed.keys if config.keyed else None, transformed=config.transform is not None,
-                          history=bool(config.keyed and config.keyed.history != "none"))
+                          history=bool(config.keyed and config.keyed.keeps_history))
     if config.keyed and values is not None:  # deleted keys present are looked for with or without a sample
         keyed = verify_keys(config, kafka_properties(), ledger_uri, store, verify_sample, values=values)
         report.deleted_keys_present, report.deleted_keys = keyed.pop("deleted_keys_present"), keyed.pop(

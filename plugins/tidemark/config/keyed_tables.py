@@ -70,6 +70,11 @@ class KeyedConfig(BaseModel):
     (``tidemark.batch.spark.versions``). Needs an ordering: one ``order_by`` field (deletes by ``delete_field``),
     or Debezium's."""
 
+    @property
+    def keeps_history(self) -> bool:
+        """Whether the table keeps every version of a key (``history`` is not ``none``)."""
+        return self.history != "none"
+
 
 def spec(config: KeyedConfig) -> KeyedSpec:
     return KeyedSpec(tuple(config.keys), tuple(config.order_by), config.delete_field, tuple(config.delete_values),
@@ -104,7 +109,7 @@ def check(config: KeyedConfig, fields: Iterable[str], source: str = "value_schem
 
 def _check_history(config: KeyedConfig, names: set[str], source: str) -> None:
     """``history: scd2`` needs one ordering value per version (its ``valid_from``) and its own columns free."""
-    if config.history == "none":
+    if not config.keeps_history:
         return
     if config.envelope != "debezium" and len(config.order_by) != 1:
         raise ValueError(f"keyed.history: {config.history} takes each version's valid_from and valid_to from the "

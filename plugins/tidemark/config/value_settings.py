@@ -50,7 +50,7 @@ def check_value_settings(config: Any) -> None:
         except ValueError as exc:
             raise ValueError(f"value_schema: {exc}") from None
     check_pipeline(config.keyed, fmt, config.value_schema or {}, config.value_subject)
-    if config.keyed and config.keyed.history != "none" and config.transform:
+    if config.keyed and config.keyed.keeps_history and config.transform:
         raise ValueError("keyed.history keeps every version of the value's rows, and a transform feeding a history "
                          "table is not supported: remove the transform, or keep history: none")
     check_transform(config.transform, config.audit.verify_sample if config.audit else 0)

@@ -129,7 +129,7 @@ def maintain(config: PipelineConfig, ledger_uri: str, store: ObjectStore | None)
                           "zorder_by and vacuum_retain) to maintain its tables", pipeline=config.name)
     report: dict = {"pipeline": config.name}
     tables = [("output", config.table_uri, settings.zorder_by), ("dead_letters", config.dead_letter_uri, ())]
-    if config.keyed is not None and config.keyed.history != "none":  # every delete is kept: a MERGE per batch
+    if config.keyed is not None and config.keyed.keeps_history:  # every delete is kept: a MERGE per batch
         from tidemark.batch.spark.versions import deletes_uri
 
         tables.append(("history_deletes", deletes_uri(config.table_uri), ()))
