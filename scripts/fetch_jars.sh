@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Resolve the JVM artifacts Tidemark needs from Maven Central into .cache/jars/.
 #   .cache/jars/spark : Spark's Kafka source, Delta Lake, the S3A connector (minus what the pyspark
-#                       wheel ships), and Tidemark's own Delta LogStore for S3A
-#                       (tidemark-delta-logstore.jar, built from jvm/logstore with `mvn package`)
+#                       wheel ships), Tidemark's own Delta LogStore for S3A
+#                       (tidemark-delta-logstore.jar, built from jvm/logstore with `mvn package`), and
+#                       its Protobuf decoder (tidemark-protobuf.jar, built from jvm/protobuf with javac
+#                       against the wheel's jars and the set's protobuf-java)
 #   .cache/jars/kafka : the Apache Kafka broker and its tools, with a log4j2 binding
 # Idempotent and keyed on the poms: each set lives in a folder named after a hash of its pom
 # (.cache/jars/spark-<hash>), and .cache/jars/spark is a symbolic link to the current one. A set is
 # re-resolved only when its pom (or jvm/settings.xml) changed; the Spark set's key also covers
-# jvm/logstore (its pom and every source file), so editing the LogStore rebuilds the set. A new set
+# jvm/logstore and jvm/protobuf (their every source file), so editing either rebuilds the set. A new set
 # is resolved, trimmed and completed in a scratch folder, renamed to its final name, and only then
 # does the link move, with one atomic rename: a job that lists .cache/jars/spark sees the old
 # complete set or the new one, never a half-written folder. The previous set is kept (JVMs started from it may still open its jars);
@@ -52,6 +54,31 @@ build_logstore() {  # build_logstore SET_DIR HASH
     exit 1
   }
   cp "$build/tidemark-delta-logstore.jar" "$1/"
+  rm -rf "$build"
+}
+
+protobuf_files() {  # every file the Protobuf decoder's jar is built from, in a stable order
+  find "$root/jvm/protobuf/src" -type f | LC_ALL=C sort
+}
+
+# Build Tidemark's Protobuf decoder (jvm/protobuf: a Spark UDF over protobuf-java's dynamic messages) into a
+# set being assembled: javac against the pyspark wheel's jars and the set's own (protobuf-java), no Maven
+# project, since Spark's API jars are the wheel's. A fixed date makes the jar the same from the same sources.
+build_protobuf() {  # build_protobuf SET_DIR HASH
+  local build=$cache/.protobuf-build-$2 pyspark_jars
+  pyspark_jars=$("$venv/bin/python" -c 'import pyspark, os; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')
+  echo "tidemark: building the Protobuf decoder (jvm/protobuf) into $1"
+  rm -rf "$build" && mkdir -p "$build/classes"
+  { javac --release 17 -Xlint:all,-path,-serial -Werror -d "$build/classes" -cp "$pyspark_jars/*:$1/*" \
+        $(protobuf_files) \
+      && jar --create --date=2026-01-01T00:00:00Z --file "$build/tidemark-protobuf.jar" -C "$build/classes" .
+  } >"$cache/protobuf-javac.log" 2>&1 || {
+    echo "tidemark: building jvm/protobuf failed; see $cache/protobuf-javac.log" >&2
+    tail -30 "$cache/protobuf-javac.log" >&2
+    rm -rf "$build" "$1"
+    exit 1
+  }
+  cp "$build/tidemark-protobuf.jar" "$1/"
   rm -rf "$build"
 }
 
@@ -110,6 +137,7 @@ fetch() {  # fetch NAME POM_DIR [FILE...] (files built into the set, part of its
     if [ "$name" = spark ]; then
       drop_pyspark_jars "$dest.tmp"
       build_logstore "$dest.tmp" "$hash"
+      build_protobuf "$dest.tmp" "$hash"
     fi
     if [ "$name" = connect ]; then resolve_connect_plugins "$dest.tmp" "$pom"; fi
     echo "$hash" >"$dest.tmp/.complete"
@@ -137,7 +165,8 @@ fetch() {  # fetch NAME POM_DIR [FILE...] (files built into the set, part of its
 mkdir -p "$cache"
 fetch kafka "$root/jvm/kafka"
 mapfile -t logstore_sources < <(logstore_files)
-fetch spark "$root/jvm/spark" "${logstore_sources[@]}"
+mapfile -t protobuf_sources < <(protobuf_files)
+fetch spark "$root/jvm/spark" "${logstore_sources[@]}" "${protobuf_sources[@]}"
 echo "tidemark: jars ready: $(ls "$cache"/spark/*.jar | wc -l) for Spark, $(ls "$cache"/kafka/*.jar | wc -l) for the Kafka broker"
 
 # --- Kafka Connect and the Debezium PostgreSQL connector (scripts/cdc.sh; issue 39) ---------------------

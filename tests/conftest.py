@@ -180,7 +180,7 @@ def spark():
     jars = spark_jars()
     if not jars:
         pytest.fail("no cached Spark jars in .cache/jars/spark; run `make jars`")
-    # Python workers (a Protobuf pipeline's decoding UDF) run this interpreter, as the launchers' jobs do
+    # Python workers, should a job start any, run this interpreter, as the launchers' jobs do
     # (tidemark_spark.submit.local_spark_env), not whichever python3 is first on the PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session = (SparkSession.builder.master("local[2]").appName("tidemark-tests")

@@ -7,11 +7,11 @@ The Spark side of decoding is ``tidemark.batch.spark``.
 - ``type_changes``: widenings that keep every value;
 - ``avro_schemas``, ``avro_resolution``: Avro types, the wire format and schema resolution;
 - ``json_schemas``: JSON Schema subjects as columns;
-- ``protobuf_schemas``, ``protobuf_types``, ``protobuf_wire``, ``protobuf_decode``: Protobuf, frozen as
-  descriptor sets, and decoded from them alone;
+- ``protobuf_schemas``, ``protobuf_types``, ``protobuf_wire``: Protobuf, frozen as
+  descriptor sets, their columns and the wire format (decoded in the JVM: jvm/protobuf);
 - ``debezium``: Debezium change events;
 - ``schema_registry``: the registry client (``SchemaSource``).
 """
 
-__all__ = ["avro_resolution", "avro_schemas", "debezium", "json_schemas", "protobuf_decode", "protobuf_schemas",
+__all__ = ["avro_resolution", "avro_schemas", "debezium", "json_schemas", "protobuf_schemas",
            "protobuf_types", "protobuf_wire", "records", "schema_registry", "type_changes"]

@@ -1,20 +1,16 @@
-"""Protobuf record values decoded with a batch's frozen schemas (tidemark.formats.protobuf_decode), as Spark's Python
+"""Protobuf record values decoded with a batch's frozen schemas (tests.protobuf_reference), as Spark's Python
 workers run it (tidemark.batch.spark.protobuf_udf's UDF body, called here on an Arrow array): every field kind as the
 reader's column, writers read by field name, and every kind of bad record with its reason."""
 
 from __future__ import annotations
 
 import base64
-import datetime as dt
-import decimal
 
-import pyarrow as pa
 import pytest
 from google.protobuf import message_factory
 
+from tests.protobuf_reference import Decoder
 from tests.unit.tidemark.protobuf_samples import ORDER, ORDER_V2, FakeSource, registered
-from tidemark.batch.spark.protobuf_udf import decode_values
-from tidemark.formats.protobuf_decode import Decoder
 from tidemark.formats.protobuf_schemas import freeze_protobuf
 from tidemark.formats.protobuf_types import load_file, messages_by_path
 from tidemark.formats.protobuf_wire import frame
@@ -64,18 +60,6 @@ def test_unset_fields_read_as_protobuf_defines_them(frozen):
     assert row == {"order_id": 0, "amount": 0.0, "first_item": None, "items": [], "tags": [], "counts": [],
                    "status": "NEW", "placed_at": None, "note": None, "card": None, "iban": None, "maybe": None,
                    "small": 0, "big": 0, "ratio": 0.0, "blob": b"", "flag": False, "region": ""}
-
-
-def test_the_udf_body_returns_the_arrow_struct_spark_reads(frozen):
-    order = classes(frozen, 12)["Order"]
-    values = pa.array([frame(12, full_order(order).SerializeToString()), None, b"\x01\x02"], type=pa.binary())
-    out = decode_values(__import__("json").dumps(frozen, sort_keys=True), values).to_pylist()
-    assert out[0]["error"] is None and out[0]["row"]["placed_at"] == dt.datetime(2024, 5, 1, 10, 20, 30, 123456,
-                                                                                 tzinfo=dt.UTC)
-    assert out[0]["row"]["big"] == decimal.Decimal(2**64 - 1) and out[0]["row"]["counts"] == [("a", 1), ("b", 2)]
-    assert [o["row"] for o in out[1:]] == [None, None]
-    assert [o["error"] for o in out[1:]] == ["value is null (a tombstone), not a Protobuf record",
-                                             "value of 2 bytes is shorter than the 5-byte Confluent header"]
 
 
 def bad_cases(frozen: dict) -> list[tuple[bytes | None, str]]:

@@ -4,7 +4,7 @@ write is the write mode's choice (``tidemark.batch.modes``).
 
 - ``batch_io``: the bounded Kafka read, the output and dead-letter writes with the marker;
 - ``shaping``: the rows of a batch (metadata columns, decoded values, why a record is bad);
-- ``exact_values``: values written exactly or not at all; ``protobuf_udf``: Protobuf decoded in Python workers;
+- ``exact_values``: values written exactly or not at all; ``protobuf_udf``: Protobuf decoded by a JVM UDF;
 - ``tally``: the one pass that counts every record while it writes the good ones;
 - ``change_events``: a keyed batch's records as changes (each one's operation; Debezium's change events);
 - ``merge``, ``delete_markers``: a keyed batch's newest change per key, its MERGE, and remembered deletes;

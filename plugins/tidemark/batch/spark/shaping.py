@@ -243,8 +243,8 @@ def _decode_value(rows: DataFrame, fmt: RecordFormat, errors: list[Column]) -> t
         rows = rows.withColumn("_parsed", _avro_decoded(fmt.avro))
         errors.append(_avro_error(fmt.avro))
         return rows, {f.name: F.col("_parsed")[f.name] for f in fmt.fields}, {}
-    if fmt.value_format == "protobuf":  # one Arrow UDF: the reader message's fields and why a record is bad
-        rows = rows.withColumn("_parsed", protobuf_udf.decoded(fmt.protobuf))
+    if fmt.value_format == "protobuf":  # one JVM UDF: the reader message's fields and why a record is bad
+        rows = rows.withColumn("_parsed", protobuf_udf.decoded(rows.sparkSession, fmt.protobuf))
         errors.append(F.col("_parsed")["error"])
         return rows, {f.name: F.col("_parsed")["row"][f.name] for f in fmt.fields}, {}
     return rows, {}, {}

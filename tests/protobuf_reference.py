@@ -1,6 +1,9 @@
-"""Protobuf record values decoded into the reader message's columns, or the reason they cannot be.
+"""The reference Protobuf decoder: record values decoded into the reader message's columns, or the reason they
+cannot be, in Python (upb). Tidemark ran it in Spark's Python workers until 2026-12; Spark now runs the JVM decoder
+(jvm/protobuf, ``tidemark.batch.spark.protobuf_udf``), and tests/integration/test_protobuf_decoder.py holds that one
+to this one, value by value.
 
-Runs in Spark's Python workers (``tidemark.batch.spark.protobuf_udf``), from the batch's frozen schemas alone (the
+From the batch's frozen schemas alone (the
 descriptor set of each schema id, built at plan time: ``tidemark.formats.protobuf_schemas``): no registry, no protoc.
 Each record is decoded with the message its own schema id and message indexes name (the writer's), and its fields are
 written as the reader message's by name (``tidemark.formats.protobuf_types``): a field the writer lacks is null. The
@@ -56,8 +59,8 @@ def _timestamp(path: str) -> Callable[[Message], int]:
                             f"(0001-01-01 to 9999-12-31, nanos 0 to 999,999,999)")
         if nanos % 1000:
             when = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=seconds)
-            raise BadRecord(f"field '{path}': {when:%Y-%m-%dT%H:%M:%S}.{nanos:09d}Z has more precision than a "
-                            f"timestamp column holds (microseconds)")
+            raise BadRecord(f"field '{path}': {when.year:04d}-{when:%m-%dT%H:%M:%S}.{nanos:09d}Z has more precision "
+                            f"than a timestamp column holds (microseconds)")
         return seconds * 1_000_000 + nanos // 1000  # microseconds since the epoch, as Spark holds a timestamp
     return read
 
