@@ -22,106 +22,62 @@ the table's; it is then reduced against Spark as test_keyed_generated reduces it
 from __future__ import annotations
 
 import datetime as dt
-import math
-import os
 
 import pytest
-from hypothesis import HealthCheck, Phase, assume, given, note, seed, settings
-from hypothesis.control import current_build_context
 
 from tests import helpers
 from tests.history_model import MODES, HistoryModel, history_columns, history_pipeline_dict, ordering_of
-from tests.integration.test_keyed_generated import FailedKeys, check, forget_tables, normalized, only, stream
-from tests.integration.test_keyed_tables import ledger_changes, props
-from tests.keyed_model import Case, cases, schedule
+from tests.integration.test_keyed_generated import (
+    batch_by_batch,
+    knobs_from_env,
+    ledger_problems,
+    normalized,
+    run_generated,
+    stream,
+    table_rows,
+)
+from tests.integration.test_keyed_tables import props
+from tests.keyed_model import Case, Record
 from tidemark import settings as tidemark_settings
 from tidemark.audit.pipeline_audit import audit_pipeline
-from tidemark.batch.execute import execute_batch
-from tidemark.batch.prepare import prepare_batch
 from tidemark.batch.status import recent_entries
 from tidemark.config.pipeline import parse_pipeline
 from tidemark_spark.audit_keys import compare_keys
 
 pytestmark = pytest.mark.integration
 
-ALL_PARAMS = [(mode, partitions) for mode in MODES for partitions in (1, 3)]
-PARAMS = ALL_PARAMS if "HISTORY_CASES" in os.environ else [("order_by", 3)]  # CI's time budget: one case
-CASES = int(os.environ.get("HISTORY_CASES", "1"))
-SEED = int(os.environ.get("HISTORY_SEED", "20250101"))
-SHRINK = os.environ.get("HISTORY_SHRINK", "1") != "0"
-MAX_BATCHES = int(os.environ.get("HISTORY_BATCHES", "3"))
-MAX_KEYS = int(os.environ.get("HISTORY_KEYS", "40"))
-PER_PARAMETRIZATION = max(1, math.ceil(CASES / len(PARAMS)))
+# HISTORY_CASES set: all four parametrizations; unset: one case of order_by on 3 partitions (CI's time budget)
+KNOBS = knobs_from_env("HISTORY", MODES, [("order_by", 3)], default_cases=1, default_seed=20250101)
+PARAMS = KNOBS.params
 
 
 @pytest.mark.parametrize(("mode", "partitions"), PARAMS, ids=[f"{m}-{p}p" for m, p in PARAMS])
 def test_generated_changes_leave_the_history_and_ledger_the_model_computes(kafka_bootstrap, spark, lake, mode,
                                                                            partitions):
-    case_seed = SEED + ALL_PARAMS.index((mode, partitions))
-    phases = [Phase.explicit, Phase.generate, *([Phase.shrink] if SHRINK else [])]
-    failed = FailedKeys()
-
-    @seed(case_seed)
-    @settings(max_examples=PER_PARAMETRIZATION, database=None, deadline=None, phases=phases, print_blob=True,
-              report_multiple_bugs=False, suppress_health_check=list(HealthCheck))
-    @given(case=cases(mode, partitions, max_keys=MAX_KEYS, max_batches=MAX_BATCHES))
-    def agrees(case: Case) -> None:
-        assume(len(case.changes) >= 2)  # the simplest case (one upsert) first: skipped without running Spark
-        where = f"HISTORY_SEED={SEED} (this parametrization's seed {case_seed}, {mode}, {partitions} partitions)"
-        note(where)
-        final = getattr(current_build_context(), "is_final", True)  # the case Hypothesis reports: always run
-        if not final:
-            check(failed.known(case), where, "not run: these keys' changes failed before, in a case that ran")
-        differing, problems = differences(spark, case)
-        failed.add(case, differing)
-        if problems and final:
-            problems += reduced(spark, case, differing)
-        check(problems, where, "")
-
-    agrees()
+    run_generated(spark, mode, partitions, KNOBS, differences)
 
 
 def differences(spark, case: Case) -> tuple[dict[int, str], list[str]]:
     """Produce the case batch by batch, run each batch in this process, and compare the table, the ledger and the
     dead letters with the model after each, then the audit; at the first that differs, the keys that differ
     (key: what) and every difference."""
-    try:
-        return _differences(spark, case)
-    finally:
-        forget_tables(spark)
-
-
-def _differences(spark, case: Case) -> tuple[dict[int, str], list[str]]:
     topic = helpers.create_topic(helpers.unique(f"history-gen-{case.mode}"), partitions=case.partitions)
     config = parse_pipeline(history_pipeline_dict(case.mode, topic), "test")
     model = HistoryModel(case.mode, topic)
-    for batch_id, records in enumerate(schedule(case), start=1):
-        for p in range(case.partitions):
-            pairs = [(r.key, r.value) for r in records if r.partition == p]
-            if pairs:
-                helpers.produce_pairs(topic, pairs, partition=p)
+
+    def after_batch(batch_id: int, records: list[Record]) -> tuple[dict[int, str], list[str]]:
         counts = model.apply_batch(records, batch_id)
-        plan = prepare_batch(config, props())
-        expected = {}
-        for r in records:
-            expected[r.partition] = (expected.get(r.partition, (r.offset,))[0], r.offset + 1)
-        frozen = {r.partition: (r.start, r.end) for r in plan.ranges if r.end > r.start}
-        assert (plan.batch_id, frozen) == (batch_id, expected), f"the harness: batch {batch_id} froze {frozen}"
-        execute_batch(spark, plan, props())
-        differing = table_problems(case, model, helpers.query_or_none(config.table_uri, "SELECT * FROM t") or [])
-        problems = list(differing.values())
-        ledger = ledger_changes(topic).get(batch_id)
-        if ledger != counts:
-            problems.append(f"the ledger says (inserted, updated, deleted) = {ledger}, the model {counts}: versions "
-                            f"(key, ordering) {model.last_changes}")
+        differing = table_problems(case, model, table_rows(config))
+        problems = [*differing.values(), *ledger_problems(topic, batch_id, counts,
+                                                          f"versions (key, ordering) {model.last_changes}")]
         dead = next((e["dead_letters"] for e in recent_entries(topic, 50) if e["batch_id"] == batch_id), None)
         if dead != model.last_bad:
             problems.append(f"the ledger says the batch wrote {dead} dead letters, the model {model.last_bad} (the "
                             f"order_by tombstones)")
-        if problems:
-            return differing, [f"after batch {batch_id} of {case.batches}:", *problems]
-    differing, problems = audit_problems(spark, config, case, model)
-    return differing, (["the audit after the last batch:", *problems] if problems else [])
+        return differing, problems
+
+    return batch_by_batch(spark, case, topic, config, after_batch,
+                          lambda: audit_problems(spark, config, case, model))
 
 
 def table_problems(case: Case, model: HistoryModel, rows: list[dict]) -> dict[int, str]:
@@ -179,33 +135,3 @@ def audit_problems(spark, config, case: Case, model: HistoryModel) -> tuple[dict
         problems.append(f"audit sample: read {sample.get('keys_read')} keys and verified {sample.get('verified')}, "
                         f"not {with_events} (the keys with a change that is not a dead letter): {sample}")
     return differing, problems
-
-
-def reduced(spark, case: Case, differing: dict[int, str]) -> list[str]:
-    """test_keyed_generated's ``reduced`` with this module's ``differences``: a smaller case that still differs,
-    each candidate run against Spark (the differing keys alone, halves of them down to one key, then without each
-    change it can do without), for the case Hypothesis reports only."""
-    smallest, problems = case, []
-
-    def fails(candidate: Case) -> bool:
-        nonlocal smallest, problems
-        try:
-            found = bool(candidate.changes) and differences(spark, candidate)[1]
-        except Exception:  # noqa: BLE001 - a candidate that fails otherwise is not the same failure
-            return False
-        if found:
-            smallest, problems = candidate, found
-        return bool(found)
-
-    if differing and len(differing) < len(case.keys):
-        fails(only(case, sorted(differing)))
-    while len(smallest.keys) > 1:
-        keys = smallest.keys
-        if not any(fails(only(smallest, part)) for part in (keys[:len(keys) // 2], keys[len(keys) // 2:])):
-            break
-    for i in reversed(range(len(smallest.changes)) if len(smallest.keys) == 1 else ()):
-        fails(only(smallest, without=i))
-    if smallest is case:
-        return ["reduced: no smaller case (fewer keys) differs"]
-    return ["reduced, against Spark too: the smallest case found that still differs:", *repr(smallest).splitlines(),
-            *problems]

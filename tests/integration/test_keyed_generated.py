@@ -21,7 +21,11 @@ the smallest case that still differs is printed too, above Hypothesis's own shru
 Hypothesis's shrinking runs Spark for every candidate and stops after 5 minutes; to spend them on the keys that
 matter, a candidate holding a key whose changes (the same, in the same batches) already differed in a case that
 ran is taken as failing without running it (the keys are independent streams); the case Hypothesis finally
-reports always runs."""
+reports always runs.
+
+test_history_generated.py drives its cases the same way, with its own ``differences``: ``knobs_from_env``,
+``run_generated`` (the case loop, shrinking and ``reduced``), ``batch_by_batch`` and ``produce_and_run`` (produce,
+plan and run each batch)."""
 
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ import datetime as dt
 import math
 import os
 import random
+from collections.abc import Callable
 
 import pytest
 from hypothesis import HealthCheck, Phase, assume, given, note, seed, settings
@@ -37,7 +42,7 @@ from hypothesis.control import current_build_context
 
 from tests import helpers
 from tests.integration.test_keyed_tables import ledger_changes, props
-from tests.keyed_model import MODES, Case, KeyedModel, cases, columns, compact, pipeline_dict, schedule
+from tests.keyed_model import MODES, Case, KeyedModel, Record, cases, columns, compact, pipeline_dict, schedule
 from tidemark import settings as tidemark_settings
 from tidemark.audit.keyed_sample import verify_keys
 from tidemark.audit.live_table import audit_tables
@@ -48,39 +53,75 @@ from tidemark_spark.audit_keys import compare_keys
 
 pytestmark = pytest.mark.integration
 
-ALL_PARAMS = [(mode, partitions) for mode in MODES for partitions in (1, 3)]
-PARAMS = (ALL_PARAMS if "KEYED_CASES" in os.environ  # the soak: all six; make test: the two ordered modes, where
-          else [("order_by", 3), ("debezium", 1)])   # tombstones and delete markers act (CI's time budget)
-CASES = int(os.environ.get("KEYED_CASES", "2"))
-SEED = int(os.environ.get("KEYED_SEED", "20241201"))
-SHRINK = os.environ.get("KEYED_SHRINK", "1") != "0"
-MAX_BATCHES = int(os.environ.get("KEYED_BATCHES", "3"))
-MAX_KEYS = int(os.environ.get("KEYED_KEYS", "40"))
-PER_PARAMETRIZATION = max(1, math.ceil(CASES / len(PARAMS)))
+
+@dataclasses.dataclass(frozen=True)
+class Knobs:
+    """A generated test's environment, read under its prefix (``KEYED``, ``HISTORY``) by ``knobs_from_env``."""
+
+    prefix: str
+    all_params: list[tuple[str, int]]  # (mode, partitions): every parametrization, whose index makes its seed
+    params: list[tuple[str, int]]  # the parametrizations run: all of them when <PREFIX>_CASES is set
+    seed: int
+    shrink: bool
+    max_batches: int
+    max_keys: int
+    per_parametrization: int
+
+
+def knobs_from_env(prefix: str, modes, default_params: list[tuple[str, int]], default_cases: int,
+                   default_seed: int) -> Knobs:
+    """``<PREFIX>_CASES`` (default ``default_cases``) spread over the parametrizations (all of them, each mode on 1
+    and 3 partitions, when it is set; ``default_params`` when not), ``<PREFIX>_SEED`` (default ``default_seed``),
+    ``<PREFIX>_SHRINK`` (default 1), ``<PREFIX>_BATCHES`` (default 3), ``<PREFIX>_KEYS`` (default 40)."""
+    env = os.environ
+    all_params = [(mode, partitions) for mode in modes for partitions in (1, 3)]
+    params = all_params if f"{prefix}_CASES" in env else default_params
+    count = int(env.get(f"{prefix}_CASES", str(default_cases)))
+    return Knobs(prefix, all_params, params, seed=int(env.get(f"{prefix}_SEED", str(default_seed))),
+                 shrink=env.get(f"{prefix}_SHRINK", "1") != "0", max_batches=int(env.get(f"{prefix}_BATCHES", "3")),
+                 max_keys=int(env.get(f"{prefix}_KEYS", "40")),
+                 per_parametrization=max(1, math.ceil(count / len(params))))
+
+
+# The soak (KEYED_CASES set): all six parametrizations; make test: the two ordered modes, where tombstones and
+# delete markers act (CI's time budget)
+KNOBS = knobs_from_env("KEYED", MODES, [("order_by", 3), ("debezium", 1)], default_cases=2, default_seed=20241201)
+PARAMS = KNOBS.params
+
+Differences = Callable[[object, Case], tuple[dict[int, str], list[str]]]
+"""``differences(spark, case)``: the keys that differ from the model (key: what) and every difference."""
 
 
 @pytest.mark.parametrize(("mode", "partitions"), PARAMS, ids=[f"{m}-{p}p" for m, p in PARAMS])
 def test_generated_changes_leave_the_table_and_ledger_the_model_computes(kafka_bootstrap, spark, lake, mode,
                                                                          partitions):
-    case_seed = SEED + ALL_PARAMS.index((mode, partitions))
-    phases = [Phase.explicit, Phase.generate, *([Phase.shrink] if SHRINK else [])]
+    run_generated(spark, mode, partitions, KNOBS, differences)
+
+
+def run_generated(spark, mode: str, partitions: int, knobs: Knobs, differences: Differences) -> None:
+    """The parametrization's generated cases, each compared by ``differences`` (Delta's cached table states let go
+    afterwards), a failing one reduced; a candidate of Hypothesis's shrinking holding a key that already differed
+    is taken as failing without running it."""
+    case_seed = knobs.seed + knobs.all_params.index((mode, partitions))
+    phases = [Phase.explicit, Phase.generate, *([Phase.shrink] if knobs.shrink else [])]
     failed = FailedKeys()
 
     @seed(case_seed)
-    @settings(max_examples=PER_PARAMETRIZATION, database=None, deadline=None, phases=phases, print_blob=True,
-              report_multiple_bugs=False, suppress_health_check=list(HealthCheck))
-    @given(case=cases(mode, partitions, max_keys=MAX_KEYS, max_batches=MAX_BATCHES))
+    @settings(max_examples=knobs.per_parametrization, database=None, deadline=None, phases=phases,
+              print_blob=True, report_multiple_bugs=False, suppress_health_check=list(HealthCheck))
+    @given(case=cases(mode, partitions, max_keys=knobs.max_keys, max_batches=knobs.max_batches))
     def agrees(case: Case) -> None:
         assume(len(case.changes) >= 2)  # the simplest case (one upsert) first: skipped without running Spark
-        where = f"KEYED_SEED={SEED} (this parametrization's seed {case_seed}, {mode}, {partitions} partitions)"
+        where = (f"{knobs.prefix}_SEED={knobs.seed} (this parametrization's seed {case_seed}, {mode}, {partitions} "
+                 f"partitions)")
         note(where)
         final = getattr(current_build_context(), "is_final", True)  # the case Hypothesis reports: always run
         if not final:
             check(failed.known(case), where, "not run: these keys' changes failed before, in a case that ran")
-        differing, problems = differences(spark, case)
+        differing, problems = forgetting(spark, case, differences)
         failed.add(case, differing)
         if problems and final:
-            problems += reduced(spark, case, differing)
+            problems += reduced(spark, case, differing, differences)
         check(problems, where, "")
 
     agrees()
@@ -110,12 +151,10 @@ class FailedKeys:
                 self.problems[self.signature(case, key)] = problem
 
 
-def differences(spark, case: Case) -> tuple[dict[int, str], list[str]]:
-    """Produce the case batch by batch, run each batch in this process as test_keyed_tables.run does, and compare
-    table and ledger with the model after each, then the audit; at the first that differs, the keys that differ
-    (key: what) and every difference. Delta's cached table states are let go afterwards (``forget_tables``)."""
+def forgetting(spark, case: Case, differences: Differences) -> tuple[dict[int, str], list[str]]:
+    """``differences(spark, case)``, Delta's cached table states let go afterwards (``forget_tables``)."""
     try:
-        return _differences(spark, case)
+        return differences(spark, case)
     finally:
         forget_tables(spark)
 
@@ -128,33 +167,62 @@ def forget_tables(spark) -> None:
     spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
 
 
-def _differences(spark, case: Case) -> tuple[dict[int, str], list[str]]:
+def differences(spark, case: Case) -> tuple[dict[int, str], list[str]]:
+    """Produce the case batch by batch, run each batch in this process as test_keyed_tables.run does, and compare
+    table and ledger with the model after each, then the audit; at the first that differs, the keys that differ
+    (key: what) and every difference."""
     topic = helpers.create_topic(helpers.unique(f"keyed-gen-{case.mode}"), partitions=case.partitions)
     config = parse_pipeline(pipeline_dict(case.mode, topic), "test")
     model = KeyedModel(case.mode, topic)
-    for batch_id, records in enumerate(schedule(case), start=1):
-        for p in range(case.partitions):
-            pairs = [(r.key, r.value) for r in records if r.partition == p]
-            if pairs:
-                helpers.produce_pairs(topic, pairs, partition=p)
+
+    def after_batch(batch_id: int, records: list[Record]) -> tuple[dict[int, str], list[str]]:
         counts = model.apply_batch(records, batch_id)
-        plan = prepare_batch(config, props())
-        expected = {}
-        for r in records:
-            expected[r.partition] = (expected.get(r.partition, (r.offset,))[0], r.offset + 1)
-        frozen = {r.partition: (r.start, r.end) for r in plan.ranges if r.end > r.start}
-        assert (plan.batch_id, frozen) == (batch_id, expected), f"the harness: batch {batch_id} froze {frozen}"
-        execute_batch(spark, plan, props())
-        differing = table_problems(case, model, helpers.query_or_none(config.table_uri, "SELECT * FROM t") or [])
-        problems = list(differing.values())
-        ledger = ledger_changes(topic).get(batch_id)
-        if ledger != counts:
-            problems.append(f"the ledger says (inserted, updated, deleted) = {ledger}, the model {counts}: keys "
-                            f"{model.last_changes}")
+        differing = table_problems(case, model, table_rows(config))
+        return differing, [*differing.values(), *ledger_problems(topic, batch_id, counts,
+                                                                  f"keys {model.last_changes}")]
+
+    return batch_by_batch(spark, case, topic, config, after_batch, lambda: audit_problems(spark, config, case))
+
+
+def batch_by_batch(spark, case: Case, topic: str, config, after_batch, audit) -> tuple[dict[int, str], list[str]]:
+    """Each batch of the case produced and run (``produce_and_run``), then ``after_batch(batch_id, records)``;
+    after the last, ``audit()``. Each returns the keys that differ and every difference; the first that differs
+    ends the case."""
+    for batch_id, records in enumerate(schedule(case), start=1):
+        produce_and_run(spark, topic, config, case, records, batch_id)
+        differing, problems = after_batch(batch_id, records)
         if problems:
             return differing, [f"after batch {batch_id} of {case.batches}:", *problems]
-    differing, problems = audit_problems(spark, config, case)
+    differing, problems = audit()
     return differing, (["the audit after the last batch:", *problems] if problems else [])
+
+
+def produce_and_run(spark, topic: str, config, case: Case, records: list[Record], batch_id: int) -> None:
+    """Produce one batch's records to their partitions, plan the batch (it must freeze exactly those offsets, as
+    ``batch_id``) and run it in this process."""
+    for p in range(case.partitions):
+        pairs = [(r.key, r.value) for r in records if r.partition == p]
+        if pairs:
+            helpers.produce_pairs(topic, pairs, partition=p)
+    plan = prepare_batch(config, props())
+    expected = {}
+    for r in records:
+        expected[r.partition] = (expected.get(r.partition, (r.offset,))[0], r.offset + 1)
+    frozen = {r.partition: (r.start, r.end) for r in plan.ranges if r.end > r.start}
+    assert (plan.batch_id, frozen) == (batch_id, expected), f"the harness: batch {batch_id} froze {frozen}"
+    execute_batch(spark, plan, props())
+
+
+def table_rows(config) -> list[dict]:
+    return helpers.query_or_none(config.table_uri, "SELECT * FROM t") or []
+
+
+def ledger_problems(topic: str, batch_id: int, counts: tuple[int, int, int], changed: str) -> list[str]:
+    """The ledger's (inserted, updated, deleted) of the batch when it is not the model's ``counts``, with what
+    the model changed (``changed``)."""
+    ledger = ledger_changes(topic).get(batch_id)
+    return [] if ledger == counts else [f"the ledger says (inserted, updated, deleted) = {ledger}, the model "
+                                        f"{counts}: {changed}"]
 
 
 def only(case: Case, keys: list[int] | None = None, without: int | None = None) -> Case:
@@ -164,16 +232,16 @@ def only(case: Case, keys: list[int] | None = None, without: int | None = None) 
     return Case(case.mode, case.partitions, compact(kept))
 
 
-def reduced(spark, case: Case, differing: dict[int, str]) -> list[str]:
-    """A smaller case that still differs, each candidate run against Spark: the differing keys alone, then halves
-    of them down to one key, then without each change it can do without (some 10-20 small runs, for the case
-    Hypothesis reports only)."""
+def reduced(spark, case: Case, differing: dict[int, str], differences: Differences) -> list[str]:
+    """A smaller case that still differs, each candidate compared by ``differences`` against Spark: the differing
+    keys alone, then halves of them down to one key, then without each change it can do without (some 10-20 small
+    runs, for the case Hypothesis reports only)."""
     smallest, problems = case, []
 
     def fails(candidate: Case) -> bool:
         nonlocal smallest, problems
         try:
-            found = bool(candidate.changes) and differences(spark, candidate)[1]
+            found = bool(candidate.changes) and forgetting(spark, candidate, differences)[1]
         except Exception:  # noqa: BLE001 - a candidate that fails otherwise is not the same failure
             return False
         if found:
@@ -243,7 +311,7 @@ def audit_problems(spark, config, case: Case) -> tuple[dict[int, str], list[str]
         problems.append(f"audit_tables: {report.to_dict()}")
     keys = len(case.keys)
     sample = verify_keys(config, props(), tidemark_settings.ledger_uri(), None, count=keys,
-                         rng=random.Random(SEED), values=lambda check: compare_keys(spark, check, props()))
+                         rng=random.Random(KNOBS.seed), values=lambda check: compare_keys(spark, check, props()))
     differing = {m["key"]["id"]: (f"audit sample: key {m['key']['id']}: {m['reason']} (its newest change: "
                                   f"{m['change']} at offset {m['offset']} of partition {m['partition']}); "
                                   f"{stream(case, m['key']['id'])}") for m in sample["mismatches"]}
