@@ -41,6 +41,7 @@ final class ProtobufDecoder {
     private final String message;
     private final StructType shape;
     private final Map<Integer, Writer> writers = new ConcurrentHashMap<>();
+    private final Map<Integer, String> unreadable = new HashMap<>();
 
     /** One readable schema id: its version, the reader message's path in its file, its messages, its reader. */
     private record Writer(int version, List<Integer> path, Map<List<Integer>, Descriptor> messages,
@@ -56,15 +57,20 @@ final class ProtobufDecoder {
         subject = frozen.get("subject").asText();
         message = frozen.get("message").asText();
         shape = (StructType) DataType.fromDDL(frozen.get("row").asText());
+        frozen.get("unreadable").properties().forEach(e -> unreadable.put(Integer.valueOf(e.getKey()),
+                e.getValue().asText()));
     }
 
     Object decode(byte[] value) throws BadRecord {
         int schemaId = header(value);
-        JsonNode unreadable = frozen.get("unreadable").get(Integer.toString(schemaId));
-        if (unreadable != null) {
-            throw new BadRecord(unreadable.asText());
+        String refused = unreadable.get(schemaId);
+        if (refused != null) {
+            throw new BadRecord(refused);
         }
-        Writer writer = writer(schemaId);
+        Writer writer = writers.get(schemaId);
+        if (writer == null) {
+            writer = writer(schemaId);
+        }
         if (writer == null) {
             throw new BadRecord("schema id " + schemaId + " is not a version of subject '" + subject
                     + "' in the Schema Registry (as of plan time)");
@@ -80,9 +86,9 @@ final class ProtobufDecoder {
             throw new BadRecord("message indexes " + path + " name message '" + named.getFullName() + "' of schema id "
                     + schemaId + ", not the reader message '" + message + "'");
         }
-        String where = "message '" + message + "' of schema id " + schemaId;
-        DynamicMessage record = parse(writer.descriptor(), value, start[0], where);
+        DynamicMessage record = parse(writer.descriptor(), value, start[0], schemaId);
         if (RowReader.holdsUnknownFields(record)) {
+            String where = where(schemaId);
             TreeSet<Integer> numbers = new TreeSet<>(record.getUnknownFields().asMap().keySet());
             String inside = numbers.isEmpty() ? " (in a nested message)"
                     : " (field numbers " + String.join(", ", numbers.stream().map(String::valueOf).toList()) + ")";
@@ -90,14 +96,17 @@ final class ProtobufDecoder {
                     + "with another wire type" + inside + ": not a record of that message");
         }
         if (!record.isInitialized()) {
-            throw new BadRecord("the Protobuf body lacks required fields of " + where + ": "
+            throw new BadRecord("the Protobuf body lacks required fields of " + where(schemaId) + ": "
                     + String.join(", ", record.findInitializationErrors()));
         }
         return writer.read().read(record);
     }
 
-    private static DynamicMessage parse(Descriptor descriptor, byte[] value, int start, String where)
-            throws BadRecord {
+    private String where(int schemaId) {
+        return "message '" + message + "' of schema id " + schemaId;
+    }
+
+    private DynamicMessage parse(Descriptor descriptor, byte[] value, int start, int schemaId) throws BadRecord {
         try {
             DynamicMessage.Builder builder = DynamicMessage.newBuilder(descriptor);
             builder.mergeFrom(CodedInputStream.newInstance(value, start, value.length - start));
@@ -106,7 +115,7 @@ final class ProtobufDecoder {
             // The Python decoder's words (upb's), so a dead letter's reason does not depend on the decoder.
             String why = String.valueOf(e.getMessage()).contains("UTF-8") ? "String field had bad UTF-8"
                     : "Wire format was corrupt";
-            throw new BadRecord("the Protobuf body does not decode as " + where + ": " + why);
+            throw new BadRecord("the Protobuf body does not decode as " + where(schemaId) + ": " + why);
         } catch (IOException e) {
             throw new UncheckedIOException(e);
         }

@@ -10,6 +10,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.TreeMap;
+import java.util.concurrent.ConcurrentHashMap;
 
 import com.google.protobuf.ByteString;
 import com.google.protobuf.Descriptors.Descriptor;
@@ -202,21 +203,25 @@ final class RowReader {
         if (!message.getUnknownFields().asMap().isEmpty()) {
             return true;
         }
-        for (Map.Entry<FieldDescriptor, Object> e : message.getAllFields().entrySet()) {
-            FieldDescriptor fd = e.getKey();
-            if (fd.getJavaType() != FieldDescriptor.JavaType.MESSAGE) {
-                continue;
-            }
+        for (FieldDescriptor fd : MESSAGE_FIELDS.computeIfAbsent(message.getDescriptorForType(), RowReader::messages)) {
             if (fd.isRepeated()) {
-                for (Object item : (List<?>) e.getValue()) {
+                for (Object item : (List<?>) message.getField(fd)) {
                     if (holdsUnknownFields((Message) item)) {
                         return true;
                     }
                 }
-            } else if (holdsUnknownFields((Message) e.getValue())) {
+            } else if (message.hasField(fd) && holdsUnknownFields((Message) message.getField(fd))) {
                 return true;
             }
         }
         return false;
+    }
+
+    private static final Map<Descriptor, FieldDescriptor[]> MESSAGE_FIELDS = new ConcurrentHashMap<>();
+
+    /** A message type's fields that hold messages (map fields among them: their entries are messages). */
+    private static FieldDescriptor[] messages(Descriptor type) {
+        return type.getFields().stream().filter(f -> f.getJavaType() == FieldDescriptor.JavaType.MESSAGE)
+                .toArray(FieldDescriptor[]::new);
     }
 }
