@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import importlib.resources
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,8 @@ from tidemark.formats.schema_registry import RegistryClient
 from tidemark.ledger.store import Ledger
 
 pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
 
 V1 = """syntax = "proto3";
 package shop;
@@ -216,3 +219,27 @@ def test_a_reader_schema_protoc_refuses_or_of_another_type_freezes_nothing(kafka
                                                   rf"refuses it: .*\"strin\" is not defined.*Nothing was frozen"):
         prepare_batch(other, props(), schemas=registry)
     assert ledger.rows(topic) == []
+
+
+def test_protobuf_values_on_the_warm_path(kafka_bootstrap, schema_registry, spark_connect, tmp_path):
+    """`tidemark run` on the Spark Connect server: the JVM decoder registered in the job's Connect session and run by
+    the server (whose jar set holds it), the rows and a dead letter as spark-submit writes them."""
+    topic = helpers.create_topic(helpers.unique("proto-warm"), partitions=1)
+    v1 = register(f"{topic}-value", V1)
+    Order = message_classes(V1, tmp_path / "v1")["Order"]
+    helpers.produce_values(topic, [framed(v1, order(Order, i)) for i in range(3)] + [framed(v1, b"\x81")])
+    pipelines, lake = tmp_path / "pipelines", tmp_path / "lake"
+    pipelines.mkdir()
+    (pipelines / f"{topic}.yaml").write_text(f"name: {topic}\ntopics: [{topic}]\ntable: {topic}\n"
+                                             f"value_format: protobuf\n")
+    env = helpers.service_env(pipelines, lake,
+                              AIRFLOW_CONN_SPARK_DEFAULT=helpers.spark_connect_connection(spark_connect),
+                              AIRFLOW_CONN_SCHEMA_REGISTRY_DEFAULT=helpers.registry_connection(schema_registry))
+    run = subprocess.run([str(ROOT / ".venv" / "bin" / "tidemark"), "run", topic], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = helpers.query(str(lake / topic), "SELECT order_id, status, big, placed_at FROM t ORDER BY order_id")
+    assert [(r["order_id"], r["status"], int(r["big"])) for r in got] == [
+        (i, ["NEW", "PAID", "SHIPPED"][i % 3], 2**64 - 1 - i) for i in range(3)]
+    committed = Ledger(str(lake / "_tidemark" / "offsets")).rows(topic)
+    assert [(r.record_count, r.dead_letter_count, r.status) for r in committed] == [(4, 1, "committed")]  # 1 bad
