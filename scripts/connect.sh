@@ -25,15 +25,21 @@ start_timeout=${CONNECT_START_TIMEOUT:-120}
 
 answers() {  # a Connect client can open a session and run a query, within 30 s: pyspark's own client retries
   # a server that is not ready yet (gRPC UNAVAILABLE) for 10 minutes and more, which would hold `up` past
-  # CONNECT_START_TIMEOUT; here it retries for about 6 s, and `timeout` bounds the whole probe.
+  # CONNECT_START_TIMEOUT; here it retries for a few seconds (`wait` probes again until CONNECT_START_TIMEOUT),
+  # and `timeout` bounds the whole probe. A probe that fails leaves at once: the client's exit would release its
+  # session, retrying that as long again.
   service_listening "$port" && timeout -k 5 30 "$root/.venv/bin/python" - "$url" <<'EOF' >/dev/null 2>&1
+import os
 import sys
 from pyspark.sql import SparkSession
 from pyspark.sql.connect.client.retries import DefaultPolicy
 spark = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
-spark.client.set_retry_policies([DefaultPolicy(max_retries=5, backoff_multiplier=2.0, initial_backoff=200,
+spark.client.set_retry_policies([DefaultPolicy(max_retries=3, backoff_multiplier=2.0, initial_backoff=200,
                                                max_backoff=2000)])
-spark.range(1).collect()
+try:
+    spark.range(1).collect()
+except Exception:
+    os._exit(1)
 EOF
 }
 
