@@ -13,6 +13,7 @@ from tests import helpers
 from tests.cdc import Debezium
 from tidemark import settings
 from tidemark.audit.live_table import audit_tables
+from tidemark.audit.pipeline_audit import table_keys
 from tidemark.batch.execute import execute_batch
 from tidemark.batch.prepare import prepare_batch
 from tidemark.batch.reset import ResetRequest, reset_offsets
@@ -23,10 +24,11 @@ from tidemark.ledger.store import Ledger
 pytestmark = pytest.mark.integration
 
 
-def run(spark, config, props, schemas=None) -> None:
+def run(spark, config, props, schemas=None):
     plan = prepare_batch(config, props, schemas=schemas)
     if not plan.is_empty:
         execute_batch(spark, plan, props)
+    return plan
 
 
 def source_rows(debezium: Debezium, table: str) -> dict[int, tuple]:
@@ -48,9 +50,9 @@ def test_sql_changes_reach_the_keyed_table_through_debezium(debezium: Debezium, 
     debezium.read(topic, 6)  # c, c, c, u, d and the tombstone: Connect has written them
     config = parse_pipeline({"name": table, "topics": [topic], "table": table, "value_format": "json",
                              "value_schema": {"id": "int", "name": "string?", "updated_at": "timestamp?"},
-                             "keyed": {"keys": ["id"], "envelope": "debezium"}}, "test")
+                             "keyed": {"envelope": "debezium"}}, "test")  # the keys: the Kafka key's fields
     props = {"bootstrap.servers": debezium.bootstrap}
-    run(spark, config, props)
+    assert run(spark, config, props).format.keyed.keys == ("id",)
     assert delta_rows(config.table_uri) == source_rows(debezium, table) and len(source_rows(debezium, table)) == 2
 
     debezium.sql(f"INSERT INTO {table} VALUES (2, 'bob again', '2024-05-03 00:00:00+00')")
@@ -69,6 +71,7 @@ def test_sql_changes_reach_the_keyed_table_through_debezium(debezium: Debezium, 
     reset_offsets(config, props, ResetRequest("to-earliest", execute=True, reason="replay", owner="test"))
     run(spark, config, props)
     assert delta_rows(config.table_uri) == expected and helpers.table_version(config.table_uri) <= version + 1
+    assert table_keys(config, settings.ledger_uri(), None) == ["id"]  # what the audit checks: one row per id
     assert audit_tables(table, config.table_uri, config.dead_letter_uri, settings.ledger_uri(), keys=["id"]).ok
     assert sum(r.record_count for r in Ledger(settings.ledger_uri()).rows(table) if r.kind == "batch") == 11 + 11
 
@@ -105,9 +108,9 @@ def test_avro_change_events_through_the_schema_registry(debezium: Debezium, sche
     with debezium.avro_connector(table, schema_registry) as topic:
         debezium.read(topic, 3, raw=True)  # the snapshot: r, r, r
         config = parse_pipeline({"name": table, "topics": [topic], "table": table, "value_format": "avro",
-                                 "key_format": "avro", "keyed": {"keys": ["id"], "envelope": "debezium"}}, "test")
+                                 "key_format": "avro", "keyed": {"envelope": "debezium"}}, "test")
         props, registry = {"bootstrap.servers": debezium.bootstrap}, RegistryClient(schema_registry)
-        run(spark, config, props, registry)
+        assert run(spark, config, props, registry).format.keyed.keys == ("id",)  # the Avro key's record
         assert avro_rows(config.table_uri) == accounts(debezium, table) and len(accounts(debezium, table)) == 3
         types = dict(spark.read.format("delta").load(config.table_uri).dtypes)
         assert {c: types[c] for c in ("id", "name", "balance", "updated_at", "born", "seen", "cdc_op",

@@ -26,7 +26,7 @@ from tidemark.batch.prepare import prepare_batch
 from tidemark.batch.reset import ResetRequest, reset_offsets
 from tidemark.batch.status import recent_entries
 from tidemark.config.pipeline import parse_pipeline
-from tidemark.errors import KeyOrderingError
+from tidemark.errors import ConfigError, KeyOrderingError
 from tidemark.formats.schema_registry import RegistryClient
 from tidemark.kafka.offsets import TopicPartition
 from tidemark.ledger.store import Ledger
@@ -258,11 +258,13 @@ def debezium(op: str, before: dict | None, after: dict | None, lsn: int | None, 
 @pytest.mark.parametrize("wrapped", [False, True], ids=["plain", "schema-payload"])
 def test_debezium_json_change_events(kafka_bootstrap, spark, lake, wrapped):
     topic = helpers.create_topic(helpers.unique("keyed-dbz"), partitions=1)
+    # wrapped: the keys left out, so the batch takes them from the first record's key, wrapped as well
     config = parse_pipeline({"name": topic, "topics": [topic], "table": topic, "value_format": "json",
                              "value_schema": {"id": "bigint", "name": "string?"},
-                             "keyed": {"keys": ["id"], "envelope": "debezium"}}, "test")
+                             "keyed": {"envelope": "debezium", **({} if wrapped else {"keys": ["id"]})}}, "test")
     row = {"id": 1, "name": "a"}
-    key = json.dumps({"id": 1}).encode()
+    key = json.dumps({"schema": {"type": "struct", "fields": [{"field": "id", "type": "int64"}]}, "payload": {"id": 1}}
+                     if wrapped else {"id": 1}).encode()
     helpers.produce_pairs(topic, [
         (key, debezium("r", None, row, 10, wrapped)), (key, debezium("u", row, {"id": 1, "name": "b"}, 20, wrapped)),
         (b'{"id": 2}', debezium("c", None, {"id": 2, "name": "x"}, 30, wrapped)),
@@ -282,6 +284,18 @@ def test_debezium_json_change_events(kafka_bootstrap, spark, lake, wrapped):
     batch = [r for r in Ledger(settings.ledger_uri()).rows(topic) if r.kind == "batch"]
     assert [(r.record_count, r.dead_letter_count) for r in batch] == [(9, 3)]
     assert ledger_changes(topic) == {1: (2, 0, 0)}  # the batch created the table with keys 1 and 3
+
+
+def test_keys_left_out_and_a_key_that_is_not_debeziums_json_freeze_nothing(kafka_bootstrap, lake):
+    topic = helpers.create_topic(helpers.unique("keyed-dbz-key"), partitions=1)
+    config = parse_pipeline({"name": topic, "topics": [topic], "table": topic, "value_format": "json",
+                             "value_schema": {"id": "bigint", "name": "string?"},
+                             "keyed": {"envelope": "debezium"}}, "test")
+    helpers.produce_pairs(topic, [(b"\x00\x00\x00\x00\x07\x02", debezium("c", None, {"id": 1, "name": "a"}, 10))])
+    with pytest.raises(ConfigError, match=rf"the Kafka key at {topic} partition 0 offset 0 or after is not JSON "
+                                          rf".*set key_format: avro\); name the key columns in keyed.keys"):
+        prepare_batch(config, props())
+    assert Ledger(settings.ledger_uri()).rows(topic) == []  # nothing frozen: the next run reads the same offsets
 
 
 def test_debezium_avro_change_events(kafka_bootstrap, schema_registry, spark, lake):

@@ -5,6 +5,7 @@ with or without a sample). The run (``tidemark.run.PipelineRun.audit``) hands it
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 
 from tidemark.audit.keyed_sample import verify_keys
@@ -13,6 +14,7 @@ from tidemark.audit.sample import verify_sample as verify_ranges
 from tidemark.config.audit_schedule import check_verify_sample
 from tidemark.config.pipeline import PipelineConfig
 from tidemark.errors import ConfigError
+from tidemark.ledger.store import Ledger
 from tidemark.storage import ObjectStore
 
 
@@ -31,7 +33,7 @@ def audit_pipeline(config: PipelineConfig, kafka_properties: Callable[[], Mappin
                           f"no Spark job was given. Run 'tidemark audit {config.name} --verify-sample "
                           f"{verify_sample}' from the command line or the audit DAG.", pipeline=config.name)
     report = audit_tables(config.name, config.table_uri, config.dead_letter_uri, ledger_uri, store,
-                          keys=config.keyed.keys if config.keyed else None, transformed=config.transform is not None,
+                          keys=table_keys(config, ledger_uri, store), transformed=config.transform is not None,
                           history=bool(config.keyed and config.keyed.keeps_history))
     if config.keyed and values is not None:  # deleted keys present are looked for with or without a sample
         keyed = verify_keys(config, kafka_properties(), ledger_uri, store, verify_sample, values=values)
@@ -41,3 +43,18 @@ def audit_pipeline(config: PipelineConfig, kafka_properties: Callable[[], Mappin
     elif verify_sample:
         report.sample = verify_ranges(config, kafka_properties(), ledger_uri, store, verify_sample, values=values)
     return report
+
+
+def table_keys(config: PipelineConfig, ledger_uri: str, store: ObjectStore | None) -> list[str] | None:
+    """A keyed table's keys: the pipeline file's, or, left out (Debezium's from the Kafka key), those its newest
+    planned batch was frozen with. None for a table without keys."""
+    if config.keyed is None:
+        return None
+    if config.keyed.keys:
+        return list(config.keyed.keys)
+    for row in sorted(Ledger(ledger_uri, store).rows(config.name), key=lambda r: -r.batch_id):
+        if row.frozen_plan:
+            keyed = json.loads(row.frozen_plan).get("record_format", {}).get("keyed") or {}
+            if keyed.get("keys"):
+                return list(keyed["keys"])
+    return None  # no batch yet: nothing to check

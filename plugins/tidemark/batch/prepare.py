@@ -21,6 +21,7 @@ from tidemark.batch.schemas import BatchSchemas, freeze_avro, freeze_json, subje
 from tidemark.batch.tables import output_txn_version
 from tidemark.config.pipeline import PipelineConfig
 from tidemark.errors import ConfigError, LedgerMissingError
+from tidemark.formats import debezium
 from tidemark.formats.protobuf_schemas import freeze_protobuf
 from tidemark.formats.schema_registry import SchemaSource
 from tidemark.kafka.client import KafkaOffsets
@@ -125,6 +126,20 @@ def freeze_schemas(config: PipelineConfig, source: SchemaSource | None) -> Batch
     return BatchSchemas(**parts)
 
 
+def _key_fields(config: PipelineConfig, kafka: KafkaOffsets, ranges: list[OffsetRange]) -> tuple[str, ...] | None:
+    """A Debezium table's keys when ``keyed.keys`` is left out and the key is JSON: the fields of the first record's
+    Kafka key (None when there is nothing to read, or the keys come from elsewhere). Raises ConfigError naming the
+    record when its key is not Debezium's JSON object."""
+    if not (config.keyed and not config.keyed.keys and config.key_format != "avro" and ranges):
+        return None
+    first = ranges[0]
+    key = kafka.first_key(first.tp, first.start, first.end)
+    try:
+        return debezium.key_fields(key, f"{first.topic} partition {first.partition} offset {first.start} or after")
+    except ValueError as exc:
+        raise ConfigError(f"{exc}; name the key columns in keyed.keys", pipeline=config.name) from None
+
+
 def _starting_offsets(config: PipelineConfig, kafka: KafkaOffsets, new: list[TopicPartition]):
     """``earliest``/``latest``, or for a start time the first offset at or after it per new
     partition (none that new: the latest offset, so nothing older is read)."""
@@ -165,9 +180,10 @@ def prepare_batch(config: PipelineConfig, kafka_properties: Mapping[str, str], *
         earliest, latest = kafka.earliest(tps), kafka.latest(tps)
         starting = _starting_offsets(config, kafka, [tp for tp in tps if tp not in state.positions])
         topic_ids = kafka.topic_ids({tp.topic for tp in tps})
+        decided = plan_ranges(config.name, state.positions, earliest, latest, starting_offsets=starting,
+                              on_data_loss=config.on_data_loss, max_offsets=config.max_offsets_per_run)
+        key_fields = _key_fields(config, kafka, [r for r in decided.ranges if r.size > 0])
     check_topic_ids(config.name, state.topic_ids, topic_ids, state.positions, latest)
-    decided = plan_ranges(config.name, state.positions, earliest, latest, starting_offsets=starting,
-                          on_data_loss=config.on_data_loss, max_offsets=config.max_offsets_per_run)
     ranges = [r for r in decided.ranges if r.size > 0]
     # on_data_loss: skip: each lost range is a committed 'gap' ledger entry of its own, written in the
     # same compare-and-commit append as the batch's planned rows (or alone when nothing is left to read).
@@ -185,7 +201,7 @@ def prepare_batch(config: PipelineConfig, kafka_properties: Mapping[str, str], *
     dedupe = any(r.start < state.high_water.get(r.tp, 0) for r in ranges)
     frozen = freeze_schemas(config, schemas)
     plan = build_plan(config, ledger.uri, first_id + bool(gaps), ranges, owner=owner, dedupe=dedupe,
-                      frozen=frozen, store=store)
+                      frozen=frozen, store=store, key_fields=key_fields)
     rows = planned_rows(config.name, plan.batch_id, ranges, owner, topic_ids=topic_ids,
                         frozen_schemas=frozen.to_json() if frozen else None, frozen_plan=plan.frozen())
     return freeze(ledger, state, plan, gaps + rows, "planning")

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from tidemark.config import keyed_tables
-from tidemark.errors import SchemaChangeError, SchemaRegistryError, TransformError
+from tidemark.errors import ConfigError, SchemaChangeError, SchemaRegistryError, TransformError
 from tidemark.formats import avro_resolution, avro_schemas, debezium, json_schemas
 from tidemark.formats.frozen_schemas import FrozenSchemas
 from tidemark.formats.protobuf_schemas import FrozenProtobuf
@@ -274,15 +274,22 @@ def _json_schema_fields(config: PipelineConfig, frozen: FrozenSchemas, source: s
                                   pipeline=config.name) from None
 
 
-def batch_format(config: PipelineConfig, frozen: BatchSchemas | None, store=None) -> RecordFormat:
-    """The pipeline's record format for one batch: the fields (the JSON ``value_schema``, or the
-    frozen Avro reader schema's, and the decoded key) checked against the output table under
-    ``schema_changes``, with the columns to add and the casts to make. Reads the output table's schema
-    (delta-rs), no JVM."""
+def _kafka_keys(config: PipelineConfig, frozen: BatchSchemas, key_fields: tuple[str, ...] | None,
+                fields: tuple[Field, ...]) -> tuple[str, ...]:
+    try:
+        return keyed_tables.kafka_keys(frozen.key.reader if frozen.key else None, key_fields, [f.name for f in fields])
+    except ValueError as exc:
+        raise ConfigError(str(exc), pipeline=config.name) from None
+
+
+def batch_format(config: PipelineConfig, frozen: BatchSchemas | None, store=None,
+                 key_fields: tuple[str, ...] | None = None) -> RecordFormat:
+    """The pipeline's record format for one batch: the fields (the JSON ``value_schema``, or the frozen Avro reader
+    schema's, and the decoded key) checked against the output table (delta-rs, no JVM) under ``schema_changes``, with
+    the columns to add and the casts to make; a Debezium table without ``keys`` gets the Kafka key's fields."""
     base = config.record_format
     frozen = frozen or BatchSchemas()
-    needs = {"value": config.value_format == "avro", "key": config.key_format == "avro"}
-    for part, needed in needs.items():
+    for part, needed in {"value": config.value_format == "avro", "key": config.key_format == "avro"}.items():
         if needed and getattr(frozen, part) is None:
             raise SchemaRegistryError(f"an Avro {part} needs the schemas frozen with the batch; this batch has none "
                                       f"(it was planned under another {part}_format): finish or reset it under that "
@@ -298,6 +305,8 @@ def batch_format(config: PipelineConfig, frozen: BatchSchemas | None, store=None
     else:
         fields = base.fields
         source = "value_schema"
+    if base.keyed and not base.keyed.keys:  # Debezium's keys from the Kafka key
+        base = replace(base, keyed=replace(base.keyed, keys=_kafka_keys(config, frozen, key_fields, fields)))
     key_type = None
     if frozen.key is not None:
         if KEY_COLUMN in {f.name.lower() for f in fields}:

@@ -26,6 +26,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tidemark.config.value_types import Duration
+from tidemark.formats import debezium
 from tidemark.formats.record_format import KeyedSpec
 from tidemark.formats.records import HISTORY_COLUMNS, RESERVED_COLUMNS
 
@@ -40,9 +41,11 @@ class KeyedConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    keys: list[str] = Field(min_length=1)
+    keys: list[str] = Field(default_factory=list)
     """The key columns: fields of the value (a tombstone's key fields are read from the Kafka key, a JSON
-    object such as ``{"id": 1}``, or its text for a single key)."""
+    object such as ``{"id": 1}``, or its text for a single key). With ``envelope: debezium`` they may be left out:
+    each batch then takes them from the Kafka key, where Debezium writes the source table's primary key
+    (``key_fields``: its JSON object's fields, or with ``key_format: avro`` its record's)."""
 
     order_by: list[str] = Field(default_factory=list)
     """Fields whose values order the changes of a key (``updated_at``); empty: the Kafka position, sound
@@ -77,6 +80,8 @@ class KeyedConfig(BaseModel):
 
 
 def spec(config: KeyedConfig) -> KeyedSpec:
+    """The batch's keyed spec; without ``keys`` (Debezium's from the Kafka key) its keys are filled at plan time
+    (``tidemark.batch.schemas.batch_format``)."""
     return KeyedSpec(tuple(config.keys), tuple(config.order_by), config.delete_field, tuple(config.delete_values),
                      config.envelope, CDC_COLUMNS if config.envelope == "debezium" else (), config.history)
 
@@ -84,6 +89,9 @@ def spec(config: KeyedConfig) -> KeyedSpec:
 def check(config: KeyedConfig, fields: Iterable[str], source: str = "value_schema") -> None:
     """The keys, ordering and delete fields against the value's fields. Raises ValueError naming them."""
     names = set(fields)
+    if not config.keys and config.envelope != "debezium":
+        raise ValueError("keyed.keys: name the key columns (keys: [id]); only envelope: debezium takes them from the "
+                         "Kafka key")
     for what, wanted in (("keys", config.keys), ("order_by", config.order_by),
                          ("delete_field", [config.delete_field] if config.delete_field else [])):
         missing = [n for n in wanted if n not in names]
@@ -122,6 +130,27 @@ def _check_history(config: KeyedConfig, names: set[str], source: str) -> None:
                          f"adds ({', '.join(HISTORY_COLUMNS)}): rename it")
 
 
+def kafka_keys(avro_key: str | None, key_fields: Iterable[str] | None, columns: Iterable[str]) -> tuple[str, ...]:
+    """A Debezium table's keys when ``keyed.keys`` is left out: the fields of the Kafka key, where Debezium writes the
+    source table's primary key (the Avro key's reader schema ``avro_key``, or ``key_fields`` read from a record's
+    JSON key by ``tidemark.formats.debezium.key_fields``), each one a column of the row. Raises ValueError saying
+    what to do."""
+    try:
+        keys = debezium.avro_key_fields(avro_key) if avro_key is not None else tuple(key_fields or ())
+    except ValueError as exc:
+        raise ValueError(f"{exc}: name the key columns in keyed.keys") from None
+    if not keys:
+        raise ValueError("keyed.keys is left out, so the keys come from the Kafka key, and the batch has no record "
+                         "to read one from: name the key columns in keyed.keys")
+    names = list(columns)
+    missing = [k for k in keys if k not in names]
+    if missing:
+        raise ValueError(f"keyed.keys is left out, so the keys are the Kafka key's fields ({', '.join(keys)}), and "
+                         f"{', '.join(repr(k) for k in missing)} is not a column of the row ({', '.join(names)}); "
+                         f"name the key columns in keyed.keys")
+    return tuple(keys)
+
+
 def check_pipeline(keyed: KeyedConfig | None, value_format: str, fields: Iterable[str],
                    value_subject: str | None = None) -> None:
     """The ``keyed`` block against the rest of a pipeline file (Avro fields are checked at plan time, by
@@ -129,6 +158,9 @@ def check_pipeline(keyed: KeyedConfig | None, value_format: str, fields: Iterabl
     values: what the tests cover."""
     if keyed is None:
         return
+    if not keyed.keys and keyed.envelope != "debezium":
+        raise ValueError("keyed.keys: name the key columns (keys: [id]); only envelope: debezium takes them from the "
+                         "Kafka key")
     if value_format not in ("json", "avro"):
         raise ValueError(f"keyed needs value_format: json (with an inline value_schema) or avro, not "
                          f"'{value_format}': its keys are fields of the value")

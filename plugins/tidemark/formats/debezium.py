@@ -131,3 +131,34 @@ def with_time_types(schema: Schema) -> Schema:
         if part in out:
             out[part] = with_time_types(out[part])
     return out
+
+
+def key_fields(key: bytes | None, where: str) -> tuple[str, ...]:
+    """The primary key's columns, from one Debezium record's Kafka key as the JsonConverter writes it: an object of
+    the key's fields (``{"id": 1}``), or with ``schemas.enable`` that object as the ``payload`` beside its ``schema``.
+    Raises ValueError naming ``where`` (the record's topic, partition and offset) when the key is no such object."""
+    import json
+
+    if key is None:
+        raise ValueError(f"the record at {where} has no Kafka key: its source table has no primary key")
+    try:
+        data = json.loads(key)
+    except (UnicodeDecodeError, ValueError):
+        raise ValueError(f"the Kafka key at {where} is not JSON (a key converter other than Kafka Connect's "
+                         f"JsonConverter? With Avro keys, set key_format: avro)") from None
+    if isinstance(data, dict) and set(data) == {"schema", "payload"} and isinstance(data["payload"], dict):
+        data = data["payload"]
+    if not isinstance(data, dict) or not data:
+        raise ValueError(f"the Kafka key at {where} is not a JSON object of the primary key's fields")
+    return tuple(data)
+
+
+def avro_key_fields(reader: str) -> tuple[str, ...]:
+    """The primary key's columns from the Avro key's reader schema (a record: Kafka Connect's AvroConverter writes
+    the key's fields as one). Raises ValueError when it is not a record."""
+    import json
+
+    schema = json.loads(reader)
+    if not (isinstance(schema, dict) and schema.get("type") == "record" and schema.get("fields")):
+        raise ValueError("the Avro key's reader schema is not a record of the primary key's fields")
+    return tuple(f["name"] for f in schema["fields"])

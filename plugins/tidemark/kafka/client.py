@@ -312,6 +312,24 @@ class KafkaOffsets:
         """Latest offsets; under ``read_committed`` the last stable offset."""
         return self._call("latest", self._consumer.end_offsets, tps)
 
+    def first_key(self, tp: TopicPartition, start: int, end: int) -> bytes | None:
+        """The Kafka key of the first record of ``tp`` at or after ``start`` and before ``end`` (a plan's range: a
+        Debezium table's keys come from its key). Raises KafkaUnavailableError when none is read within the
+        timeout."""
+        from kafka import TopicPartition as KafkaPartition
+
+        partition = KafkaPartition(tp.topic, tp.partition)
+        self._consumer.assign([partition])
+        self._consumer.seek(partition, start)
+        deadline = time.monotonic() + self._timeout_ms / 1000
+        while time.monotonic() < deadline:
+            for record in self._consumer.poll(timeout_ms=200).get(partition, []):
+                if start <= record.offset < end:
+                    return record.key
+        raise KafkaUnavailableError(f"no record of {tp.topic} partition {tp.partition} in offsets [{start}, {end}) "
+                                    f"was read within {self._timeout_ms} ms, to take the keys from its Kafka key; "
+                                    f"nothing was frozen", pipeline=self._pipeline)
+
     def high_watermarks(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         """Per partition, the high watermark: the end offset under ``read_uncommitted``, whatever this
         reader's isolation level. Under ``read_committed`` the records between the last stable offset

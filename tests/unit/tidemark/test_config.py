@@ -78,6 +78,8 @@ BROKEN = {
                       r"value_schema: \{id: bigint",
     "both_cap_names": r"'max_records_per_run' is the old name of 'max_offsets_per_run': give only max_offsets_per_run$",
     "keyed_raw": r"keyed needs value_format: json \(with an inline value_schema\) or avro, not 'raw'",
+    "keyed_without_keys": r"keyed.keys: name the key columns \(keys: \[id\]\); only envelope: debezium takes them "
+                          r"from the Kafka key",
     "keyed_protobuf": r"keyed needs value_format: json \(with an inline value_schema\) or avro, not 'protobuf'",
     "keyed_registry_json": r"keyed needs a JSON value's schema inline \(value_schema\): a keyed table does not take a "
                            r"JSON Schema from the Schema Registry \(value_subject: a-value\) yet",
