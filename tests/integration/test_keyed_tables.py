@@ -284,6 +284,14 @@ def test_debezium_json_change_events(kafka_bootstrap, spark, lake, wrapped):
     batch = [r for r in Ledger(settings.ledger_uri()).rows(topic) if r.kind == "batch"]
     assert [(r.record_count, r.dead_letter_count) for r in batch] == [(9, 3)]
     assert ledger_changes(topic) == {1: (2, 0, 0)}  # the batch created the table with keys 1 and 3
+    # a backfill of the first changes freezes the same keys (from the Kafka key when left out) and changes nothing
+    backfill = prepare_backfill(config, props(), BackfillRequest(offsets={TopicPartition(topic, 0): (0, 4)}),
+                                owner="test")
+    assert backfill.format.keyed.keys == ("id",)
+    execute_batch(spark, backfill, props())
+    assert [tuple(r.values()) for r in helpers.query(config.table_uri, "SELECT id, name, cdc_op, cdc_position FROM t "
+                                                                        "ORDER BY id")] == [(1, "b", "u", 20),
+                                                                                            (3, "z", "c", 50)]
 
 
 def test_keys_left_out_and_a_key_that_is_not_debeziums_json_freeze_nothing(kafka_bootstrap, lake):

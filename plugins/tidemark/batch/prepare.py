@@ -126,7 +126,7 @@ def freeze_schemas(config: PipelineConfig, source: SchemaSource | None) -> Batch
     return BatchSchemas(**parts)
 
 
-def _key_fields(config: PipelineConfig, kafka: KafkaOffsets, ranges: list[OffsetRange]) -> tuple[str, ...] | None:
+def key_fields_of(config: PipelineConfig, kafka: KafkaOffsets, ranges: list[OffsetRange]) -> tuple[str, ...] | None:
     """A Debezium table's keys when ``keyed.keys`` is left out and the key is JSON: the fields of the first record's
     Kafka key (None when there is nothing to read, or the keys come from elsewhere). Raises ConfigError naming the
     record when its key is not Debezium's JSON object."""
@@ -182,7 +182,7 @@ def prepare_batch(config: PipelineConfig, kafka_properties: Mapping[str, str], *
         topic_ids = kafka.topic_ids({tp.topic for tp in tps})
         decided = plan_ranges(config.name, state.positions, earliest, latest, starting_offsets=starting,
                               on_data_loss=config.on_data_loss, max_offsets=config.max_offsets_per_run)
-        key_fields = _key_fields(config, kafka, [r for r in decided.ranges if r.size > 0])
+        key_fields = key_fields_of(config, kafka, [r for r in decided.ranges if r.size > 0])
     check_topic_ids(config.name, state.topic_ids, topic_ids, state.positions, latest)
     ranges = [r for r in decided.ranges if r.size > 0]
     # on_data_loss: skip: each lost range is a committed 'gap' ledger entry of its own, written in the
