@@ -154,6 +154,11 @@ def reserve(config: PipelineConfig, ledger: Ledger, schemas: SchemaSource | None
     if not (reason or "").strip():
         raise ConfigError("reprocessing dead letters needs a reason (--reason); it is written to the ledger",
                           pipeline=config.name)
+    if config.keyed is not None:
+        raise ConfigError("reprocessing dead letters appends them to the output, and a keyed table holds one row per "
+                          "key, written by its MERGE in the order of its changes: refused for keyed tables, nothing "
+                          "was changed. The dead letters stay; produce a change that is still wanted to the topic "
+                          "again, and the next batch applies it in its order", pipeline=config.name)
     state = ledger.state(config.name)
     if state.pending_batch_id is not None:
         raise PipelineBusyError.pending_batch(

@@ -88,6 +88,16 @@ def test_refusals_name_what_to_do(lake):
         reserve(config, ledger)
 
 
+def test_a_keyed_table_is_refused_an_append_would_hold_a_key_twice(lake):
+    _, ledger = lake
+    keyed = parse_pipeline({"name": "p", "topics": ["t"], "table": "out", "value_format": "json",
+                            "value_schema": {"id": "bigint"}, "keyed": {"keys": ["id"]}}, "test")
+    write_dead(keyed, [("p", 0, 2, 1)])
+    with pytest.raises(ConfigError, match="refused for keyed tables, nothing was changed.*produce a change"):
+        reserve(keyed, ledger)
+    assert all(r.kind == "batch" for r in ledger.rows("p"))  # no entry reserved
+
+
 def test_an_unfinished_entry_is_resumed_and_its_commit_counts_what_left_the_dead_letters(lake):
     config, ledger = lake
     write_dead(config, [("p", 0, 2, 1), ("p", 0, 7, 1), ("p", 1, 4, 1)])
