@@ -148,19 +148,34 @@ class Debezium:
         format, and ``schema.name.adjustment.mode=avro`` (its topic prefix, ``avro-<table>``, holds a '-', which
         an Avro name cannot). Starting, it snapshots the rows the table holds (op ``r``), then streams; yields its
         topic. Deleted afterwards, with its slot and publication."""
+        with self._own_connector(table, "avro", {"schema.name.adjustment.mode": "avro",
+                                                 **avro_converters(_native_registry(registry_url))}, timeout) as topic:
+            yield topic
+
+    @contextmanager
+    def json_schema_connector(self, table: str, timeout: float = 60) -> Iterator[str]:
+        """As ``avro_connector``, with Kafka Connect's JsonConverter writing each key and value with its ``schema``
+        wrapper (``schemas.enable=true``): the records carry the table's columns. Yields its topic."""
+        converters = {f"{part}.{k}": v for part in ("key", "value") for k, v in
+                      {"converter": "org.apache.kafka.connect.json.JsonConverter",
+                       "converter.schemas.enable": "true"}.items()}
+        with self._own_connector(table, "json", converters, timeout) as topic:
+            yield topic
+
+    @contextmanager
+    def _own_connector(self, table: str, kind: str, settings: dict[str, str], timeout: float) -> Iterator[str]:
         import requests
 
-        url, name = self.env["CDC_CONNECT_URL"], f"tidemark-avro-{table}"
-        slot = f"tidemark_avro_{table}"
+        url, name = self.env["CDC_CONNECT_URL"], f"tidemark-{kind}-{table}"
+        slot = f"tidemark_{kind}_{table}"
         config = requests.get(f"{url}/connectors/{self.env['CDC_CONNECTOR']}/config", timeout=10).json()
-        config |= {"name": name, "topic.prefix": f"avro-{table}", "slot.name": slot, "publication.name": slot,
+        config |= {"name": name, "topic.prefix": f"{kind}-{table}", "slot.name": slot, "publication.name": slot,
                    "publication.autocreate.mode": "filtered", "table.include.list": f"public.{table}",
-                   "slot.drop.on.stop": "true", "schema.name.adjustment.mode": "avro",
-                   **avro_converters(_native_registry(registry_url))}
+                   "slot.drop.on.stop": "true", **settings}
         requests.put(f"{url}/connectors/{name}/config", json=config, timeout=30).raise_for_status()
         try:
             self._await_running(name, timeout)
-            yield f"avro-{table}.public.{table}"
+            yield f"{kind}-{table}.public.{table}"
         finally:
             requests.delete(f"{url}/connectors/{name}", timeout=30)
             self._drop_slot(slot, timeout)

@@ -153,3 +153,42 @@ def avro_rows(uri: str, *extra: str) -> dict[int, tuple]:
     rows = helpers.query(uri, f"SELECT {', '.join(['id', 'name', 'balance', 'updated_at', *extra])} FROM t")
     return {r["id"]: (r["name"], r["balance"], r["updated_at"] and dt.datetime.fromisoformat(r["updated_at"]),
                       *(r[c] for c in extra)) for r in rows}
+
+
+def test_the_columns_and_keys_come_from_the_json_converters_schema(debezium: Debezium, spark, lake):
+    """No value_schema and no keys: each batch takes the row's columns from the JsonConverter's schema wrapper of its
+    newest change, and the keys from the Kafka key; a column added in PostgreSQL adds the table's column, and a batch
+    of a tombstone alone takes the columns of the change before it."""
+    table = debezium.unique_table("parts")
+    debezium.create_table(table, "id int PRIMARY KEY, name text NOT NULL, qty smallint, price numeric(12,2), "
+                                 "updated_at timestamptz, born date, ok boolean, big bigint, ratio double precision")
+    debezium.sql(f"INSERT INTO {table} VALUES (1, 'bolt', 3, 1.50, '2024-05-01 10:00:00+00', '2024-01-02', true, "
+                 f"9007199254740993, 0.25), (2, 'nut', NULL, NULL, NULL, NULL, NULL, NULL, NULL)")
+    with debezium.json_schema_connector(table) as topic:
+        debezium.read(topic, 2)  # the snapshot: r, r
+        config = parse_pipeline({"name": table, "topics": [topic], "table": table, "value_format": "json",
+                                 "keyed": {"envelope": "debezium"}}, "test")
+        props = {"bootstrap.servers": debezium.bootstrap}
+        plan = run(spark, config, props)
+        assert plan.format.keyed.keys == ("id",)
+        assert [(f.name, f.type, f.required) for f in plan.format.fields] == [
+            ("id", "int", False), ("name", "string", False), ("qty", "smallint", False), ("price", "string", False),
+            ("updated_at", "timestamp", False), ("born", "int", False), ("ok", "boolean", False),
+            ("big", "bigint", False), ("ratio", "double", False)]
+        got = {r["id"]: r for r in helpers.query(config.table_uri, "SELECT * FROM t")}
+        assert (got[1]["name"], got[1]["qty"], got[1]["price"], got[1]["born"], got[1]["ok"], got[1]["big"],
+                got[1]["ratio"]) == ("bolt", 3, "1.50", (dt.date(2024, 1, 2) - dt.date(1970, 1, 1)).days, True,
+                                     9007199254740993, 0.25)
+        assert got[1]["updated_at"] == dt.datetime(2024, 5, 1, 10, 0, tzinfo=dt.UTC) and got[2]["qty"] is None
+
+        debezium.sql(f"ALTER TABLE {table} ADD COLUMN tier text")
+        debezium.sql(f"UPDATE {table} SET tier = 'gold', qty = 4 WHERE id = 1")
+        debezium.sql(f"DELETE FROM {table} WHERE id = 2")
+        debezium.read(topic, 2 + 3)  # u, d and its tombstone
+        plan = run(spark, config, props)
+        assert [f.name for f in plan.format.fields][-1] == "tier" and plan.format.add_columns
+        rows = helpers.query(config.table_uri, "SELECT id, qty, tier, cdc_op FROM t ORDER BY id")
+        assert [tuple(r.values()) for r in rows] == [(1, 4, "gold", "u")]
+        assert helpers.query_or_none(config.dead_letter_uri) is None
+    assert audit_tables(table, config.table_uri, config.dead_letter_uri, settings.ledger_uri(),
+                        keys=table_keys(config, settings.ledger_uri(), None)).ok

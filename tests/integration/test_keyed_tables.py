@@ -306,6 +306,34 @@ def test_keys_left_out_and_a_key_that_is_not_debeziums_json_freeze_nothing(kafka
     assert Ledger(settings.ledger_uri()).rows(topic) == []  # nothing frozen: the next run reads the same offsets
 
 
+def test_without_a_value_schema_a_tombstone_alone_takes_the_columns_of_the_change_before_it(kafka_bootstrap, spark,
+                                                                                            lake):
+    """The columns come from the JsonConverter's schema of a batch's newest change; a batch that holds only
+    Debezium's tombstone after a delete (the batch before ended at the delete) takes them from the change before."""
+    topic = helpers.create_topic(helpers.unique("keyed-dbz-schema"), partitions=1)
+    config = parse_pipeline({"name": topic, "topics": [topic], "table": topic, "value_format": "json",
+                             "keyed": {"envelope": "debezium"}}, "test")
+    row = {"type": "struct", "optional": True, "fields": [{"type": "int64", "optional": False, "field": "id"},
+                                                          {"type": "string", "optional": True, "field": "name"}]}
+    schema = {"type": "struct", "fields": [{**row, "field": "before"}, {**row, "field": "after"},
+                                           {"type": "string", "field": "op"}]}
+
+    def event(op: str, before: dict | None, after: dict | None, lsn: int) -> bytes:
+        payload = {"op": op, "before": before, "after": after, "source": {"lsn": lsn, "ts_ms": 1714558800000 + lsn}}
+        return json.dumps({"schema": schema, "payload": payload}).encode()
+
+    helpers.produce_pairs(topic, [(b'{"id": 1}', event("c", None, {"id": 1, "name": "a"}, 10)),
+                                  (b'{"id": 2}', event("c", None, {"id": 2, "name": "b"}, 20))])
+    run(spark, config)
+    helpers.produce_pairs(topic, [(b'{"id": 2}', event("d", {"id": 2, "name": None}, None, 30))])
+    run(spark, config)
+    helpers.produce_pairs(topic, [(b'{"id": 2}', None)])
+    plan = prepare_batch(config, props())
+    assert [f.name for f in plan.format.fields] == ["id", "name"] and plan.format.keyed.keys == ("id",)
+    execute_batch(spark, plan, props())
+    assert [tuple(r.values()) for r in helpers.query(config.table_uri, "SELECT id, name FROM t")] == [(1, "a")]
+
+
 def test_debezium_avro_change_events(kafka_bootstrap, schema_registry, spark, lake):
     """Debezium's envelope as Avro (the converter's shape: tests/unit/tidemark/avro_samples.py), decoded with the
     schema frozen from the registry; the same dead-letter rules as JSON, and a value that is not Avro says so once."""

@@ -26,6 +26,7 @@ from tidemark.batch.prepare import (
     key_fields_of,
     next_batch_id,
     recover_checked,
+    value_fields_of,
 )
 from tidemark.config.pipeline import PipelineConfig
 from tidemark.errors import ConfigError, PipelineBusyError
@@ -129,6 +130,7 @@ def prepare_backfill(config: PipelineConfig, kafka_properties: Mapping[str, str]
         ranges = _backfill_ranges(config, kafka, request)
         topic_ids = kafka.topic_ids({r.topic for r in ranges})
         key_fields = key_fields_of(config, kafka, [r for r in ranges if r.size > 0])
+        value_fields = value_fields_of(config, kafka, [r for r in ranges if r.size > 0])
     if not ranges:
         log.info("pipeline '%s': the backfill %s holds no records; nothing to do", config.name,
                  "window" if request.window else "offsets' ranges (each empty: start = end)")
@@ -136,7 +138,7 @@ def prepare_backfill(config: PipelineConfig, kafka_properties: Mapping[str, str]
     check_topic_ids(config.name, state.topic_ids, topic_ids, state.positions)
     frozen = freeze_schemas(config, schemas)
     plan = build_plan(config, ledger.uri, next_batch_id(config, ledger, state), ranges, owner=owner, dedupe=True,
-                      frozen=frozen, store=store, key_fields=key_fields)
+                      frozen=frozen, store=store, key_fields=key_fields, value_fields=value_fields)
     what = (f"backfill {request.window[0].isoformat()} .. {request.window[1].isoformat()}" if request.window
             else "backfill of explicit offsets")
     rows = planned_rows(config.name, plan.batch_id, ranges, owner, kind="backfill", reason=what, topic_ids=topic_ids,

@@ -104,12 +104,14 @@ class BatchPlan(HasRanges):
 
 def build_plan(config: PipelineConfig, ledger_uri: str, batch_id: int, ranges, *,
                frozen: BatchSchemas | None = None, store=None, key_fields: tuple[str, ...] | None = None,
-               **extra) -> BatchPlan:
+               value_fields=None, **extra) -> BatchPlan:
     """A BatchPlan with everything the ingest job needs from the pipeline config, and for a batch
     with offsets to read, the record format checked against the output table (``schemas``; ``store``
-    is the object store of a table on S3; ``key_fields``: a Debezium table's keys read from a Kafka key)."""
+    is the object store of a table on S3; ``key_fields``, ``value_fields``: a Debezium table's keys and columns
+    read from its records)."""
     ranges = list(ranges)
-    fmt = batch_format(config, frozen, store, key_fields) if any(r.size for r in ranges) else config.record_format
+    fmt = (batch_format(config, frozen, store, key_fields, value_fields) if any(r.size for r in ranges)
+           else config.record_format)
     return BatchPlan(config.name, batch_id, config.table_uri, ledger_uri, ranges,
                      dead_letter_uri=config.dead_letter_uri, record_format=fmt,
                      partition_by=list(config.partition_by), kafka_timeout_seconds=config.kafka_timeout_seconds,

@@ -20,6 +20,7 @@ from tidemark.batch.recovery import recover
 from tidemark.batch.schemas import BatchSchemas, freeze_avro, freeze_json, subject_of
 from tidemark.batch.tables import output_txn_version
 from tidemark.config.pipeline import PipelineConfig
+from tidemark.config.value_settings import schema_in_data
 from tidemark.errors import ConfigError, LedgerMissingError
 from tidemark.formats import debezium
 from tidemark.formats.protobuf_schemas import freeze_protobuf
@@ -133,11 +134,35 @@ def key_fields_of(config: PipelineConfig, kafka: KafkaOffsets, ranges: list[Offs
     if not (config.keyed and not config.keyed.keys and config.key_format != "avro" and ranges):
         return None
     first = ranges[0]
-    key = kafka.first_key(first.tp, first.start, first.end)
+    key = next(kafka.records(first.tp, first.start, first.end)).key
     try:
         return debezium.key_fields(key, f"{first.topic} partition {first.partition} offset {first.start} or after")
     except ValueError as exc:
         raise ConfigError(f"{exc}; name the key columns in keyed.keys", pipeline=config.name) from None
+
+
+def value_fields_of(config: PipelineConfig, kafka: KafkaOffsets, ranges: list[OffsetRange]):
+    """Debezium's JSON events without a ``value_schema``: the row's columns from the JSON converter's schema of the
+    newest change in each range (the newest range's first: a column added in the source is in the batch's newest
+    events). None when the schema is not in the data. Raises ConfigError naming the record and what to change."""
+    if not (schema_in_data(config) and ranges):
+        return None
+    found = [(r, kafka.newest_value(r.tp, r.start, r.end)) for r in ranges]
+    if all(record is None for _, record in found):  # tombstones only: the schema of the change before them
+        earliest = kafka.earliest([r.tp for r in ranges])
+        found = [(r, kafka.newest_value(r.tp, earliest[r.tp], r.start)) for r in ranges]
+    newest = []
+    for r, record in found:
+        if record is not None:
+            where = f"{r.topic} partition {r.partition} offset {record.offset}"
+            try:
+                newest.append((record.timestamp, debezium.wrapped_row_fields(record.value, where)))
+            except ValueError as exc:
+                raise ConfigError(str(exc), pipeline=config.name) from None
+    if not newest:
+        raise ConfigError(f"no change event in {describe_ranges(ranges)} or before it carries the JSON converter's "
+                          f"schema to take the columns from: declare value_schema", pipeline=config.name)
+    return debezium.merged_fields([fields for _, fields in sorted(newest, key=lambda n: -n[0])])
 
 
 def _starting_offsets(config: PipelineConfig, kafka: KafkaOffsets, new: list[TopicPartition]):
@@ -183,6 +208,7 @@ def prepare_batch(config: PipelineConfig, kafka_properties: Mapping[str, str], *
         decided = plan_ranges(config.name, state.positions, earliest, latest, starting_offsets=starting,
                               on_data_loss=config.on_data_loss, max_offsets=config.max_offsets_per_run)
         key_fields = key_fields_of(config, kafka, [r for r in decided.ranges if r.size > 0])
+        value_fields = value_fields_of(config, kafka, [r for r in decided.ranges if r.size > 0])
     check_topic_ids(config.name, state.topic_ids, topic_ids, state.positions, latest)
     ranges = [r for r in decided.ranges if r.size > 0]
     # on_data_loss: skip: each lost range is a committed 'gap' ledger entry of its own, written in the
@@ -201,7 +227,7 @@ def prepare_batch(config: PipelineConfig, kafka_properties: Mapping[str, str], *
     dedupe = any(r.start < state.high_water.get(r.tp, 0) for r in ranges)
     frozen = freeze_schemas(config, schemas)
     plan = build_plan(config, ledger.uri, first_id + bool(gaps), ranges, owner=owner, dedupe=dedupe,
-                      frozen=frozen, store=store, key_fields=key_fields)
+                      frozen=frozen, store=store, key_fields=key_fields, value_fields=value_fields)
     rows = planned_rows(config.name, plan.batch_id, ranges, owner, topic_ids=topic_ids,
                         frozen_schemas=frozen.to_json() if frozen else None, frozen_plan=plan.frozen())
     return freeze(ledger, state, plan, gaps + rows, "planning")

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from tidemark.batch.history_checks import check_history_shape, check_history_widening
 from tidemark.config import keyed_tables
 from tidemark.errors import ConfigError, SchemaChangeError, SchemaRegistryError, TransformError
 from tidemark.formats import avro_resolution, avro_schemas, debezium, json_schemas
@@ -274,8 +275,27 @@ def _json_schema_fields(config: PipelineConfig, frozen: FrozenSchemas, source: s
                                   pipeline=config.name) from None
 
 
-def _kafka_keys(config: PipelineConfig, frozen: BatchSchemas, key_fields: tuple[str, ...] | None,
-                fields: tuple[Field, ...]) -> tuple[str, ...]:
+def _value_fields(config: PipelineConfig, frozen: BatchSchemas, value_fields: tuple[Field, ...] | None,
+                  ) -> tuple[tuple[Field, ...], str]:
+    """The value's columns and where they come from: the frozen registry schemas, the JSON converter's schema of the
+    batch's records (``value_fields``, Debezium without a ``value_schema``), or the ``value_schema``."""
+    if frozen.value is not None:
+        source = f"subject '{frozen.value.subject}' version {frozen.value.reader_version}"
+        return (_json_schema_fields(config, frozen.value, source) if config.value_format == "json"
+                else _avro_fields(config, frozen.value, source)), source
+    if config.value_format == "protobuf":
+        return protobuf_columns(config, frozen.protobuf)
+    if value_fields is None:
+        return config.record_format.fields, "value_schema"
+    source = "the JSON converter's schema of the batch's newest change"
+    try:
+        keyed_tables.check(config.keyed, [f.name for f in value_fields], source)
+    except ValueError as exc:
+        raise ConfigError(f"{exc}; change the keyed block", pipeline=config.name) from None
+    return value_fields, source
+
+
+def _kafka_keys(config: PipelineConfig, frozen: BatchSchemas, key_fields, fields) -> tuple[str, ...]:
     try:
         return keyed_tables.kafka_keys(frozen.key.reader if frozen.key else None, key_fields, [f.name for f in fields])
     except ValueError as exc:
@@ -283,7 +303,8 @@ def _kafka_keys(config: PipelineConfig, frozen: BatchSchemas, key_fields: tuple[
 
 
 def batch_format(config: PipelineConfig, frozen: BatchSchemas | None, store=None,
-                 key_fields: tuple[str, ...] | None = None) -> RecordFormat:
+                 key_fields: tuple[str, ...] | None = None, value_fields: tuple[Field, ...] | None = None,
+                 ) -> RecordFormat:
     """The pipeline's record format for one batch: the fields (the JSON ``value_schema``, or the frozen Avro reader
     schema's, and the decoded key) checked against the output table (delta-rs, no JVM) under ``schema_changes``, with
     the columns to add and the casts to make; a Debezium table without ``keys`` gets the Kafka key's fields."""
@@ -296,15 +317,7 @@ def batch_format(config: PipelineConfig, frozen: BatchSchemas | None, store=None
                                       f"format", pipeline=config.name)
     if config.value_format == "raw" and config.key_format == "raw":
         return base
-    if frozen.value is not None:
-        source = f"subject '{frozen.value.subject}' version {frozen.value.reader_version}"
-        fields = (_json_schema_fields(config, frozen.value, source) if config.value_format == "json"
-                  else _avro_fields(config, frozen.value, source))
-    elif config.value_format == "protobuf":
-        fields, source = protobuf_columns(config, frozen.protobuf)
-    else:
-        fields = base.fields
-        source = "value_schema"
+    fields, source = _value_fields(config, frozen, value_fields)
     if base.keyed and not base.keyed.keys:  # Debezium's keys from the Kafka key
         base = replace(base, keyed=replace(base.keyed, keys=_kafka_keys(config, frozen, key_fields, fields)))
     key_type = None
@@ -325,7 +338,7 @@ def batch_format(config: PipelineConfig, frozen: BatchSchemas | None, store=None
     envelope = set(base.keyed.columns if base.keyed else ()) | set(
         HISTORY_COLUMNS if base.keyed and base.keyed.keeps_history else ())
     if columns is not None:
-        _check_history_shape(config, base, columns, {f.name for f in fields})
+        check_history_shape(config, base, columns, {f.name for f in fields})
         columns = {n: t for n, t in columns.items() if n not in envelope}
         checked = [*fields, *([Field(KEY_COLUMN, key_type, False)] if key_type else [])]
         if config.value_format == "raw":  # only the key is checked: the raw value column is Tidemark's own
@@ -334,7 +347,7 @@ def batch_format(config: PipelineConfig, frozen: BatchSchemas | None, store=None
         changes = compare(checked, columns)
         decision = check_changes(config.name, config.table_uri, changes, config.schema_changes, source)
         add_columns, casts, widen = bool(changes.added), decision.casts, decision.widen
-        _check_history_widening(config, base, widen)
+        check_history_widening(config, base, widen)
     avro = frozen.value if frozen.value and config.value_format == "avro" else None
     registry_json = frozen.value if frozen.value and config.value_format == "json" else None
     if avro and config.keyed and config.keyed.envelope == "debezium":  # read Debezium's times as times
@@ -342,42 +355,6 @@ def batch_format(config: PipelineConfig, frozen: BatchSchemas | None, store=None
     return replace(base, fields=fields, avro=avro, json_schemas=registry_json, key_avro=frozen.key,
                    key_type=key_type, protobuf=frozen.protobuf,
                    add_columns=add_columns, casts=casts, widen=widen)
-
-
-def _check_history_shape(config: PipelineConfig, base: RecordFormat, columns: Mapping[str, str],
-                         fields: set[str]) -> None:
-    """A keyed table and a history table (``keyed.history``) are not each other: the first has one row per key
-    and no past versions to turn into a history; a keyed MERGE into the second would change every version of a
-    key. Refused before anything is frozen, saying what to do. (A keyed table whose values carry fields of those
-    names is a keyed table: a history pipeline refuses such fields.)"""
-    if base.keyed is None:
-        return
-    held = set(HISTORY_COLUMNS) <= set(columns) and not set(HISTORY_COLUMNS) & fields
-    if base.keyed.keeps_history and not held:
-        raise SchemaChangeError(
-            f"keyed.history: {base.keyed.history}, but {config.table_uri} is a keyed table without history (no "
-            f"{', '.join(HISTORY_COLUMNS)}): the versions before its newest rows are gone. Write the history to a new "
-            f"table (a new 'table:' and 'name:') from the earliest offsets Kafka holds (docs/OPERATIONS.md, *History "
-            f"tables*)", pipeline=config.name)
-    if held and not base.keyed.keeps_history:
-        raise SchemaChangeError(
-            f"{config.table_uri} is a history table ({', '.join(HISTORY_COLUMNS)}), and the pipeline has no "
-            f"keyed.history: its MERGE would change every version of a key. Put 'history: scd2' back in the keyed "
-            f"block, or write the keyed table to a new table", pipeline=config.name)
-
-
-def _check_history_widening(config: PipelineConfig, base: RecordFormat, widen: Mapping[str, str]) -> None:
-    """A history table identifies a version by its key and ordering, which its kept deletes and its ``valid_from``
-    and ``valid_to`` repeat: widening one of those columns alone would leave them apart. Refused at plan time."""
-    if base.keyed is None or not base.keyed.keeps_history:
-        return
-    identity = [c for c in widen if c in (*base.keyed.keys, *base.keyed.order_by)]  # Debezium's: not value fields
-    if identity:
-        raise SchemaChangeError(
-            f"the value's {', '.join(repr(c) for c in identity)} changed type ({', '.join(widen[c] for c in identity)}"
-            f"), and in the history table {config.table_uri} it is a key or the ordering, which valid_from, valid_to "
-            f"and the kept deletes repeat: a history table does not widen it. Keep the type, or write the history to "
-            f"a new table", pipeline=config.name)
 
 
 def protobuf_columns(config: PipelineConfig, frozen: FrozenProtobuf | None) -> tuple[tuple[Field, ...], str]:

@@ -151,7 +151,7 @@ def kafka_keys(avro_key: str | None, key_fields: Iterable[str] | None, columns: 
     return tuple(keys)
 
 
-def check_pipeline(keyed: KeyedConfig | None, value_format: str, fields: Iterable[str],
+def check_pipeline(keyed: KeyedConfig | None, value_format: str, fields: Iterable[str] | None,
                    value_subject: str | None = None) -> None:
     """The ``keyed`` block against the rest of a pipeline file (Avro fields are checked at plan time, by
     ``tidemark.batch.schemas.batch_format``). Keyed tables take JSON values with an inline ``value_schema`` or Avro
@@ -167,7 +167,7 @@ def check_pipeline(keyed: KeyedConfig | None, value_format: str, fields: Iterabl
     if value_format == "json" and value_subject:
         raise ValueError(f"keyed needs a JSON value's schema inline (value_schema): a keyed table does not take a "
                          f"JSON Schema from the Schema Registry (value_subject: {value_subject}) yet")
-    if value_format == "json":
+    if value_format == "json" and fields is not None:  # None: the columns come with the data (checked at plan time)
         check(keyed, fields)
 
 

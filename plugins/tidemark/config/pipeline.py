@@ -26,7 +26,7 @@ from tidemark.config.error_messages import describe_error
 from tidemark.config.keyed_tables import KeyedConfig, spec
 from tidemark.config.maintenance_settings import MaintenanceConfig
 from tidemark.config.transforms import TransformSql
-from tidemark.config.value_settings import check_value_settings, reads_registry
+from tidemark.config.value_settings import check_value_settings, reads_registry, schema_in_data
 from tidemark.config.value_types import Count, Duration, Flag
 from tidemark.errors import ConfigError
 from tidemark.formats.record_format import RecordFormat
@@ -235,8 +235,9 @@ class PipelineConfig(BaseModel):
     def _partition_columns_exist(self) -> PipelineConfig:
         payload = ["value"] if self.value_format == "raw" else list(self.value_schema or {})
         allowed = [*KAFKA_COLUMNS, *payload, *BATCH_COLUMNS, DATE_COLUMN]
+        planned = self.value_format in ("avro", "protobuf") or self.transform or schema_in_data(self)
         for column in self.partition_by:
-            if column not in allowed and self.value_format not in ("avro", "protobuf") and not self.transform:
+            if column not in allowed and not planned:  # else the columns are known when a batch is planned
                 raise ValueError(f"partition_by: '{column}' is not an output column (one of {', '.join(allowed)})")
         if len(set(self.partition_by)) != len(self.partition_by):
             raise ValueError("partition_by lists a column more than once")
@@ -268,7 +269,7 @@ class PipelineConfig(BaseModel):
     def _maintenance_fits(self) -> PipelineConfig:
         if self.maintenance is not None:
             payload = ["value"] if self.value_format == "raw" else list(self.value_schema or {})
-            fixed = self.value_format in ("avro", "protobuf") or self.transform  # columns known at plan or in the job
+            fixed = self.value_format in ("avro", "protobuf") or self.transform or schema_in_data(self)  # at plan
             columns = None if fixed else [*KAFKA_COLUMNS, *payload, *BATCH_COLUMNS]
             self.maintenance.check(self.name, self.partition_by, columns)
         return self

@@ -21,13 +21,20 @@ def reads_registry(value_format: str, value_subject: str | None) -> bool:
     return value_format in REGISTRY_FORMATS or (value_format == "json" and value_subject is not None)
 
 
+def schema_in_data(config: Any) -> bool:
+    """JSON values without a schema of their own, which a Debezium pipeline reads from the JSON converter's wrapper."""
+    return (config.value_format == "json" and not config.value_schema and not config.value_subject
+            and config.keyed is not None and config.keyed.envelope == "debezium")
+
+
 def check_value_settings(config: Any) -> None:
     """Raise ValueError, saying what to write instead, when the value and key settings of ``config`` (a
     ``tidemark.config.pipeline.PipelineConfig`` being validated) do not go together."""
     fmt = config.value_format
-    if fmt == "json" and not config.value_schema and not config.value_subject:
+    if fmt == "json" and not config.value_schema and not config.value_subject and not schema_in_data(config):
         raise ValueError("value_format 'json' needs a value_schema (field: type, ...), or a value_subject whose JSON "
-                         "Schema the Schema Registry holds")
+                         "Schema the Schema Registry holds (Debezium's change events with the JSON converter's schema: "
+                         "keyed: {envelope: debezium} and no value_schema)")
     if fmt == "json" and config.value_schema and config.value_subject:
         raise ValueError("give value_schema (inline) or value_subject (a JSON Schema in the Schema Registry), not both")
     if fmt != "json" and config.value_schema:
@@ -49,7 +56,8 @@ def check_value_settings(config: Any) -> None:
             parse_field_type(name, declared)
         except ValueError as exc:
             raise ValueError(f"value_schema: {exc}") from None
-    check_pipeline(config.keyed, fmt, config.value_schema or {}, config.value_subject)
+    check_pipeline(config.keyed, fmt, None if schema_in_data(config) else config.value_schema or {},
+                   config.value_subject)
     if config.keyed and config.keyed.keeps_history and config.transform:
         raise ValueError("keyed.history keeps every version of the value's rows, and a transform feeding a history "
                          "table is not supported: remove the transform, or keep history: none")

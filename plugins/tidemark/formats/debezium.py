@@ -25,6 +25,7 @@ from tidemark.formats.avro_schemas import (  # the schema model's own helpers
     _kind,
     _space,
 )
+from tidemark.formats.records import Field, parse_field_type
 
 ENVELOPE_FIELDS = ("op", "before", "after", "source")
 POSITION_FIELDS = ("lsn", "pos")
@@ -162,3 +163,60 @@ def avro_key_fields(reader: str) -> tuple[str, ...]:
     if not (isinstance(schema, dict) and schema.get("type") == "record" and schema.get("fields")):
         raise ValueError("the Avro key's reader schema is not a record of the primary key's fields")
     return tuple(f["name"] for f in schema["fields"])
+
+
+CONNECT_TYPES = {"int8": "tinyint", "int16": "smallint", "int32": "int", "int64": "bigint", "float": "float",
+                 "double": "double", "boolean": "boolean", "string": "string"}
+"""Kafka Connect's schema types (the JsonConverter's ``schema`` wrapper) -> the column type a field of the row takes.
+Debezium's semantic types keep the type they are written as (a ``date`` is ``io.debezium.time.Date``, an int32 of
+days; a ``timestamp`` a ``MicroTimestamp``, an int64 of microseconds), as for a hand-written ``value_schema``."""
+SEMANTIC_TYPES = {"io.debezium.time.ZonedTimestamp": "timestamp"}
+"""Semantic types read as another column type: ``timestamptz``'s ISO-8601 string as a timestamp."""
+REFUSED_TYPES = {
+    "org.apache.kafka.connect.data.Decimal": "set the connector's decimal.handling.mode to string (every digit kept)",
+    "io.debezium.data.VariableScaleDecimal": "set the connector's decimal.handling.mode to string (every digit kept)",
+}
+"""Semantic types the JSON converter writes in a form no column type reads exactly, and what to change."""
+
+
+def wrapped_row_fields(value: bytes, where: str) -> tuple[Field, ...]:
+    """The row's columns from one Debezium event's JSON value with the JsonConverter's ``schema`` wrapper
+    (``schemas.enable``): the fields of the ``after`` image's struct, each nullable (a delete's before image may hold
+    the key alone). Raises ValueError naming ``where`` and the column, saying what to change."""
+    import json
+
+    try:
+        data = json.loads(value)
+    except (UnicodeDecodeError, ValueError):
+        raise ValueError(f"the value at {where} is not JSON") from None
+    if not (isinstance(data, dict) and isinstance(data.get("schema"), dict) and "payload" in data):
+        raise ValueError(f"the value at {where} carries no schema (Kafka Connect's JsonConverter writes one with "
+                         f"value.converter.schemas.enable=true): enable it on the connector, or declare value_schema")
+    images = {f.get("field"): f for f in data["schema"].get("fields", []) if isinstance(f, dict)}
+    after = images.get("after")
+    if not (isinstance(after, dict) and after.get("type") == "struct" and after.get("fields")):
+        raise ValueError(f"the value's schema at {where} has no 'after' struct: not a Debezium change event")
+    fields = []
+    for column in after["fields"]:
+        name, kind, semantic = column.get("field"), column.get("type"), column.get("name")
+        if semantic in REFUSED_TYPES:
+            raise ValueError(f"column '{name}' at {where} is {semantic}, which the JSON converter writes as base64 "
+                             f"bytes: {REFUSED_TYPES[semantic]}, or declare value_schema")
+        declared = SEMANTIC_TYPES.get(semantic) or CONNECT_TYPES.get(kind)
+        if declared is None:
+            what = f"{kind} ({semantic})" if semantic else kind
+            raise ValueError(f"column '{name}' at {where} is a Kafka Connect {what}, which Tidemark does not take "
+                             f"from the data (a {kind} column: declare value_schema; bytes: set the connector's "
+                             f"binary.handling.mode to base64 for a string)")
+        fields.append(parse_field_type(str(name), declared + "?"))
+    return tuple(fields)
+
+
+def merged_fields(newest_first: list[tuple[Field, ...]]) -> tuple[Field, ...]:
+    """Several records' columns as one schema: every column of any, in the newest record's order, then the older
+    ones' own; a column's type is the newest record's."""
+    seen: dict[str, Field] = {}
+    for fields in newest_first:
+        for f in fields:
+            seen.setdefault(f.name, f)
+    return tuple(seen.values())

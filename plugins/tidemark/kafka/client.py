@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from tidemark.errors import ConfigError, KafkaAuthenticationError, KafkaUnavailableError, UnknownTopicError
 from tidemark.kafka import tls
@@ -312,23 +312,33 @@ class KafkaOffsets:
         """Latest offsets; under ``read_committed`` the last stable offset."""
         return self._call("latest", self._consumer.end_offsets, tps)
 
-    def first_key(self, tp: TopicPartition, start: int, end: int) -> bytes | None:
-        """The Kafka key of the first record of ``tp`` at or after ``start`` and before ``end`` (a plan's range: a
-        Debezium table's keys come from its key). Raises KafkaUnavailableError when none is read within the
-        timeout."""
+    def records(self, tp: TopicPartition, start: int, end: int) -> Iterator:
+        """The records of ``tp`` at offsets ``start`` to ``end - 1``, in order: a plan-time look into a range (a
+        Debezium table's keys and columns). Raises KafkaUnavailableError when ``end`` is not reached in time."""
         from kafka import TopicPartition as KafkaPartition
 
         partition = KafkaPartition(tp.topic, tp.partition)
         self._consumer.assign([partition])
         self._consumer.seek(partition, start)
         deadline = time.monotonic() + self._timeout_ms / 1000
-        while time.monotonic() < deadline:
-            for record in self._consumer.poll(timeout_ms=200).get(partition, []):
-                if start <= record.offset < end:
-                    return record.key
-        raise KafkaUnavailableError(f"no record of {tp.topic} partition {tp.partition} in offsets [{start}, {end}) "
-                                    f"was read within {self._timeout_ms} ms, to take the keys from its Kafka key; "
-                                    f"nothing was frozen", pipeline=self._pipeline)
+        while self._consumer.position(partition) < end:
+            if time.monotonic() > deadline:
+                raise KafkaUnavailableError(f"the records of {tp.topic} partition {tp.partition} in offsets [{start}, "
+                                            f"{end}) were not read within {self._timeout_ms} ms; nothing was frozen",
+                                            pipeline=self._pipeline)
+            yield from (r for r in self._consumer.poll(timeout_ms=200).get(partition, []) if start <= r.offset < end)
+
+    def newest_value(self, tp: TopicPartition, start: int, end: int, window: int = 64):
+        """The last record of ``tp`` in ``[start, end)`` whose value is not null (None: all are tombstones), read
+        back from ``end`` a window at a time."""
+        while end > start:
+            found = None
+            for record in self.records(tp, max(start, end - window), end):
+                found = record if record.value is not None else found
+            if found is not None:
+                return found
+            end = max(start, end - window)
+        return None
 
     def high_watermarks(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         """Per partition, the high watermark: the end offset under ``read_uncommitted``, whatever this
