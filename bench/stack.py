@@ -203,8 +203,15 @@ def dag_id(pipeline: str) -> str:
 
 
 def tidemark_submit(settings: BenchSettings, plan: BatchPlan) -> list[str]:
-    """Exactly the command `tidemark run` launches for a batch."""
-    return spark_submit_command(plan, settings.master, driver_memory=settings.driver_memory)
+    """Exactly the command `tidemark run` launches for a batch. With BENCH_EVENT_LOG_DIR set, the job also writes
+    Spark's event log there (to compare a fast round with a slow one)."""
+    events = os.environ.get("BENCH_EVENT_LOG_DIR")
+    conf = None
+    if events:
+        Path(events).mkdir(parents=True, exist_ok=True)
+        conf = {"spark.eventLog.enabled": "true", "spark.eventLog.dir": Path(events).resolve().as_uri(),
+                "spark.eventLog.compress": "false", "spark.eventLog.rolling.enabled": "false"}
+    return spark_submit_command(plan, settings.master, conf=conf, driver_memory=settings.driver_memory)
 
 
 def spark_submit_base(settings: BenchSettings, name: str) -> list[str]:
